@@ -1,0 +1,1 @@
+//! The live terminal console: per-storage-server latency against pod Ready.

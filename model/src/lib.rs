@@ -1,0 +1,19 @@
+//! The vocabulary that crosses every boundary of the lab.
+//!
+//! Runtimes produce [`status::PodStatus`] values, telemetry turns metric samples into a
+//! [`snapshot::Snapshot`], faults write [`change::ChangeRecord`]s, and the console, `lab status` and the
+//! drill engine read only these types. Nothing here does I/O.
+
+pub mod change;
+pub mod error;
+pub mod metrics;
+pub mod names;
+pub mod quantity;
+pub mod snapshot;
+pub mod status;
+
+pub use change::ChangeRecord;
+pub use error::ParseError;
+pub use quantity::{Millicores, parse_duration};
+pub use snapshot::Snapshot;
+pub use status::{Phase, PodStatus, Resources, Role};

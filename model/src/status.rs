@@ -1,0 +1,207 @@
+//! The pod-like status model shared by every runtime.
+//!
+//! On Kubernetes these values come from pods, events and the node; on the local runtime the supervisor
+//! fills them from its processes, cgroups and readiness probes. Either way, `lab status`, the console and
+//! the drills see the same shape.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Millicores;
+
+/// The lifecycle phase of a role instance, as Kubernetes names pod phases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Phase {
+    /// Accepted but not running, e.g. waiting for a GPU (`reason` says why).
+    Pending,
+    /// Its process (container) is running.
+    Running,
+    /// It ran to completion (the dataset seeder).
+    Succeeded,
+    /// It exited with an error and will not be restarted.
+    Failed,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Pending => "Pending",
+            Phase::Running => "Running",
+            Phase::Succeeded => "Succeeded",
+            Phase::Failed => "Failed",
+        })
+    }
+}
+
+/// What a role instance does in the lab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// The SeaweedFS master.
+    StorageMaster,
+    /// A SeaweedFS volume server.
+    StorageServer,
+    /// The job that seeds the dataset.
+    Seeder,
+    /// A training rank.
+    Rank,
+    /// A metrics server (Prometheus) deployed beside the job.
+    Monitoring,
+}
+
+/// Resources of one instance: what runs now against what it was given and what its template says.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    /// The CPU limit in force right now (the cgroup quota, or the container's applied resources).
+    pub cpu_live: Option<Millicores>,
+    /// The CPU limit in this instance's own spec (a pod spec after an in-place resize says the new value).
+    pub cpu_spec: Option<Millicores>,
+    /// The CPU limit in the workload's template (StatefulSet); an instance that differs has drifted.
+    pub cpu_template: Option<Millicores>,
+    /// Counted GPUs this instance holds (or asks for, when Pending).
+    pub gpus: u32,
+}
+
+impl Resources {
+    /// True when the live limit differs from the template: the instance was changed in place.
+    pub fn drifted(&self) -> bool {
+        matches!((self.cpu_live, self.cpu_template), (Some(l), Some(t)) if l != t)
+    }
+}
+
+/// One role instance, shaped like a pod.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodStatus {
+    /// `rank-1`, `storage-0`, `storage-master`, `seeder`.
+    pub name: String,
+    pub role: Role,
+    /// The rank or server index, for roles that have one.
+    pub index: Option<u32>,
+    pub phase: Phase,
+    /// The readiness probe's answer. Deliberately says nothing about training progress.
+    pub ready: bool,
+    /// How many times the instance was restarted after exiting.
+    pub restarts: u32,
+    /// Why the instance is Pending or Failed, e.g. `Insufficient gpu`.
+    pub reason: Option<String>,
+    /// A longer message from the scheduler or the supervisor.
+    pub message: Option<String>,
+    pub resources: Resources,
+    /// The node (Kubernetes) or slot (local) it runs on.
+    pub node: Option<String>,
+    /// The containers in the instance, including any added to it (a delay container, for example).
+    pub containers: Vec<String>,
+    /// The process id on the local runtime.
+    pub pid: Option<u32>,
+}
+
+impl PodStatus {
+    /// A fresh Pending instance with nothing known yet.
+    pub fn new(name: impl Into<String>, role: Role, index: Option<u32>) -> Self {
+        PodStatus {
+            name: name.into(),
+            role,
+            index,
+            phase: Phase::Pending,
+            ready: false,
+            restarts: 0,
+            reason: None,
+            message: None,
+            resources: Resources::default(),
+            node: None,
+            containers: Vec::new(),
+            pid: None,
+        }
+    }
+
+    /// Running and Ready, what `kubectl get pods` shows as healthy.
+    pub fn is_running_ready(&self) -> bool {
+        self.phase == Phase::Running && self.ready
+    }
+}
+
+/// Which place the lab runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RuntimeKind {
+    /// Supervised processes on this machine.
+    Local,
+    /// A kind cluster the lab created.
+    Kind,
+    /// A Kubernetes cluster the lab was pointed at with a kubeconfig.
+    Cluster,
+}
+
+impl std::fmt::Display for RuntimeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RuntimeKind::Local => "local",
+            RuntimeKind::Kind => "kind",
+            RuntimeKind::Cluster => "cluster",
+        })
+    }
+}
+
+/// The whole lab as a runtime sees it: instances, the node's counted GPUs, and the job's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabStatus {
+    /// The lab's name (several labs can run side by side).
+    pub lab: String,
+    pub runtime: RuntimeKind,
+    /// Every role instance, ranks in order.
+    pub pods: Vec<PodStatus>,
+    /// GPUs the node advertises (the extended resource, or the local slot count).
+    pub gpus_capacity: u32,
+    /// The name of the counted GPU resource, e.g. `gpu` locally or `lab.dev/gpu` on Kubernetes.
+    pub gpu_resource: String,
+    /// The number of ranks the workload asks for (StatefulSet replicas).
+    pub ranks_desired: u32,
+    /// The world size every rank is told to expect (the job's configuration).
+    pub world_size: u32,
+    /// The storage server count.
+    pub storage_servers: u32,
+    /// How an added storage delay is applied on this runtime: `proxy` or `netem`.
+    pub delay_path: String,
+    /// Notes the runtime wants a person to see (e.g. "cgroups not writable: CPU limits not enforced").
+    pub notes: Vec<String>,
+}
+
+impl LabStatus {
+    /// The rank instances, in rank order.
+    pub fn ranks(&self) -> impl Iterator<Item = &PodStatus> {
+        self.pods.iter().filter(|p| p.role == Role::Rank)
+    }
+
+    /// `(ready, total)` over the ranks and storage servers: what "4/4 Ready" counts.
+    pub fn ready_count(&self) -> (usize, usize) {
+        let relevant: Vec<&PodStatus> =
+            self.pods.iter().filter(|p| matches!(p.role, Role::Rank | Role::StorageServer)).collect();
+        (relevant.iter().filter(|p| p.is_running_ready()).count(), relevant.len())
+    }
+
+    /// `(ready, total)` over the ranks only.
+    pub fn ranks_ready(&self) -> (usize, usize) {
+        let ranks: Vec<&PodStatus> = self.ranks().collect();
+        (ranks.iter().filter(|p| p.is_running_ready()).count(), ranks.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drift_needs_both_values() {
+        let mut r = Resources { cpu_live: Some(Millicores(150)), cpu_template: Some(Millicores(400)), ..Default::default() };
+        assert!(r.drifted());
+        r.cpu_live = Some(Millicores(400));
+        assert!(!r.drifted());
+        r.cpu_live = None;
+        assert!(!r.drifted());
+    }
+
+    #[test]
+    fn phase_serialises_like_kubernetes() {
+        assert_eq!(serde_json::to_string(&Phase::Pending).unwrap(), "\"Pending\"");
+        assert_eq!(serde_json::to_string(&Role::StorageServer).unwrap(), "\"storage-server\"");
+    }
+}

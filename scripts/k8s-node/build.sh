@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes node binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet)
+# from the Go module proxy, with k8s.io/kubernetes as a dependency, and etcd from go.etcd.io/etcd/server/v3.
+# The result is cached in a versioned directory outside the checkout and reused when complete.
+#
+#   scripts/k8s-node/build.sh          build (or reuse) and print the binary directory
+#
+# Environment: LAB_CACHE (default ~/.cache/straggler-lab), K8S_VERSION, ETCD_VERSION.
+set -euo pipefail
+
+K8S_VERSION=${K8S_VERSION:-v1.34.4}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+STAGING_VERSION="v0.${K8S_VERSION#v1.}"
+CACHE=${LAB_CACHE:-$HOME/.cache/straggler-lab}
+OUT="$CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
+BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd)
+
+log() { printf '[k8s-build] %s\n' "$*" >&2; }
+
+complete() {
+  local b
+  for b in "${BINARIES[@]}"; do [ -x "$OUT/$b" ] || return 1; done
+}
+
+if complete; then
+  log "reusing cached binaries in $OUT"
+  echo "$OUT"
+  exit 0
+fi
+
+command -v go >/dev/null || { log "go is not installed: install Go 1.24 or newer"; exit 1; }
+mkdir -p "$OUT"
+work=$(mktemp -d "${TMPDIR:-/tmp}/lab-k8s-build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# --- Kubernetes ---------------------------------------------------------------------------------
+if ! { [ -x "$OUT/kube-apiserver" ] && [ -x "$OUT/kube-controller-manager" ] && [ -x "$OUT/kube-scheduler" ] && [ -x "$OUT/kubelet" ]; }; then
+  log "building Kubernetes $K8S_VERSION (staging modules $STAGING_VERSION); a cold build takes 30-45 minutes"
+  mkdir -p "$work/k8s" && cd "$work/k8s"
+  go mod init lab.local/k8sbuild >/dev/null 2>&1
+  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -f "$gomod" ] || { log "could not download k8s.io/kubernetes@$K8S_VERSION"; exit 1; }
+  # Every staging module is replaced by ./staging/... inside kubernetes' own go.mod; as a dependency each
+  # needs a replace pinned to the matching published version.
+  staging=$(grep -oE 'k8s\.io/[A-Za-z0-9._-]+ => \./staging' "$gomod" | awk '{print $1}' | sort -u)
+  {
+    echo "module lab.local/k8sbuild"
+    echo
+    echo "go 1.24"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    for m in $staging; do echo "	$m => $m $STAGING_VERSION"; done
+    echo ")"
+  } > go.mod
+  log "$(echo "$staging" | wc -l) staging modules pinned to $STAGING_VERSION"
+  pkgs=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet)
+  go get "${pkgs[@]/%/@$K8S_VERSION}" >&2 2>&1 || go get "k8s.io/kubernetes@$K8S_VERSION" >&2
+  minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  ldflags="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  for p in "${pkgs[@]}"; do
+    name=${p##*/}
+    [ -x "$OUT/$name" ] && continue
+    log "go build $name"
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$OUT/$name.tmp" "$p"
+    mv "$OUT/$name.tmp" "$OUT/$name"
+  done
+fi
+
+# --- etcd ---------------------------------------------------------------------------------------
+if [ ! -x "$OUT/etcd" ]; then
+  log "building etcd $ETCD_VERSION"
+  mkdir -p "$work/etcd" && cd "$work/etcd"
+  go mod init lab.local/etcdbuild >/dev/null 2>&1
+  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3
+  mv "$OUT/etcd.tmp" "$OUT/etcd"
+fi
+
+complete || { log "build finished but binaries are missing in $OUT"; exit 1; }
+log "done: $OUT"
+echo "$OUT"

