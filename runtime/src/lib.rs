@@ -6,6 +6,7 @@
 //! size, restart a rank). Faults, telemetry, the console and drills see only this trait.
 
 pub mod error;
+pub mod lifecycle;
 pub mod state;
 
 use std::time::Duration;
@@ -16,6 +17,7 @@ use lab_model::status::{LabStatus, RuntimeKind};
 use serde::{Deserialize, Serialize};
 
 pub use error::RuntimeError;
+pub use lifecycle::{Progress, UpOptions};
 
 /// A result whose error is a [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
