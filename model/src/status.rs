@@ -173,9 +173,15 @@ impl LabStatus {
 
     /// `(ready, total)` over the ranks and storage servers: what "4/4 Ready" counts.
     pub fn ready_count(&self) -> (usize, usize) {
-        let relevant: Vec<&PodStatus> =
-            self.pods.iter().filter(|p| matches!(p.role, Role::Rank | Role::StorageServer)).collect();
-        (relevant.iter().filter(|p| p.is_running_ready()).count(), relevant.len())
+        let relevant: Vec<&PodStatus> = self
+            .pods
+            .iter()
+            .filter(|p| matches!(p.role, Role::Rank | Role::StorageServer))
+            .collect();
+        (
+            relevant.iter().filter(|p| p.is_running_ready()).count(),
+            relevant.len(),
+        )
     }
 
     /// `(ready, total)` over the ranks only.
@@ -191,7 +197,11 @@ mod tests {
 
     #[test]
     fn drift_needs_both_values() {
-        let mut r = Resources { cpu_live: Some(Millicores(150)), cpu_template: Some(Millicores(400)), ..Default::default() };
+        let mut r = Resources {
+            cpu_live: Some(Millicores(150)),
+            cpu_template: Some(Millicores(400)),
+            ..Default::default()
+        };
         assert!(r.drifted());
         r.cpu_live = Some(Millicores(400));
         assert!(!r.drifted());
@@ -202,6 +212,9 @@ mod tests {
     #[test]
     fn phase_serialises_like_kubernetes() {
         assert_eq!(serde_json::to_string(&Phase::Pending).unwrap(), "\"Pending\"");
-        assert_eq!(serde_json::to_string(&Role::StorageServer).unwrap(), "\"storage-server\"");
+        assert_eq!(
+            serde_json::to_string(&Role::StorageServer).unwrap(),
+            "\"storage-server\""
+        );
     }
 }

@@ -10,7 +10,9 @@ pub enum RuntimeError {
     #[error("no lab named {name:?} is running: start one with `lab up`")]
     NotRunning { name: String },
     /// A lab of that name already runs.
-    #[error("a lab named {name:?} is already running ({runtime}): stop it with `lab down`, or pick another --name")]
+    #[error(
+        "a lab named {name:?} is already running ({runtime}): stop it with `lab down`, or pick another --name"
+    )]
     AlreadyRunning { name: String, runtime: String },
     /// A tool the runtime needs is missing.
     #[error("{tool} not found: {hint}")]
@@ -45,6 +47,15 @@ pub enum RuntimeError {
     /// The Kubernetes API refused or failed a request.
     #[error("kubernetes: {0}")]
     Kube(String),
+    /// A Kubernetes API request failed; `code` is the HTTP status when the API server answered.
+    #[error("kubernetes: {what}: {hint}")]
+    KubeApi {
+        what: String,
+        code: Option<u16>,
+        hint: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
     /// Anything else, with its message.
     #[error("{0}")]
     Other(String),
@@ -53,6 +64,9 @@ pub enum RuntimeError {
 impl RuntimeError {
     /// An I/O error with what was being done.
     pub fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        RuntimeError::Io { what: what.into(), source }
+        RuntimeError::Io {
+            what: what.into(),
+            source,
+        }
     }
 }

@@ -25,7 +25,9 @@ pub fn base_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(d).join("straggler-lab");
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
     home.join(".local/state/straggler-lab")
 }
 
@@ -37,7 +39,9 @@ pub fn validate_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 40
         && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
     if ok {
         Ok(())
     } else {
@@ -71,9 +75,16 @@ pub fn create_lab_dir(name: &str) -> Result<PathBuf> {
     validate_name(name)?;
     let dir = lab_dir(name);
     if let Some(rec) = read_record_at(&dir).ok().flatten() {
-        return Err(RuntimeError::AlreadyRunning { name: name.to_string(), runtime: rec.runtime.to_string() });
+        return Err(RuntimeError::AlreadyRunning {
+            name: name.to_string(),
+            runtime: rec.runtime.to_string(),
+        });
     }
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| state_err(&dir, "create", e))?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| state_err(&dir, "create", e))?;
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(|e| state_err(&dir, "chmod", e))?;
     Ok(dir)
 }
@@ -90,11 +101,15 @@ pub fn read_record(name: &str) -> Result<Option<LabRecord>> {
 fn read_record_at(dir: &Path) -> Result<Option<LabRecord>> {
     let path = dir.join(RECORD_FILE);
     match fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| RuntimeError::State {
-            path: path.clone(),
-            what: format!("corrupt record ({e}); remove the folder after checking nothing of the lab still runs"),
-            source: None,
-        }),
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| RuntimeError::State {
+                path: path.clone(),
+                what: format!(
+                    "corrupt record ({e}); remove the folder after checking nothing of the lab still runs"
+                ),
+                source: None,
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(state_err(&path, "read", e)),
     }
@@ -116,17 +131,26 @@ pub fn write_record(dir: &Path, record: &LabRecord) -> Result<()> {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let mut f = fs::File::create(&tmp).map_err(|e| state_err(&tmp, "create", e))?;
-    f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| state_err(&tmp, "write", e))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| state_err(&tmp, "write", e))?;
     fs::rename(&tmp, path).map_err(|e| state_err(path, "rename", e))
 }
 
 fn state_err(path: &Path, what: &str, e: std::io::Error) -> RuntimeError {
-    RuntimeError::State { path: path.to_path_buf(), what: what.to_string(), source: Some(e) }
+    RuntimeError::State {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+        source: Some(e),
+    }
 }
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
