@@ -1,1 +1,49 @@
-//! Scraping, time series, baselines and golden-signal rules that build the lab's snapshot.
+//! Telemetry: scrapes the ranks and storage servers, keeps short time series, learns the job's baseline,
+//! and evaluates the four golden-signal rules into a [`Snapshot`](lab_model::Snapshot) once a tick.
+//!
+//! The core is pure and clock-free: [`Collector::observe`] takes the runtime's status and the raw scrape
+//! texts of one tick and returns a whole snapshot. [`Driver`] is the thin async shell that fetches those
+//! through a [`lab_runtime::Runtime`], with a timeout on every call so a hung or garbage target never
+//! stalls a tick. The metrics text reader ([`expo::parse`]) is the lab's own and never panics.
+//!
+//! The rules mirror `manifests/rules/golden-signals.yaml` (see `docs/telemetry.md`); [`promql`] holds the
+//! Prometheus semantics both sides share.
+
+pub mod collector;
+pub mod driver;
+pub mod error;
+pub mod expo;
+pub mod labels;
+pub mod promql;
+pub mod rules;
+pub mod signals;
+pub mod store;
+
+pub use collector::{Collector, CollectorConfig};
+pub use driver::{Driver, DriverConfig, Ledger, NoLedger};
+pub use error::{ParseError, ScrapeError};
+pub use rules::LearnedBaseline;
+
+/// An error and its sources on one line: `fetch failed: no lab named "x" is running: ...`.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(cause) = src {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        src = cause.source();
+    }
+    s
+}
+
+/// A latency for a person: `0.4 ms`, `3 ms`, `488 ms`, `1.25 s`.
+pub(crate) fn fmt_secs(s: f64) -> String {
+    let ms = s * 1000.0;
+    if ms < 1.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{s:.2} s")
+    }
+}

@@ -1,0 +1,220 @@
+//! The thin async shell around the [`Collector`]: once a tick it asks the runtime for the status and the
+//! scrape targets, fetches every target concurrently, and hands the results to the pure core.
+//!
+//! Every call has a deadline, so a hung endpoint costs one scrape timeout, never a stalled tick; a failed
+//! call becomes a line in the snapshot's `scrape_errors`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::join_all;
+use lab_model::ChangeRecord;
+use lab_model::snapshot::{ActiveFault, Snapshot};
+use lab_model::status::LabStatus;
+use lab_runtime::Runtime;
+use tokio::sync::watch;
+use tokio::time::{MissedTickBehavior, timeout};
+
+use crate::error::ScrapeError;
+use crate::{Collector, error_chain};
+
+/// Where the change records and the active faults come from (the fault ledger, which telemetry does not
+/// own). Any `Fn() -> (changes, faults)` closure is one.
+pub trait Ledger: Send + Sync {
+    /// The change records and the faults active now.
+    fn read(&self) -> (Vec<ChangeRecord>, Vec<ActiveFault>);
+}
+
+impl<F> Ledger for F
+where
+    F: Fn() -> (Vec<ChangeRecord>, Vec<ActiveFault>) + Send + Sync,
+{
+    fn read(&self) -> (Vec<ChangeRecord>, Vec<ActiveFault>) {
+        self()
+    }
+}
+
+/// A ledger with nothing in it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoLedger;
+
+impl Ledger for NoLedger {
+    fn read(&self) -> (Vec<ChangeRecord>, Vec<ActiveFault>) {
+        (Vec::new(), Vec::new())
+    }
+}
+
+/// Timing of the driver.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Time between ticks (the scrape interval).
+    pub interval: Duration,
+    /// Deadline for one target's metrics.
+    pub scrape_timeout: Duration,
+    /// Deadline for the runtime's status and target list.
+    pub status_timeout: Duration,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            interval: Duration::from_secs(1),
+            scrape_timeout: Duration::from_millis(700),
+            status_timeout: Duration::from_millis(900),
+        }
+    }
+}
+
+/// Runs the collector against a runtime.
+pub struct Driver {
+    runtime: Arc<dyn Runtime>,
+    ledger: Arc<dyn Ledger>,
+    collector: Collector,
+    config: DriverConfig,
+    last_status: Option<LabStatus>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("runtime", &self.runtime)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Driver {
+    /// A driver for `runtime`, reading changes and faults from `ledger`.
+    pub fn new(
+        runtime: Arc<dyn Runtime>,
+        ledger: Arc<dyn Ledger>,
+        collector: Collector,
+        config: DriverConfig,
+    ) -> Self {
+        Driver {
+            runtime,
+            ledger,
+            collector,
+            config,
+            last_status: None,
+        }
+    }
+
+    /// The collector (to read or persist its baseline).
+    pub fn collector(&self) -> &Collector {
+        &self.collector
+    }
+
+    /// The collector, mutably (to restore a baseline).
+    pub fn collector_mut(&mut self) -> &mut Collector {
+        &mut self.collector
+    }
+
+    /// One tick: status, targets and every target's metrics, each within its deadline; then a snapshot.
+    pub async fn tick(&mut self) -> Snapshot {
+        let rt = self.runtime.as_ref();
+        let deadline = self.config.status_timeout;
+        let (status, targets) = tokio::join!(
+            timeout(deadline, rt.status()),
+            timeout(deadline, rt.scrape_targets())
+        );
+        let mut errors = Vec::new();
+        let status = match status {
+            Ok(Ok(s)) => {
+                self.last_status = Some(s.clone());
+                s
+            }
+            Ok(Err(e)) => {
+                errors.push(format!("status: {}", error_chain(&e)));
+                self.stale_status()
+            }
+            Err(_) => {
+                errors.push(format!("status: {}", ScrapeError::Timeout(deadline)));
+                self.stale_status()
+            }
+        };
+        let targets = match targets {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => {
+                errors.push(format!("scrape targets: {}", error_chain(&e)));
+                Vec::new()
+            }
+            Err(_) => {
+                errors.push(format!("scrape targets: {}", ScrapeError::Timeout(deadline)));
+                Vec::new()
+            }
+        };
+        let per_target = self.config.scrape_timeout;
+        let scrapes = join_all(targets.into_iter().map(|target| async move {
+            // The runtime is asked to honour the timeout; the outer one covers a runtime that does not.
+            let result = match timeout(
+                per_target + Duration::from_millis(50),
+                rt.fetch_metrics(&target, per_target),
+            )
+            .await
+            {
+                Ok(Ok(text)) => Ok(text),
+                Ok(Err(e)) => Err(error_chain(&ScrapeError::Fetch(e))),
+                Err(_) => Err(ScrapeError::Timeout(per_target).to_string()),
+            };
+            (target, result)
+        }))
+        .await;
+        let (changes, faults) = self.ledger.read();
+        let mut snapshot = self.collector.observe(now_ms(), status, scrapes, changes, faults);
+        snapshot.scrape_errors.extend(errors);
+        snapshot
+    }
+
+    fn stale_status(&self) -> LabStatus {
+        self.last_status.clone().unwrap_or_else(|| LabStatus {
+            lab: self.runtime.name().to_string(),
+            runtime: self.runtime.kind(),
+            pods: Vec::new(),
+            gpus_capacity: 0,
+            gpu_resource: String::new(),
+            ranks_desired: 0,
+            world_size: 0,
+            storage_servers: 0,
+            delay_path: String::new(),
+            notes: vec!["the runtime did not answer: status unknown".to_string()],
+        })
+    }
+
+    /// Ticks every interval and publishes each snapshot, until every receiver is gone.
+    pub async fn run(mut self, snapshots: watch::Sender<Option<Snapshot>>) {
+        let mut every = tokio::time::interval(self.config.interval);
+        every.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                () = snapshots.closed() => return,
+            }
+            let snapshot = self.tick().await;
+            if snapshots.send(Some(snapshot)).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Ticks until the baseline is learned or `deadline` passes; returns the baseline if learned.
+    pub async fn learn_baseline(&mut self, deadline: Duration) -> Option<crate::LearnedBaseline> {
+        let mut every = tokio::time::interval(self.config.interval);
+        every.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        let until = tokio::time::Instant::now() + deadline;
+        while tokio::time::Instant::now() < until {
+            every.tick().await;
+            self.tick().await;
+            if let Some(b) = self.collector.baseline() {
+                return Some(b.clone());
+            }
+        }
+        None
+    }
+}

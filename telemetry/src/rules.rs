@@ -1,0 +1,466 @@
+//! The four golden-signal rules, the baseline they compare against, and the pending → firing state that
+//! gives every alert its since-time.
+//!
+//! These are the rules of `manifests/rules/golden-signals.yaml`, evaluated in the lab: the same alert
+//! names, thresholds, windows and `for` durations, and the same baseline latch. The agreement test feeds
+//! the rule file's own `promtool` test series through this evaluator and expects the same alerts.
+
+use std::collections::BTreeMap;
+
+use lab_model::snapshot::{Baseline, GoldenSignal};
+use serde::{Deserialize, Serialize};
+
+use crate::labels::Labels;
+use crate::promql::{avg_over_time, min_over_time, stddev_over_time};
+use crate::signals::Signals;
+use crate::store::Store;
+
+/// One alerting rule: its name in the rule file, its signal, and how long its condition must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    pub name: &'static str,
+    pub signal: GoldenSignal,
+    /// The rule file's `for:`.
+    pub for_ms: i64,
+}
+
+/// A storage server's read p50 (unstarved readers) is over 50 ms and over 4× the servers' median.
+pub const STORAGE_LATENCY: Rule = Rule {
+    name: "LabStorageReadLatencyHigh",
+    signal: GoldenSignal::Latency,
+    for_ms: 2_000,
+};
+/// The job trains under half its baseline samples per second.
+pub const THROUGHPUT_LOW: Rule = Rule {
+    name: "LabTrainingThroughputLow",
+    signal: GoldenSignal::Throughput,
+    for_ms: 3_000,
+};
+/// Reads from a storage server fail.
+pub const STORAGE_ERRORS: Rule = Rule {
+    name: "LabStorageReadErrors",
+    signal: GoldenSignal::Errors,
+    for_ms: 0,
+};
+/// A rank's collective or rendezvous fails.
+pub const COLLECTIVE_ERRORS: Rule = Rule {
+    name: "LabCollectiveErrors",
+    signal: GoldenSignal::Errors,
+    for_ms: 0,
+};
+/// A rank is CPU-starved: throttled in over 25% of its CFS periods, and far more than its siblings.
+pub const CPU_THROTTLED: Rule = Rule {
+    name: "LabRankCpuThrottled",
+    signal: GoldenSignal::Saturation,
+    for_ms: 3_000,
+};
+/// The median rank spends over half of each step waiting at the collective.
+pub const COLLECTIVE_WAIT: Rule = Rule {
+    name: "LabRanksWaitingAtCollective",
+    signal: GoldenSignal::Saturation,
+    for_ms: 3_000,
+};
+/// Some rank waits at rendezvous for peers that have not joined.
+pub const WAITING_FOR_PEERS: Rule = Rule {
+    name: "LabRanksWaitingForPeers",
+    signal: GoldenSignal::Saturation,
+    for_ms: 5_000,
+};
+
+/// Every rule, in the order the rule file lists them.
+pub const RULES: [Rule; 7] = [
+    STORAGE_LATENCY,
+    THROUGHPUT_LOW,
+    STORAGE_ERRORS,
+    COLLECTIVE_ERRORS,
+    CPU_THROTTLED,
+    COLLECTIVE_WAIT,
+    WAITING_FOR_PEERS,
+];
+
+/// Latency: the absolute floor, in seconds.
+pub const LATENCY_MIN_SECONDS: f64 = 0.05;
+/// Latency: how many times the servers' median a server must exceed.
+pub const LATENCY_MEDIAN_FACTOR: f64 = 4.0;
+/// Throughput: fires below this fraction of the baseline.
+pub const THROUGHPUT_MIN_FRACTION: f64 = 0.5;
+/// Saturation: fires when the median rank waits more than this share of its step at the collective.
+pub const WAIT_SHARE_MAX: f64 = 0.5;
+
+/// The baseline's window: `[30s]` over the recorded throughput.
+pub const BASELINE_WINDOW_MS: i64 = 30_000;
+/// The baseline needs this many recorded values in its window (a full window at 1 s, some slack).
+pub const BASELINE_MIN_SAMPLES: usize = 25;
+/// ... and a standard deviation under this fraction of the mean (the job is stable).
+pub const BASELINE_MAX_VARIATION: f64 = 0.1;
+
+/// Names of the recorded series the store keeps, as in the rule file.
+pub mod recorded {
+    /// `sum(rate(lab_samples_total[10s])) or vector(0)`.
+    pub const JOB_SAMPLES: &str = "lab:job_samples_per_second";
+    /// The latched baseline of [`JOB_SAMPLES`].
+    pub const JOB_SAMPLES_BASELINE: &str = "lab:job_samples_per_second:baseline";
+    /// `histogram_quantile(0.5, sum by (le) (rate(lab_step_duration_seconds_bucket[10s])))`.
+    pub const JOB_STEP_SECONDS: &str = "lab:job_step_seconds";
+    /// `histogram_quantile(0.5, sum by (server, le) (rate(lab_storage_read_duration_seconds_bucket[10s])))`.
+    pub const STORAGE_P50: &str = "lab:storage_read_p50_seconds";
+}
+
+/// The baseline the lab learned (or was given): the job's and each storage server's normal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LearnedBaseline {
+    pub job: Baseline,
+    /// Client-seen read p50 per server at the time the job's baseline was learned, seconds.
+    pub storage_p50: BTreeMap<String, f64>,
+}
+
+/// A rule whose condition holds now for one target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Condition {
+    pub rule: Rule,
+    /// `storage-1`, `rank-1` or `job`.
+    pub target: String,
+    /// The value the rule compared, in its unit.
+    pub value: f64,
+    /// Since when the condition has held without a break, ms.
+    pub active_since_ms: i64,
+    /// Whether it has held for the rule's `for` duration.
+    pub firing: bool,
+}
+
+/// The rule evaluator: the baseline latch and each condition's active-since time.
+#[derive(Debug, Default)]
+pub struct Engine {
+    baseline: Option<LearnedBaseline>,
+    active: BTreeMap<(&'static str, String), i64>,
+}
+
+impl Engine {
+    /// An evaluator with no baseline yet.
+    pub fn new() -> Self {
+        Engine::default()
+    }
+
+    /// The baseline, once learned or restored.
+    pub fn baseline(&self) -> Option<&LearnedBaseline> {
+        self.baseline.as_ref()
+    }
+
+    /// Sets the baseline (learned by an earlier process, e.g. during `lab up`), replacing any.
+    pub fn set_baseline(&mut self, baseline: Option<LearnedBaseline>) {
+        self.baseline = baseline;
+    }
+
+    /// Records the tick's rule inputs into the store, learns the baseline if due, and evaluates every
+    /// rule at `t`. Returns the conditions that hold, firing or still pending.
+    pub fn evaluate(&mut self, store: &mut Store, signals: &Signals, t: i64) -> Vec<Condition> {
+        let none = Labels::new();
+        store.record(
+            recorded::JOB_SAMPLES,
+            t,
+            &[(none.clone(), signals.job_samples_per_s)],
+        );
+        let step: Vec<(Labels, f64)> = signals
+            .job_step_seconds
+            .map(|s| (none.clone(), s))
+            .into_iter()
+            .collect();
+        store.record(recorded::JOB_STEP_SECONDS, t, &step);
+        let p50: Vec<(Labels, f64)> = signals
+            .servers
+            .iter()
+            .filter_map(|(name, s)| {
+                s.client_p50
+                    .map(|v| (Labels::from_pairs([("server", name.as_str())]), v))
+            })
+            .collect();
+        store.record(recorded::STORAGE_P50, t, &p50);
+        if self.baseline.is_none() {
+            self.baseline = learn(store, t);
+        }
+        let b: Vec<(Labels, f64)> = self
+            .baseline
+            .as_ref()
+            .map(|b| (none.clone(), b.job.samples_per_s))
+            .into_iter()
+            .collect();
+        store.record(recorded::JOB_SAMPLES_BASELINE, t, &b);
+
+        let holding = self.conditions(signals);
+        let mut still = BTreeMap::new();
+        let mut out = Vec::with_capacity(holding.len());
+        for (rule, target, value) in holding {
+            let key = (rule.name, target);
+            let since = self.active.get(&key).copied().unwrap_or(t);
+            still.insert(key.clone(), since);
+            out.push(Condition {
+                rule,
+                target: key.1,
+                value,
+                active_since_ms: since,
+                firing: t - since >= rule.for_ms,
+            });
+        }
+        self.active = still;
+        out
+    }
+
+    fn conditions(&self, s: &Signals) -> Vec<(Rule, String, f64)> {
+        let mut out = Vec::new();
+        // Latency: lab:storage_read_p50_seconds:unstarved > 0.05
+        //   and lab:storage_read_p50_seconds:unstarved > 4 * scalar(quantile(0.5, lab:storage_read_p50_seconds:unstarved))
+        for (server, sv) in &s.servers {
+            if let Some(p) = sv.p50_unstarved
+                && p > LATENCY_MIN_SECONDS
+                && p > LATENCY_MEDIAN_FACTOR * s.p50_unstarved_median
+            {
+                out.push((STORAGE_LATENCY, server.clone(), p));
+            }
+        }
+        // Throughput: lab:job_samples_per_second < 0.5 * lab:job_samples_per_second:baseline
+        if let Some(b) = &self.baseline
+            && s.job_samples_per_s < THROUGHPUT_MIN_FRACTION * b.job.samples_per_s
+        {
+            out.push((THROUGHPUT_LOW, "job".to_string(), s.job_samples_per_s));
+        }
+        // Errors: sum by (server) (rate(lab_storage_read_errors_total[10s])) > 0
+        for (server, sv) in &s.servers {
+            if let Some(e) = sv.errors_per_s
+                && e > 0.0
+            {
+                out.push((STORAGE_ERRORS, server.clone(), e));
+            }
+        }
+        // Errors: sum by (instance) (rate(lab_collective_errors_total[10s])) > 0
+        for (rank, rs) in &s.ranks {
+            if let Some(e) = rs.collective_errors_per_s
+                && e > 0.0
+            {
+                out.push((COLLECTIVE_ERRORS, rank.clone(), e));
+            }
+        }
+        // Saturation: lab:rank_cpu_starved
+        for (rank, rs) in &s.ranks {
+            if rs.starved {
+                out.push((
+                    CPU_THROTTLED,
+                    rank.clone(),
+                    rs.throttled_ratio.unwrap_or(f64::NAN),
+                ));
+            }
+        }
+        // Saturation: quantile(0.5, lab:rank_wait_share) > 0.5
+        if s.wait_share_median > WAIT_SHARE_MAX {
+            out.push((COLLECTIVE_WAIT, "job".to_string(), s.wait_share_median));
+        }
+        // Saturation: count(lab_rendezvous_waiting == 1) > 0
+        if !s.ranks_waiting_for_peers.is_empty() {
+            out.push((
+                WAITING_FOR_PEERS,
+                "job".to_string(),
+                s.ranks_waiting_for_peers.len() as f64,
+            ));
+        }
+        out
+    }
+}
+
+/// The baseline latch (the rule file's self-referencing recording rule): once the last 30 s hold at
+/// least 25 recorded throughput values, all above zero, with a standard deviation under 10% of their
+/// mean, the mean is the baseline, and it stays.
+fn learn(store: &Store, t: i64) -> Option<LearnedBaseline> {
+    let any = |_: &Labels| true;
+    let series = store.range(recorded::JOB_SAMPLES, t, BASELINE_WINDOW_MS, any);
+    let pts = &series.first()?.1;
+    let mean = avg_over_time(pts);
+    let stable = pts.len() >= BASELINE_MIN_SAMPLES
+        && min_over_time(pts) > 0.0
+        && stddev_over_time(pts) < BASELINE_MAX_VARIATION * mean;
+    if !stable {
+        return None;
+    }
+    let step = store.range(recorded::JOB_STEP_SECONDS, t, BASELINE_WINDOW_MS, any);
+    // 0 when the ranks export no step histogram: the model's field is not optional, and JSON has no NaN.
+    let step_seconds = step
+        .first()
+        .map(|s| avg_over_time(&s.1))
+        .filter(|v| v.is_finite())
+        .unwrap_or(0.0);
+    let storage_p50 = store
+        .range(recorded::STORAGE_P50, t, BASELINE_WINDOW_MS, any)
+        .into_iter()
+        .filter_map(|(l, pts)| {
+            let finite: Vec<(i64, f64)> = pts.into_iter().filter(|p| p.1.is_finite()).collect();
+            let v = avg_over_time(&finite);
+            Some((l.get("server")?.to_string(), v)).filter(|_| v.is_finite())
+        })
+        .collect();
+    Some(LearnedBaseline {
+        job: Baseline {
+            samples_per_s: mean,
+            step_seconds,
+            learned_at_ms: u64::try_from(t).unwrap_or(0),
+        },
+        storage_p50,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signals::{RankSignals, ServerSignals};
+
+    fn server(p50: f64) -> ServerSignals {
+        ServerSignals {
+            client_p50: Some(p50),
+            p50_unstarved: Some(p50),
+            ..Default::default()
+        }
+    }
+
+    fn signals_with_servers(p: &[f64]) -> Signals {
+        let mut s = Signals {
+            job_samples_per_s: 400.0,
+            ..Default::default()
+        };
+        for (i, v) in p.iter().enumerate() {
+            s.servers.insert(format!("storage-{i}"), server(*v));
+        }
+        s.p50_unstarved_median = crate::promql::quantile(0.5, p);
+        s
+    }
+
+    fn names(c: &[Condition]) -> Vec<(&str, &str, bool)> {
+        c.iter()
+            .map(|c| (c.rule.name, c.target.as_str(), c.firing))
+            .collect()
+    }
+
+    #[test]
+    fn latency_needs_the_floor_and_the_siblings() {
+        let mut e = Engine::new();
+        let mut store = Store::new(60_000);
+        assert!(
+            e.evaluate(&mut store, &signals_with_servers(&[0.003, 0.488, 0.003]), 0)
+                .len()
+                == 1
+        );
+        // Everything equally slow: nothing stands out.
+        assert!(
+            e.evaluate(&mut store, &signals_with_servers(&[0.5, 0.5, 0.5]), 1000)
+                .is_empty()
+        );
+        // Far above its siblings but under the floor: a fast lab, not an incident.
+        assert!(
+            e.evaluate(&mut store, &signals_with_servers(&[0.001, 0.04, 0.001]), 2000)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn for_durations_and_since_times() {
+        let mut e = Engine::new();
+        let mut store = Store::new(60_000);
+        let slow = signals_with_servers(&[0.003, 0.488, 0.003]);
+        assert_eq!(
+            names(&e.evaluate(&mut store, &slow, 10_000)),
+            vec![("LabStorageReadLatencyHigh", "storage-1", false)]
+        );
+        assert_eq!(
+            names(&e.evaluate(&mut store, &slow, 11_000)),
+            vec![("LabStorageReadLatencyHigh", "storage-1", false)]
+        );
+        let c = e.evaluate(&mut store, &slow, 12_000);
+        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
+        assert_eq!(c[0].active_since_ms, 10_000);
+        // A break resets the since-time.
+        e.evaluate(&mut store, &signals_with_servers(&[0.003, 0.003, 0.003]), 13_000);
+        assert_eq!(e.evaluate(&mut store, &slow, 14_000)[0].active_since_ms, 14_000);
+    }
+
+    #[test]
+    fn baseline_latches_once_stable_and_then_throughput_rules() {
+        let mut e = Engine::new();
+        let mut store = Store::new(120_000);
+        let at = |v: f64| Signals {
+            job_samples_per_s: v,
+            ..Default::default()
+        };
+        // Warm-up: ramping, so not stable.
+        for i in 0..10 {
+            e.evaluate(&mut store, &at(40.0 * i as f64), i * 1000);
+            assert!(e.baseline().is_none());
+        }
+        let mut learned_at = None;
+        for i in 10..60 {
+            e.evaluate(&mut store, &at(400.0 + (i % 3) as f64), i * 1000);
+            if learned_at.is_none() && e.baseline().is_some() {
+                learned_at = Some(i);
+            }
+        }
+        // Not before the window has left the zero at t = 0 behind; the ramp's tail may still be in it, and
+        // pulls the baseline down by a few percent at most.
+        let learned_at = learned_at.unwrap();
+        assert!((31..=40).contains(&learned_at), "{learned_at}");
+        let b = e.baseline().unwrap().job;
+        assert!(
+            b.samples_per_s > 380.0 && b.samples_per_s < 402.0,
+            "{}",
+            b.samples_per_s
+        );
+        // It stays put while throughput falls, and the rule fires after its `for`.
+        let mut fired = None;
+        for i in 60..70 {
+            let c = e.evaluate(&mut store, &at(30.0), i * 1000);
+            if fired.is_none() && c.iter().any(|c| c.rule == THROUGHPUT_LOW && c.firing) {
+                fired = Some(i);
+            }
+        }
+        assert_eq!(fired, Some(63));
+        assert_eq!(e.baseline().unwrap().job, b);
+    }
+
+    #[test]
+    fn saturation_and_errors() {
+        let mut e = Engine::new();
+        let mut store = Store::new(60_000);
+        let mut s = Signals {
+            wait_share_median: 0.8,
+            ..Default::default()
+        };
+        s.ranks.insert(
+            "rank-1".into(),
+            RankSignals {
+                starved: true,
+                throttled_ratio: Some(0.9),
+                ..Default::default()
+            },
+        );
+        s.ranks.insert(
+            "rank-2".into(),
+            RankSignals {
+                collective_errors_per_s: Some(0.1),
+                waiting_for_peers: true,
+                ..Default::default()
+            },
+        );
+        s.ranks_waiting_for_peers = vec!["rank-2".into()];
+        s.servers.insert(
+            "storage-0".into(),
+            ServerSignals {
+                errors_per_s: Some(0.0),
+                ..Default::default()
+            },
+        );
+        let c = e.evaluate(&mut store, &s, 0);
+        assert_eq!(
+            names(&c),
+            vec![
+                ("LabCollectiveErrors", "rank-2", true),
+                ("LabRankCpuThrottled", "rank-1", false),
+                ("LabRanksWaitingAtCollective", "job", false),
+                ("LabRanksWaitingForPeers", "job", false),
+            ]
+        );
+    }
+}

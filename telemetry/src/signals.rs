@@ -1,0 +1,276 @@
+//! The figures of one tick, computed from the store with the same PromQL semantics as the rule file's
+//! recording rules: job throughput and step time, per-rank time split and throttling, per-server latency
+//! as the ranks see it and as SeaweedFS reports it.
+//!
+//! Every rule input has the name of its recording rule in `manifests/rules/golden-signals.yaml` beside
+//! it; display-only figures use the same functions.
+
+use std::collections::BTreeMap;
+
+use lab_model::metrics as m;
+
+use crate::labels::Labels;
+use crate::promql::{Vector, histogram_quantile, max_by, quantile, rate, sum_by};
+use crate::store::{INSTANCE, Store};
+
+/// The rate window of every rule, `[10s]` in the rule file.
+pub const WINDOW_MS: i64 = 10_000;
+/// A rank throttled in more than this share of its CFS periods may be CPU-starved...
+pub const THROTTLED_MIN_RATIO: f64 = 0.25;
+/// ...when its throttled seconds per second are also more than this many times the ranks' median.
+pub const THROTTLED_SIBLING_FACTOR: f64 = 2.0;
+
+fn any(_: &Labels) -> bool {
+    true
+}
+
+fn label(l: &Labels, name: &str) -> String {
+    l.get(name).unwrap_or_default().to_string()
+}
+
+/// `a / b`, matching elements with identical label sets (PromQL's default one-to-one matching).
+fn div(a: Vector, b: &Vector) -> Vector {
+    let b: BTreeMap<&Labels, f64> = b.iter().map(|(l, v)| (l, *v)).collect();
+    a.into_iter()
+        .filter_map(|(l, x)| b.get(&l).map(|y| (l.clone(), x / y)))
+        .collect()
+}
+
+/// One rank's figures over the window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RankSignals {
+    /// Seconds per second in each phase: read, compute, wait, transfer.
+    pub phases: BTreeMap<String, f64>,
+    /// `lab:rank_wait_share`: wait over all phases (NaN when no phase advanced).
+    pub wait_share: Option<f64>,
+    pub step_seconds: Option<f64>,
+    pub read_p50: Option<f64>,
+    /// `lab:rank_cpu_throttled_ratio`.
+    pub throttled_ratio: Option<f64>,
+    /// `lab:rank_cpu_throttled_seconds_per_second`.
+    pub throttled_seconds_per_s: Option<f64>,
+    /// `lab:rank_cpu_starved`: throttled, and far more than its siblings.
+    pub starved: bool,
+    pub collective_errors_per_s: Option<f64>,
+    pub waiting_for_peers: bool,
+    pub cpu_limit_cores: Option<f64>,
+    pub step: Option<f64>,
+    pub world_size: Option<f64>,
+    pub loss: Option<f64>,
+    pub checkpoint_step: Option<f64>,
+    pub steps_lost: Option<f64>,
+    /// The storage server it reads from (the `server` label of its info or read metrics).
+    pub server: Option<String>,
+}
+
+/// One storage server's figures over the window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerSignals {
+    /// `lab:storage_read_p50_seconds`: read latency as all its readers see it (NaN without reads).
+    pub client_p50: Option<f64>,
+    pub client_p99: Option<f64>,
+    /// `lab:storage_read_p50_seconds:unstarved`: the same, leaving out CPU-starved readers.
+    pub p50_unstarved: Option<f64>,
+    pub reads_per_s: Option<f64>,
+    pub errors_per_s: Option<f64>,
+    /// GET latency as SeaweedFS itself reports it on its metrics port.
+    pub server_p50: Option<f64>,
+    pub server_p99: Option<f64>,
+}
+
+/// Everything computed on one tick.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Signals {
+    /// `lab:job_samples_per_second` (0 when no rank reports).
+    pub job_samples_per_s: f64,
+    /// Whether any rank reported its sample counter in the window (else the 0 above is the rule's default).
+    pub samples_reported: bool,
+    pub job_steps_per_s: Option<f64>,
+    /// `lab:job_step_seconds`: median step time over all ranks' steps.
+    pub job_step_seconds: Option<f64>,
+    pub ranks: BTreeMap<String, RankSignals>,
+    pub servers: BTreeMap<String, ServerSignals>,
+    /// `quantile(0.5, lab:storage_read_p50_seconds:unstarved)`, the servers' median latency.
+    pub p50_unstarved_median: f64,
+    /// `quantile(0.5, lab:rank_wait_share)`.
+    pub wait_share_median: f64,
+    /// Ranks with `lab_rendezvous_waiting == 1`.
+    pub ranks_waiting_for_peers: Vec<String>,
+}
+
+fn finite(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
+}
+
+impl Signals {
+    /// Computes the tick's figures at `t` from the store.
+    pub fn compute(store: &Store, t: i64) -> Signals {
+        let w = WINDOW_MS;
+        let r = |name: &str| rate(store.range(name, t, w, any), t, w);
+        let inst = |name: &str| store.instant(name, t, any);
+        let mut s = Signals::default();
+
+        // sum(rate(lab_samples_total[10s])) or vector(0)
+        let samples = r(m::SAMPLES);
+        s.samples_reported = !samples.is_empty();
+        s.job_samples_per_s = sum_by(samples, &[]).first().map_or(0.0, |e| e.1);
+        s.job_steps_per_s = max_by(r(m::STEPS), &[]).first().map(|e| e.1);
+        let step_buckets = r(&format!("{}_bucket", m::STEP_DURATION));
+        s.job_step_seconds = histogram_quantile(0.5, sum_by(step_buckets.clone(), &["le"]))
+            .first()
+            .and_then(|e| finite(e.1));
+
+        let read_buckets = r(&format!("{}_bucket", m::STORAGE_READ_DURATION));
+
+        // Ranks: every instance that exports any rank metric.
+        let rank_of = |l: &Labels| label(l, INSTANCE);
+        let mut ranks: BTreeMap<String, RankSignals> = BTreeMap::new();
+        for (l, v) in r(m::PHASE_SECONDS) {
+            let phase = label(&l, m::LABEL_PHASE);
+            *ranks
+                .entry(rank_of(&l))
+                .or_default()
+                .phases
+                .entry(phase)
+                .or_insert(0.0) += v;
+        }
+        let wait = sum_by(
+            rate(
+                store.range(m::PHASE_SECONDS, t, w, |l| l.get(m::LABEL_PHASE) == Some("wait")),
+                t,
+                w,
+            ),
+            &[INSTANCE],
+        );
+        let all_phases = sum_by(r(m::PHASE_SECONDS), &[INSTANCE]);
+        let wait_share = div(wait, &all_phases);
+        s.wait_share_median = quantile(0.5, &wait_share.iter().map(|e| e.1).collect::<Vec<_>>());
+        for (l, v) in wait_share {
+            ranks.entry(rank_of(&l)).or_default().wait_share = Some(v);
+        }
+        for (l, v) in histogram_quantile(0.5, sum_by(step_buckets, &[INSTANCE, "le"])) {
+            ranks.entry(rank_of(&l)).or_default().step_seconds = finite(v);
+        }
+        for (l, v) in histogram_quantile(0.5, sum_by(read_buckets.clone(), &[INSTANCE, "le"])) {
+            ranks.entry(rank_of(&l)).or_default().read_p50 = finite(v);
+        }
+        let ratio = div(r(m::CPU_THROTTLED_PERIODS), &r(m::CPU_PERIODS));
+        let throttled_sps = r(m::CPU_THROTTLED_SECONDS);
+        // scalar(quantile(0.5, ...)): NaN when no rank reports, and then no rank is starved.
+        let sps_median = quantile(0.5, &throttled_sps.iter().map(|e| e.1).collect::<Vec<_>>());
+        let sps_by_rank: BTreeMap<String, f64> =
+            throttled_sps.iter().map(|(l, v)| (rank_of(l), *v)).collect();
+        for (l, v) in &throttled_sps {
+            ranks.entry(rank_of(l)).or_default().throttled_seconds_per_s = Some(*v);
+        }
+        for (l, v) in ratio {
+            let name = rank_of(&l);
+            let starved = v > THROTTLED_MIN_RATIO
+                && sps_by_rank
+                    .get(&name)
+                    .is_some_and(|x| *x > THROTTLED_SIBLING_FACTOR * sps_median);
+            let rs = ranks.entry(name).or_default();
+            rs.throttled_ratio = Some(v);
+            rs.starved = starved;
+        }
+        for (l, v) in sum_by(r(m::COLLECTIVE_ERRORS), &[INSTANCE]) {
+            ranks.entry(rank_of(&l)).or_default().collective_errors_per_s = Some(v);
+        }
+        for (l, v) in inst(m::RENDEZVOUS_WAITING) {
+            let rs = ranks.entry(rank_of(&l)).or_default();
+            rs.waiting_for_peers = v == 1.0;
+            if v == 1.0 {
+                s.ranks_waiting_for_peers.push(rank_of(&l));
+            }
+        }
+        let gauges: [(&str, fn(&mut RankSignals) -> &mut Option<f64>); 6] = [
+            (m::CPU_LIMIT_CORES, |r| &mut r.cpu_limit_cores),
+            (m::STEP, |r| &mut r.step),
+            (m::WORLD_SIZE, |r| &mut r.world_size),
+            (m::LOSS, |r| &mut r.loss),
+            (m::CHECKPOINT_STEP, |r| &mut r.checkpoint_step),
+            (m::STEPS_LOST, |r| &mut r.steps_lost),
+        ];
+        for (name, field) in gauges {
+            for (l, v) in inst(name) {
+                *field(ranks.entry(rank_of(&l)).or_default()) = finite(v);
+            }
+        }
+        // The rank → server edge: the info metric's label, else the server its reads mostly go to.
+        let mut reads_by_rank: BTreeMap<String, (String, f64)> = BTreeMap::new();
+        for (l, v) in inst(&format!("{}_count", m::STORAGE_READ_DURATION)) {
+            let e = reads_by_rank
+                .entry(rank_of(&l))
+                .or_insert((String::new(), f64::NEG_INFINITY));
+            if v > e.1 {
+                *e = (label(&l, m::LABEL_SERVER), v);
+            }
+        }
+        for (rank, (server, _)) in reads_by_rank {
+            ranks.entry(rank).or_default().server = Some(server);
+        }
+        for (l, _) in inst(m::RANK_INFO) {
+            if let Some(server) = l.get(m::LABEL_SERVER) {
+                ranks.entry(rank_of(&l)).or_default().server = Some(server.to_string());
+            }
+        }
+
+        // Servers, as the ranks see them.
+        let mut servers: BTreeMap<String, ServerSignals> = BTreeMap::new();
+        let by_server = sum_by(read_buckets.clone(), &[m::LABEL_SERVER, "le"]);
+        for (l, v) in histogram_quantile(0.5, by_server.clone()) {
+            servers.entry(label(&l, m::LABEL_SERVER)).or_default().client_p50 = Some(v);
+        }
+        for (l, v) in histogram_quantile(0.99, by_server) {
+            servers.entry(label(&l, m::LABEL_SERVER)).or_default().client_p99 = Some(v);
+        }
+        // ... unless on(instance) lab:rank_cpu_starved
+        let unstarved: Vector = read_buckets
+            .into_iter()
+            .filter(|(l, _)| !ranks.get(&rank_of(l)).is_some_and(|r| r.starved))
+            .collect();
+        let p50_unstarved = histogram_quantile(0.5, sum_by(unstarved, &[m::LABEL_SERVER, "le"]));
+        s.p50_unstarved_median = quantile(0.5, &p50_unstarved.iter().map(|e| e.1).collect::<Vec<_>>());
+        for (l, v) in p50_unstarved {
+            servers
+                .entry(label(&l, m::LABEL_SERVER))
+                .or_default()
+                .p50_unstarved = Some(v);
+        }
+        for (l, v) in sum_by(
+            r(&format!("{}_count", m::STORAGE_READ_DURATION)),
+            &[m::LABEL_SERVER],
+        ) {
+            servers.entry(label(&l, m::LABEL_SERVER)).or_default().reads_per_s = Some(v);
+        }
+        for (l, v) in sum_by(r(m::STORAGE_READ_ERRORS), &[m::LABEL_SERVER]) {
+            servers
+                .entry(label(&l, m::LABEL_SERVER))
+                .or_default()
+                .errors_per_s = Some(v);
+        }
+        // ... and as SeaweedFS reports its own GET handling time.
+        let get = rate(
+            store.range(
+                &format!("{}_bucket", m::SEAWEED_VOLUME_REQUEST_SECONDS),
+                t,
+                w,
+                |l| l.get("type") == Some("GET"),
+            ),
+            t,
+            w,
+        );
+        let get = sum_by(get, &[INSTANCE, "le"]);
+        for (l, v) in histogram_quantile(0.5, get.clone()) {
+            servers.entry(label(&l, INSTANCE)).or_default().server_p50 = finite(v);
+        }
+        for (l, v) in histogram_quantile(0.99, get) {
+            servers.entry(label(&l, INSTANCE)).or_default().server_p99 = finite(v);
+        }
+        servers.remove("");
+        ranks.remove("");
+        s.ranks = ranks;
+        s.servers = servers;
+        s
+    }
+}
