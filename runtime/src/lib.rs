@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod lifecycle;
+pub mod local;
 pub mod state;
 
 use std::time::Duration;

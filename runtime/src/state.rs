@@ -98,7 +98,11 @@ pub fn read_record(name: &str) -> Result<Option<LabRecord>> {
     read_record_at(&lab_dir(name))
 }
 
-fn read_record_at(dir: &Path) -> Result<Option<LabRecord>> {
+/// Reads the record in a lab directory, if one exists.
+///
+/// # Errors
+/// [`RuntimeError::State`] when the file exists but cannot be read or parsed.
+pub fn read_record_at(dir: &Path) -> Result<Option<LabRecord>> {
     let path = dir.join(RECORD_FILE);
     match fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes)

@@ -1,0 +1,229 @@
+//! CPU limits for ranks as cgroup quotas: v1 (`cpu.cfs_quota_us` / `cpu.cfs_period_us`) or v2 (`cpu.max`).
+//!
+//! Each lab gets one parent group (`straggler-lab-<name>`) under the CPU controller's root, and each rank a
+//! child (`rank-<r>`). Changing a rank's quota is the in-place resize the throttled-rank fault performs.
+//! `lab down` removes the groups, after the processes in them are gone.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use lab_model::Millicores;
+use serde::{Deserialize, Serialize};
+
+/// The CFS period the lab uses: 100 ms, Kubernetes' default.
+pub const PERIOD_US: u64 = 100_000;
+
+/// Which cgroup interface the CPU controller offers here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// Where the lab's groups live, once found to be writable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cgroups {
+    pub version: CgroupVersion,
+    /// The lab's own parent group.
+    pub lab_root: PathBuf,
+}
+
+/// Why CPU limits cannot be enforced with cgroups here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable(pub String);
+
+/// The root of the CPU controller: a v1 `cpu` hierarchy, or the v2 unified hierarchy with `cpu` enabled.
+fn controller_root(sys: &Path) -> Option<(CgroupVersion, PathBuf)> {
+    for name in ["cpu", "cpu,cpuacct"] {
+        let p = sys.join(name);
+        if p.join("cpu.cfs_quota_us").exists() {
+            return Some((CgroupVersion::V1, p));
+        }
+    }
+    let controllers = fs::read_to_string(sys.join("cgroup.controllers")).ok()?;
+    controllers.split_whitespace().any(|c| c == "cpu").then(|| (CgroupVersion::V2, sys.to_path_buf()))
+}
+
+impl Cgroups {
+    /// Finds the CPU controller under `sys` (normally `/sys/fs/cgroup`) and creates the lab's parent group.
+    ///
+    /// # Errors
+    /// [`Unavailable`] with the reason when there is no CPU controller or it is not writable.
+    pub fn create(sys: &Path, lab: &str) -> Result<Cgroups, Unavailable> {
+        let (version, root) = controller_root(sys)
+            .ok_or_else(|| Unavailable(format!("no cgroup CPU controller under {}", sys.display())))?;
+        let lab_root = root.join(format!("straggler-lab-{lab}"));
+        fs::create_dir_all(&lab_root)
+            .map_err(|e| Unavailable(format!("cannot create {}: {e}", lab_root.display())))?;
+        if version == CgroupVersion::V2 {
+            // Children only get a cpu.max when the parent delegates the controller to them.
+            fs::write(lab_root.join("cgroup.subtree_control"), "+cpu")
+                .map_err(|e| Unavailable(format!("cannot enable the cpu controller in {}: {e}", lab_root.display())))?;
+        }
+        Ok(Cgroups { version, lab_root })
+    }
+
+    /// The group of instance `name`.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.lab_root.join(name)
+    }
+
+    /// Creates instance `name`'s group with CPU limit `cpu`.
+    ///
+    /// # Errors
+    /// The I/O error, when the group cannot be made or written.
+    pub fn create_child(&self, name: &str, cpu: Millicores) -> std::io::Result<PathBuf> {
+        let p = self.path(name);
+        fs::create_dir_all(&p)?;
+        self.set_limit(name, cpu)?;
+        Ok(p)
+    }
+
+    /// Sets instance `name`'s CPU limit in place.
+    ///
+    /// # Errors
+    /// The I/O error, when the files cannot be written.
+    pub fn set_limit(&self, name: &str, cpu: Millicores) -> std::io::Result<()> {
+        let p = self.path(name);
+        let quota = cpu.cfs_quota_us(PERIOD_US);
+        match self.version {
+            CgroupVersion::V1 => {
+                fs::write(p.join("cpu.cfs_period_us"), PERIOD_US.to_string())?;
+                fs::write(p.join("cpu.cfs_quota_us"), quota.to_string())
+            }
+            CgroupVersion::V2 => fs::write(p.join("cpu.max"), format!("{quota} {PERIOD_US}")),
+        }
+    }
+
+    /// Reads instance `name`'s CPU limit as the kernel enforces it (`None`: unlimited).
+    ///
+    /// # Errors
+    /// The I/O error, when the files cannot be read.
+    pub fn limit(&self, name: &str) -> std::io::Result<Option<Millicores>> {
+        let p = self.path(name);
+        match self.version {
+            CgroupVersion::V1 => {
+                let q = fs::read_to_string(p.join("cpu.cfs_quota_us"))?;
+                let per = fs::read_to_string(p.join("cpu.cfs_period_us"))?;
+                Ok(parse_v1_limit(&q, &per))
+            }
+            CgroupVersion::V2 => Ok(parse_v2_max(&fs::read_to_string(p.join("cpu.max"))?)),
+        }
+    }
+
+    /// Moves process `pid` (all its threads) into instance `name`'s group.
+    ///
+    /// # Errors
+    /// The I/O error, when the process cannot be moved.
+    pub fn add_process(&self, name: &str, pid: u32) -> std::io::Result<()> {
+        fs::write(self.path(name).join("cgroup.procs"), pid.to_string())
+    }
+
+    /// The processes in instance `name`'s group.
+    pub fn processes(&self, name: &str) -> Vec<u32> {
+        read_procs(&self.path(name))
+    }
+
+    /// Removes every instance group and then the lab's group. Groups that still hold processes stay, and
+    /// are named in the error.
+    ///
+    /// # Errors
+    /// A message naming the groups that could not be removed.
+    pub fn remove_all(&self) -> Result<(), String> {
+        remove_tree(&self.lab_root)
+    }
+}
+
+/// Removes a lab's cgroup tree (children first). Missing groups are fine.
+///
+/// # Errors
+/// A message naming the groups that could not be removed.
+pub fn remove_tree(root: &Path) -> Result<(), String> {
+    if !root.exists() {
+        return Ok(());
+    }
+    let mut failed = Vec::new();
+    if let Ok(entries) = fs::read_dir(root) {
+        for e in entries.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false)
+                && let Err(err) = fs::remove_dir(e.path())
+            {
+                failed.push(format!("{} ({err})", e.path().display()));
+            }
+        }
+    }
+    if let Err(err) = fs::remove_dir(root) {
+        failed.push(format!("{} ({err})", root.display()));
+    }
+    if failed.is_empty() { Ok(()) } else { Err(format!("cgroups left behind: {}", failed.join(", "))) }
+}
+
+/// Every `straggler-lab-*` group under the CPU controller of `sys`, for leak checks.
+pub fn lab_groups(sys: &Path) -> Vec<PathBuf> {
+    let Some((_, root)) = controller_root(sys) else { return Vec::new() };
+    fs::read_dir(root)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("straggler-lab-"))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn read_procs(group: &Path) -> Vec<u32> {
+    fs::read_to_string(group.join("cgroup.procs"))
+        .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Parses v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` (quota `-1` is unlimited).
+pub fn parse_v1_limit(quota: &str, period: &str) -> Option<Millicores> {
+    let q: i64 = quota.trim().parse().ok()?;
+    let p: u64 = period.trim().parse().ok()?;
+    if q < 0 { None } else { Millicores::from_cfs(q as u64, p) }
+}
+
+/// Parses v2 `cpu.max` (`max 100000` is unlimited).
+pub fn parse_v2_max(s: &str) -> Option<Millicores> {
+    let mut it = s.split_whitespace();
+    let q = it.next()?;
+    let p: u64 = it.next()?.parse().ok()?;
+    if q == "max" { None } else { Millicores::from_cfs(q.parse().ok()?, p) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_both_versions() {
+        assert_eq!(parse_v1_limit("15000\n", "100000\n"), Some(Millicores(150)));
+        assert_eq!(parse_v1_limit("-1", "100000"), None);
+        assert_eq!(parse_v2_max("40000 100000\n"), Some(Millicores(400)));
+        assert_eq!(parse_v2_max("max 100000"), None);
+        assert_eq!(parse_v2_max("garbage"), None);
+    }
+
+    #[test]
+    fn finds_a_v1_controller_in_a_fake_tree_and_writes_quota() {
+        // A plain directory shaped like a v1 hierarchy: the kernel is not involved, only the file layout.
+        let t = tempfile::tempdir().unwrap();
+        let cpu = t.path().join("cpu");
+        fs::create_dir_all(&cpu).unwrap();
+        fs::write(cpu.join("cpu.cfs_quota_us"), "-1").unwrap();
+        let cg = Cgroups::create(t.path(), "x").unwrap();
+        assert_eq!(cg.version, CgroupVersion::V1);
+        cg.create_child("rank-1", Millicores(400)).unwrap();
+        assert_eq!(cg.limit("rank-1").unwrap(), Some(Millicores(400)));
+        cg.set_limit("rank-1", Millicores(150)).unwrap();
+        assert_eq!(fs::read_to_string(cg.path("rank-1").join("cpu.cfs_quota_us")).unwrap(), "15000");
+    }
+
+    #[test]
+    fn no_controller_is_reported() {
+        let t = tempfile::tempdir().unwrap();
+        assert!(Cgroups::create(t.path(), "x").is_err());
+    }
+}

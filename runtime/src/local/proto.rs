@@ -1,0 +1,99 @@
+//! The supervisor's control protocol: one JSON request line, one JSON response line, over the Unix
+//! socket in the lab's directory (mode 0700 protects it).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use lab_model::Millicores;
+use lab_model::status::LabStatus;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+use crate::{Delay, Result, RuntimeError, ScrapeTarget};
+
+/// A request to the supervisor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    Ping,
+    Status,
+    /// Run the dataset seeder (once).
+    Seed,
+    Scale { ranks: u32 },
+    WorldSize { world_size: u32 },
+    Resize { rank: u32, cpu: Millicores },
+    ApplyTemplate { cpu: Millicores },
+    Restart { rank: u32 },
+    SetDelay { server: u32, delay: Option<Delay> },
+    /// Stop every process, remove the cgroups, and exit.
+    Shutdown,
+}
+
+/// What the supervisor knows beyond the shared status model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalStatus {
+    pub status: LabStatus,
+    pub targets: Vec<ScrapeTarget>,
+    pub delays: BTreeMap<u32, Delay>,
+    /// The address of each storage server's path as the ranks reach it (the proxy).
+    pub storage_paths: Vec<String>,
+    /// The supervisor's own pid.
+    pub supervisor_pid: u32,
+}
+
+/// The supervisor's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum Response {
+    Ok,
+    Status { status: Box<LocalStatus> },
+    Error { message: String },
+}
+
+/// Sends one request to the supervisor listening on `socket` and waits up to `timeout` for its answer.
+///
+/// # Errors
+/// [`RuntimeError::Other`] when the supervisor cannot be reached or answers with an error.
+pub async fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Response> {
+    let fut = async {
+        let stream = UnixStream::connect(socket).await.map_err(|e| {
+            RuntimeError::Other(format!(
+                "the lab's supervisor does not answer ({e}): it may have been killed; `lab down` cleans up"
+            ))
+        })?;
+        let (r, mut w) = stream.into_split();
+        let mut line = serde_json::to_string(req).map_err(|e| RuntimeError::Other(e.to_string()))?;
+        line.push('\n');
+        w.write_all(line.as_bytes()).await.map_err(|e| RuntimeError::io("writing to the supervisor", e))?;
+        let mut answer = String::new();
+        BufReader::new(r)
+            .read_line(&mut answer)
+            .await
+            .map_err(|e| RuntimeError::io("reading from the supervisor", e))?;
+        let resp: Response = serde_json::from_str(&answer)
+            .map_err(|e| RuntimeError::Other(format!("the supervisor answered something unreadable: {e}")))?;
+        match resp {
+            Response::Error { message } => Err(RuntimeError::Other(message)),
+            other => Ok(other),
+        }
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| RuntimeError::Timeout { what: "the lab's supervisor to answer".into(), seconds: timeout.as_secs_f64() })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_tagged_json() {
+        let r = Request::Resize { rank: 1, cpu: Millicores(150) };
+        let s = serde_json::to_string(&r).unwrap();
+        assert_eq!(s, r#"{"op":"resize","rank":1,"cpu":"150m"}"#);
+        assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
+        assert!(serde_json::from_str::<Request>(r#"{"op":"resize","rank":1,"cpu":"lots"}"#).is_err());
+    }
+}

@@ -1,0 +1,236 @@
+//! What the local lab is made of: its fixed configuration (written once by `lab up`) and its desired
+//! state (changed by scaling, resizing, world-size and delay commands), both kept in the lab's directory.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+
+use lab_model::Millicores;
+use serde::{Deserialize, Serialize};
+
+use super::cgroup::Cgroups;
+use crate::{Delay, Result, RuntimeError};
+
+/// The ports of one storage server: weed itself, the proxy in front of it, and their side ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoragePorts {
+    /// `weed volume -port`.
+    pub weed: u16,
+    pub weed_grpc: u16,
+    /// `weed volume -metricsPort`.
+    pub metrics: u16,
+    /// The latency proxy, the address the master advertises as the server's publicUrl.
+    pub proxy: u16,
+    /// The proxy's control API.
+    pub control: u16,
+}
+
+/// The ports of one rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPorts {
+    /// The collective (ring all-reduce) listener.
+    pub listen: u16,
+    /// `/metrics`, `/readyz`, `/healthz`.
+    pub metrics: u16,
+}
+
+/// Fixed at `lab up`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalConfig {
+    pub name: String,
+    pub dir: PathBuf,
+    pub storage_servers: u32,
+    pub gpus: u32,
+    pub seed: u64,
+    pub watchdog_secs: f64,
+    /// Where `lab-rank`, `lab-seeder` and `lab-proxy` live.
+    pub bin_dir: PathBuf,
+    /// The `weed` binary.
+    pub weed: PathBuf,
+    /// The `lab` binary (the supervisor runs as `lab __supervise`).
+    pub lab_bin: PathBuf,
+    pub master_port: u16,
+    pub master_grpc_port: u16,
+    pub rendezvous_port: u16,
+    pub storage: Vec<StoragePorts>,
+    /// CPU limits through cgroups, or `None` when cgroups are not writable here.
+    pub cgroups: Option<Cgroups>,
+    /// When CPU limits are not enforced, why.
+    pub cpu_limit_note: Option<String>,
+    /// When set, ports are taken in order from here instead of from the kernel's free ports.
+    pub port_base: Option<u16>,
+}
+
+impl LocalConfig {
+    /// The master's address.
+    pub fn master(&self) -> String {
+        format!("127.0.0.1:{}", self.master_port)
+    }
+}
+
+/// The desired state, changed by commands while the lab runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LocalSpec {
+    /// Ranks asked for (the StatefulSet's replicas).
+    pub ranks: u32,
+    /// The world size every rank is told (the job's configuration).
+    pub world_size: u32,
+    /// The CPU limit in the rank template.
+    pub cpu_template: Millicores,
+    /// Ranks whose limit was changed in place, and to what.
+    pub cpu_live: BTreeMap<u32, Millicores>,
+    /// Delays set on storage servers' paths.
+    pub delays: BTreeMap<u32, Delay>,
+    /// Whether the dataset seeder should run (once).
+    pub seed: bool,
+    /// Ports given to each rank index, kept across restarts and scaling.
+    pub rank_ports: BTreeMap<u32, RankPorts>,
+    /// Bumped whenever the rank configuration changes; ranks started under an older one are replaced.
+    pub generation: u64,
+}
+
+impl LocalSpec {
+    /// The spec at the start: storage only, no ranks yet.
+    pub fn initial(cpu: Millicores) -> Self {
+        LocalSpec {
+            ranks: 0,
+            world_size: 0,
+            cpu_template: cpu,
+            cpu_live: BTreeMap::new(),
+            delays: BTreeMap::new(),
+            seed: false,
+            rank_ports: BTreeMap::new(),
+            generation: 1,
+        }
+    }
+
+    /// Rank `r`'s CPU limit in its own spec: the in-place value if it was resized, else the template's.
+    pub fn cpu_for(&self, r: u32) -> Millicores {
+        self.cpu_live.get(&r).copied().unwrap_or(self.cpu_template)
+    }
+}
+
+/// Hands out ports: in order from a base, or free ones from the kernel.
+#[derive(Debug)]
+pub struct PortAllocator {
+    next: Option<u16>,
+    taken: Vec<u16>,
+}
+
+impl PortAllocator {
+    /// From `base` upwards, or from the kernel when `None`.
+    pub fn new(base: Option<u16>) -> Self {
+        PortAllocator { next: base, taken: Vec::new() }
+    }
+
+    /// Ports already handed out by others, never to be given again.
+    pub fn avoid(&mut self, ports: impl IntoIterator<Item = u16>) {
+        self.taken.extend(ports);
+    }
+
+    /// The next port. With a base, a port in use is an error naming it; without one, the kernel picks.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] when a port from the base is in use or the range runs out.
+    pub fn take(&mut self) -> Result<u16> {
+        match self.next {
+            Some(p) => {
+                let next = p.checked_add(1).ok_or_else(|| {
+                    RuntimeError::InvalidInput("--port-base is too high: the lab needs a range of ports".into())
+                })?;
+                self.next = Some(next);
+                if self.taken.contains(&p) {
+                    return self.take();
+                }
+                if !port_free(p) {
+                    return Err(RuntimeError::InvalidInput(format!(
+                        "port {p} on 127.0.0.1 is in use: choose another --port-base, or leave it out to use free ports"
+                    )));
+                }
+                self.taken.push(p);
+                Ok(p)
+            }
+            None => loop {
+                let p = TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .map_err(|e| RuntimeError::io("finding a free port on 127.0.0.1", e))?
+                    .port();
+                // weed derives nothing from these, but two roles must never share one.
+                if !self.taken.contains(&p) {
+                    self.taken.push(p);
+                    return Ok(p);
+                }
+            },
+        }
+    }
+}
+
+/// True when nothing listens on `127.0.0.1:port` (we can bind it).
+pub fn port_free(port: u16) -> bool {
+    TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], port))).is_ok()
+}
+
+/// Files in the lab's directory.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    pub dir: PathBuf,
+}
+
+impl Paths {
+    pub fn new(dir: &Path) -> Self {
+        Paths { dir: dir.to_path_buf() }
+    }
+    pub fn spec(&self) -> PathBuf {
+        self.dir.join("spec.json")
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("supervisor.sock")
+    }
+    pub fn procs(&self) -> PathBuf {
+        self.dir.join("procs.json")
+    }
+    pub fn supervisor(&self) -> PathBuf {
+        self.dir.join("supervisor.json")
+    }
+    pub fn logs(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+    pub fn log(&self, name: &str) -> PathBuf {
+        self.logs().join(format!("{name}.log"))
+    }
+    pub fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_in_use_is_named() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let busy = l.local_addr().unwrap().port();
+        let mut a = PortAllocator::new(Some(busy));
+        let e = a.take().unwrap_err().to_string();
+        assert!(e.contains(&format!("port {busy}")), "{e}");
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let mut a = PortAllocator::new(None);
+        let ports: Vec<u16> = (0..20).map(|_| a.take().unwrap()).collect();
+        let mut d = ports.clone();
+        d.sort_unstable();
+        d.dedup();
+        assert_eq!(d.len(), ports.len());
+    }
+
+    #[test]
+    fn resized_ranks_keep_their_own_limit() {
+        let mut s = LocalSpec::initial(Millicores(400));
+        s.cpu_live.insert(1, Millicores(150));
+        assert_eq!(s.cpu_for(1), Millicores(150));
+        assert_eq!(s.cpu_for(0), Millicores(400));
+    }
+}
