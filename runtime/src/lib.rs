@@ -6,6 +6,7 @@
 //! size, restart a rank). Faults, telemetry, the console and drills see only this trait.
 
 pub mod error;
+pub mod kube;
 pub mod lifecycle;
 pub mod local;
 pub mod state;

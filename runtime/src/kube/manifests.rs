@@ -105,9 +105,9 @@ pub fn render(template: &str, vars: &Vars) -> Result<String> {
             .find('}')
             .ok_or_else(|| RuntimeError::InvalidInput("manifest has an unterminated ${".to_string()))?;
         let name = &after[..end];
-        let value = vars
-            .get(name)
-            .ok_or_else(|| RuntimeError::InvalidInput(format!("manifest variable ${{{name}}} has no value")))?;
+        let value = vars.get(name).ok_or_else(|| {
+            RuntimeError::InvalidInput(format!("manifest variable ${{{name}}} has no value"))
+        })?;
         out.push_str(value);
         rest = &after[end + 1..];
     }
@@ -130,7 +130,9 @@ pub fn parse(yaml: &str) -> Result<Vec<DynamicObject>> {
         let obj: DynamicObject = serde_json::from_value(value)
             .map_err(|e| RuntimeError::InvalidInput(format!("manifest is not a Kubernetes object: {e}")))?;
         if obj.types.is_none() || obj.metadata.name.is_none() {
-            return Err(RuntimeError::InvalidInput("manifest object lacks apiVersion, kind or name".into()));
+            return Err(RuntimeError::InvalidInput(
+                "manifest object lacks apiVersion, kind or name".into(),
+            ));
         }
         objects.push(obj);
     }
@@ -151,7 +153,10 @@ pub fn objects(template: &str, vars: &Vars) -> Result<Vec<DynamicObject>> {
 /// # Errors
 /// [`RuntimeError::InvalidInput`] for a kind the lab does not apply.
 pub fn api_resource(obj: &DynamicObject) -> Result<(ApiResource, bool)> {
-    let types = obj.types.as_ref().ok_or_else(|| RuntimeError::InvalidInput("object without a kind".into()))?;
+    let types = obj
+        .types
+        .as_ref()
+        .ok_or_else(|| RuntimeError::InvalidInput("object without a kind".into()))?;
     let (group, version) = match types.api_version.split_once('/') {
         Some((g, v)) => (g, v),
         None => ("", types.api_version.as_str()),
@@ -166,7 +171,11 @@ pub fn api_resource(obj: &DynamicObject) -> Result<(ApiResource, bool)> {
         "Job" => ("jobs", true),
         "Role" => ("roles", true),
         "RoleBinding" => ("rolebindings", true),
-        other => return Err(RuntimeError::InvalidInput(format!("the lab does not apply objects of kind {other}"))),
+        other => {
+            return Err(RuntimeError::InvalidInput(format!(
+                "the lab does not apply objects of kind {other}"
+            )));
+        }
     };
     let gvk = GroupVersionKind::gvk(group, version, &types.kind);
     Ok((ApiResource::from_gvk_with_plural(&gvk, plural), namespaced))

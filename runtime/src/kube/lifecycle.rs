@@ -1,0 +1,596 @@
+//! `lab up` and `lab down` on Kubernetes, as ordered named steps: preflight, create cluster (kind), build
+//! and load the image (kind), advertise GPUs, deploy storage, seed the dataset, deploy ranks, deploy
+//! monitoring, wait for a training baseline. A failed step tears down what was created unless `retain`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use kube::Client;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use lab_model::metrics;
+use lab_model::status::RuntimeKind;
+
+use super::manifests::names as obj;
+use super::{ClusterMode, KubeOptions, KubeRecord, KubeRuntime, api, connect, kind, read_record};
+use crate::lifecycle::{Progress, UpOptions, step};
+use crate::state::{self, LabRecord};
+use crate::{Result, Runtime, RuntimeError};
+
+/// Where the golden-signal rule file lives in the repository.
+pub const RULES_PATH: &str = "manifests/rules/golden-signals.yaml";
+/// The kubeconfig of a kind lab, in the lab's directory.
+const KIND_KUBECONFIG: &str = "kubeconfig";
+/// Steps every rank must have done before the baseline counts as reached.
+const BASELINE_STEPS: f64 = 3.0;
+
+/// Stands the lab up on Kubernetes and records it so later commands can reopen it by name.
+///
+/// # Errors
+/// The first step that fails, after tearing down what was created (unless `opts.retain`).
+pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) -> Result<KubeRuntime> {
+    validate(opts, kopts)?;
+    let dir = state::create_lab_dir(&opts.name)?;
+    let namespace = kopts
+        .namespace
+        .clone()
+        .unwrap_or_else(|| format!("straggler-lab-{}", opts.name));
+    let mut rec = KubeRecord {
+        mode: kopts.mode,
+        kubeconfig: kopts.kubeconfig.clone(),
+        context: kopts.context.clone(),
+        namespace,
+        created_namespace: false,
+        cluster: (kopts.mode == ClusterMode::Kind).then(|| format!("lab-{}", opts.name)),
+        gpu_resource: kopts.gpu_resource.clone(),
+        advertised_on: Vec::new(),
+        ranks: opts.ranks,
+        storage_servers: opts.storage_servers,
+        seed: opts.seed,
+        watchdog_seconds: opts.watchdog.as_secs().max(1),
+        cpu: opts.cpu,
+        image: kopts.image.clone(),
+        pull_policy: kopts.pull_policy.clone(),
+        monitoring: kopts.monitoring,
+        prometheus_image: kopts.prometheus_image.clone(),
+        delay: kopts.delay,
+        wait_timeout: kopts.wait_timeout,
+        request_timeout: kopts.request_timeout,
+    };
+    if kopts.mode == ClusterMode::Kind {
+        rec.kubeconfig = Some(dir.join(KIND_KUBECONFIG));
+        rec.context = None;
+    }
+    save(&dir, &opts.name, &rec)?;
+    match run_up(opts, kopts, progress, &dir, &mut rec).await {
+        Ok(rt) => Ok(rt),
+        Err(e) => {
+            if opts.retain {
+                progress.note(&format!(
+                    "--retain: leaving what was created; remove it with `lab down --name {}`",
+                    opts.name
+                ));
+            } else {
+                let record = LabRecord {
+                    name: opts.name.clone(),
+                    runtime: runtime_kind(rec.mode),
+                    created_ms: 0,
+                    config: to_json(&rec)?,
+                };
+                if let Err(td) = down(&record, progress).await {
+                    progress.note(&format!("tearing down after the failure also failed: {td}"));
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+fn validate(opts: &UpOptions, kopts: &KubeOptions) -> Result<()> {
+    state::validate_name(&opts.name)?;
+    if opts.ranks == 0 || opts.storage_servers == 0 {
+        return Err(RuntimeError::InvalidInput(
+            "the lab needs at least one rank and one storage server".into(),
+        ));
+    }
+    if !kopts.gpu_resource.contains('/') {
+        return Err(RuntimeError::InvalidInput(format!(
+            "{:?} is not an extended resource name: use a domain-prefixed name like lab.dev/gpu or nvidia.com/gpu",
+            kopts.gpu_resource
+        )));
+    }
+    if kopts.image.ends_with(":latest")
+        || !kopts
+            .image
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.contains(':') || last.contains('@'))
+    {
+        return Err(RuntimeError::InvalidInput(format!(
+            "image {:?} is not pinned: name a tag other than latest, e.g. straggler-lab/lab:{}",
+            kopts.image,
+            env!("CARGO_PKG_VERSION")
+        )));
+    }
+    Ok(())
+}
+
+fn runtime_kind(mode: ClusterMode) -> RuntimeKind {
+    match mode {
+        ClusterMode::Kind => RuntimeKind::Kind,
+        ClusterMode::Existing => RuntimeKind::Cluster,
+    }
+}
+
+fn to_json(rec: &KubeRecord) -> Result<serde_json::Value> {
+    serde_json::to_value(rec).map_err(|e| RuntimeError::Other(e.to_string()))
+}
+
+fn save(dir: &Path, name: &str, rec: &KubeRecord) -> Result<()> {
+    let record = LabRecord {
+        name: name.to_string(),
+        runtime: runtime_kind(rec.mode),
+        created_ms: state::now_ms(),
+        config: to_json(rec)?,
+    };
+    state::write_record(dir, &record)
+}
+
+async fn run_up(
+    opts: &UpOptions,
+    kopts: &KubeOptions,
+    progress: &dyn Progress,
+    dir: &Path,
+    rec: &mut KubeRecord,
+) -> Result<KubeRuntime> {
+    let client = match kopts.mode {
+        ClusterMode::Kind => {
+            let detail = step(progress, "preflight", kind::preflight()).await?;
+            progress.note(&detail);
+            let cluster = rec.cluster.clone().unwrap_or_default();
+            let kubeconfig = rec
+                .kubeconfig
+                .clone()
+                .unwrap_or_else(|| dir.join(KIND_KUBECONFIG));
+            step(
+                progress,
+                "create cluster",
+                kind::create_cluster(dir, &cluster, &kopts.node_image, &kubeconfig, kopts.wait_timeout),
+            )
+            .await?;
+            if kopts.build_image {
+                let root = match &kopts.build_context {
+                    Some(r) => r.clone(),
+                    None => std::env::current_dir()
+                        .ok()
+                        .and_then(|d| kind::find_build_context(&d))
+                        .ok_or_else(|| RuntimeError::InvalidInput("no Dockerfile found: run `lab up` from the repository, or build the image yourself and pass --no-build".into()))?,
+                };
+                step(
+                    progress,
+                    "build image",
+                    kind::build_image(&root, &rec.image, Duration::from_secs(3600), &|_| {}),
+                )
+                .await?;
+            }
+            step(
+                progress,
+                "load image",
+                kind::load_image(&cluster, &rec.image, kopts.wait_timeout),
+            )
+            .await?;
+            connect(Some(&kubeconfig), None, rec.request_timeout).await?
+        }
+        ClusterMode::Existing => {
+            step(progress, "preflight", async {
+                let client = connect(
+                    rec.kubeconfig.as_deref(),
+                    rec.context.as_deref(),
+                    rec.request_timeout,
+                )
+                .await?;
+                check_server(&client, rec.request_timeout).await?;
+                Ok::<_, RuntimeError>(client)
+            })
+            .await?
+        }
+    };
+    let rt = KubeRuntime::with_client(opts.name.clone(), client.clone(), rec.clone());
+
+    if kopts.advertise_gpus {
+        let nodes = step(
+            progress,
+            "advertise GPUs",
+            advertise_gpus(&client, &rec.gpu_resource, opts.gpus, rec.wait_timeout),
+        )
+        .await?;
+        rec.advertised_on = nodes;
+        save(dir, &opts.name, rec)?;
+    }
+    let settings = rec.settings(&opts.name, opts.ranks, opts.ranks, opts.cpu);
+    step(progress, "deploy storage", async {
+        rec.created_namespace = ensure_namespace(&client, &settings, rec.request_timeout).await?;
+        save(dir, &opts.name, rec)?;
+        api::apply_all(&client, &rec.namespace, &settings.config()?).await?;
+        api::apply_all(&client, &rec.namespace, &settings.storage()?).await?;
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &rec.namespace);
+        let mut names = vec![obj::STORAGE_MASTER.to_string()];
+        names.extend((0..rec.storage_servers).map(|i| format!("storage-{i}")));
+        for n in names {
+            api::wait_for(
+                deployments.clone(),
+                &n,
+                &format!("deployment {n} to be available"),
+                rec.wait_timeout,
+                deployment_available,
+            )
+            .await?;
+        }
+        Ok::<_, RuntimeError>(())
+    })
+    .await?;
+    step(progress, "seed dataset", async {
+        api::apply_all(&client, &rec.namespace, &settings.seeder()?).await?;
+        let jobs: Api<Job> = Api::namespaced(client.clone(), &rec.namespace);
+        let job = api::wait_for(
+            jobs,
+            obj::SEEDER,
+            "the seeding job to finish",
+            rec.wait_timeout,
+            job_finished,
+        )
+        .await?;
+        if job_failed(job.as_ref()) {
+            return Err(RuntimeError::Step {
+                step: "seed dataset".into(),
+                message: format!(
+                    "the seeding job failed: see `kubectl -n {} logs job/seeder`",
+                    rec.namespace
+                ),
+            });
+        }
+        Ok(())
+    })
+    .await?;
+    step(progress, "deploy ranks", async {
+        api::apply_all(&client, &rec.namespace, &settings.ranks()?).await?;
+        let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &rec.namespace);
+        let want = i32::try_from(opts.ranks).unwrap_or(i32::MAX);
+        let ready = move |s: Option<&StatefulSet>| {
+            s.and_then(|s| s.status.as_ref()?.ready_replicas).unwrap_or(0) >= want
+        };
+        api::wait_for(
+            sts,
+            obj::RANKS,
+            &format!("{} ranks to be Ready", opts.ranks),
+            rec.wait_timeout,
+            ready,
+        )
+        .await?;
+        Ok::<_, RuntimeError>(())
+    })
+    .await?;
+    if rec.monitoring {
+        step(progress, "deploy monitoring", async {
+            let rules = read_rules(kopts.build_context.as_deref())?;
+            api::apply_all(&client, &rec.namespace, &settings.prometheus(&rules)?).await?;
+            let deployments: Api<Deployment> = Api::namespaced(client.clone(), &rec.namespace);
+            api::wait_for(
+                deployments,
+                "prometheus",
+                "Prometheus to be available",
+                rec.wait_timeout,
+                deployment_available,
+            )
+            .await?;
+            Ok::<_, RuntimeError>(())
+        })
+        .await?;
+    }
+    let rt = KubeRuntime {
+        rec: rec.clone(),
+        ..rt
+    };
+    step(
+        progress,
+        "wait for training baseline",
+        wait_for_training(&rt, opts.ranks, opts.baseline_timeout),
+    )
+    .await?;
+    Ok(rt)
+}
+
+/// The API server answers and is new enough for in-place resize.
+async fn check_server(client: &Client, deadline: Duration) -> Result<()> {
+    let v = api::within("ask the API server its version", deadline, async {
+        client
+            .apiserver_version()
+            .await
+            .map_err(|e| api::kube_err("ask the API server its version", e))
+    })
+    .await?;
+    let minor: u32 = v.minor.trim_end_matches('+').parse().unwrap_or(0);
+    if v.major != "1" || minor < 33 {
+        return Err(RuntimeError::InvalidInput(format!(
+            "the cluster runs Kubernetes {}.{}: the lab needs 1.33 or newer (in-place resize through pods/resize)",
+            v.major, v.minor
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the namespace when it does not exist; says whether the lab created it.
+async fn ensure_namespace(
+    client: &Client,
+    settings: &super::manifests::Settings,
+    deadline: Duration,
+) -> Result<bool> {
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let existing = api::within("read the namespace", deadline, async {
+        nss.get_opt(&settings.namespace)
+            .await
+            .map_err(|e| api::kube_err(format!("read namespace {}", settings.namespace), e))
+    })
+    .await?;
+    if existing.is_some() {
+        return Ok(false);
+    }
+    api::apply_all(client, &settings.namespace, &settings.namespace()?).await?;
+    Ok(true)
+}
+
+fn deployment_available(d: Option<&Deployment>) -> bool {
+    d.and_then(|d| d.status.as_ref()?.available_replicas).unwrap_or(0) >= 1
+}
+
+fn job_finished(j: Option<&Job>) -> bool {
+    j.and_then(|j| j.status.as_ref()?.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+        })
+}
+
+fn job_failed(j: Option<&Job>) -> bool {
+    j.and_then(|j| j.status.as_ref()?.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Failed" && c.status == "True"))
+}
+
+/// Adds `gpus` of `resource` to every node's capacity (the kubelet copies it to allocatable) and waits
+/// until one node offers them. Returns the nodes patched.
+///
+/// # Errors
+/// When nodes cannot be listed or patched, or allocatable does not follow in time.
+pub async fn advertise_gpus(
+    client: &Client,
+    resource: &str,
+    gpus: u32,
+    deadline: Duration,
+) -> Result<Vec<String>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = api::within("list nodes", deadline, async {
+        nodes
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api::kube_err("list nodes", e))
+    })
+    .await?;
+    let mut patched = Vec::new();
+    for n in &list.items {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let patch = serde_json::json!({ "status": { "capacity": { resource: gpus.to_string() } } });
+        api::within("advertise GPUs", deadline, async {
+            nodes
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| api::kube_err(format!("advertise {resource} on node {name}"), e))
+        })
+        .await?;
+        patched.push(name);
+    }
+    let Some(first) = patched.first().cloned() else {
+        return Err(RuntimeError::Kube("the cluster has no nodes".into()));
+    };
+    let res = resource.to_string();
+    let offers = move |n: Option<&Node>| {
+        n.and_then(|n| {
+            n.status
+                .as_ref()?
+                .allocatable
+                .as_ref()?
+                .get(&res)
+                .and_then(super::status::count_of)
+        })
+        .unwrap_or(0)
+            >= gpus
+    };
+    api::wait_for(
+        nodes,
+        &first,
+        &format!("node {first} to offer {gpus} {resource}"),
+        deadline,
+        offers,
+    )
+    .await?;
+    Ok(patched)
+}
+
+/// Removes the GPU resource the lab advertised.
+async fn withdraw_gpus(client: &Client, resource: &str, nodes: &[String], deadline: Duration) -> Result<()> {
+    let api_nodes: Api<Node> = Api::all(client.clone());
+    for name in nodes {
+        let patch = serde_json::json!({ "status": { "capacity": { resource: null } } });
+        let r = api::within("withdraw GPUs", deadline, async {
+            api_nodes
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| api::kube_err(format!("withdraw {resource} from node {name}"), e))
+        })
+        .await;
+        match r {
+            Ok(_) => {}
+            Err(e) if api::status_code(&e) == Some(404) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn read_rules(context: Option<&Path>) -> Result<String> {
+    let roots: Vec<PathBuf> = match context {
+        Some(c) => vec![c.to_path_buf()],
+        None => std::env::current_dir()
+            .map(|d| d.ancestors().map(Path::to_path_buf).collect())
+            .unwrap_or_default(),
+    };
+    for r in roots {
+        let p = r.join(RULES_PATH);
+        if let Ok(text) = std::fs::read_to_string(&p) {
+            return Ok(text);
+        }
+    }
+    Err(RuntimeError::InvalidInput(format!(
+        "the golden-signal rule file {RULES_PATH} was not found: run `lab up` from the repository, or pass --no-monitoring"
+    )))
+}
+
+/// The value of the first sample of `name` in Prometheus text, if any.
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .and_then(|l| l.rsplit_once(' ')?.1.trim().parse().ok())
+}
+
+/// Waits until every rank has done a few steps: the job trains end to end.
+async fn wait_for_training(rt: &KubeRuntime, ranks: u32, deadline: Duration) -> Result<()> {
+    let what = format!("all {ranks} ranks to report {BASELINE_STEPS} training steps");
+    api::within(&what, deadline, async {
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tick.tick().await;
+            let Ok(targets) = rt.scrape_targets().await else {
+                continue;
+            };
+            let mut trained = 0;
+            for t in targets.iter().filter(|t| t.kind == crate::TargetKind::Rank) {
+                if let Ok(text) = rt.fetch_metrics(t, Duration::from_secs(5)).await
+                    && sample(&text, metrics::STEPS).unwrap_or(0.0) >= BASELINE_STEPS
+                {
+                    trained += 1;
+                }
+            }
+            if trained >= ranks {
+                return Ok(());
+            }
+        }
+    })
+    .await
+}
+
+/// The kinds of objects a lab creates, for deleting them one by one in a namespace the lab did not create.
+fn lab_kinds() -> Vec<ApiResource> {
+    let k = |g: &str, v: &str, kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, kind), plural)
+    };
+    vec![
+        k("apps", "v1", "StatefulSet", "statefulsets"),
+        k("apps", "v1", "Deployment", "deployments"),
+        k("batch", "v1", "Job", "jobs"),
+        k("", "v1", "Service", "services"),
+        k("", "v1", "ConfigMap", "configmaps"),
+        k("", "v1", "ServiceAccount", "serviceaccounts"),
+        k("rbac.authorization.k8s.io", "v1", "Role", "roles"),
+        k("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
+        k("", "v1", "Pod", "pods"),
+    ]
+}
+
+/// Deletes what the lab created in an existing cluster: the namespace if it created it, else each of
+/// its labelled objects; then the GPU resource it advertised.
+///
+/// # Errors
+/// When the API server refuses a delete.
+pub async fn remove_objects(client: &Client, rec: &KubeRecord, lab: &str) -> Result<()> {
+    if rec.created_namespace {
+        let nss: Api<Namespace> = Api::all(client.clone());
+        if api::delete_if_exists(&nss, &rec.namespace, &format!("namespace {}", rec.namespace)).await? {
+            api::wait_for(
+                nss,
+                &rec.namespace,
+                &format!("namespace {} to be deleted", rec.namespace),
+                rec.wait_timeout,
+                |n: Option<&Namespace>| n.is_none(),
+            )
+            .await?;
+        }
+    } else {
+        let selector = format!("{}={lab}", obj::INSTANCE_LABEL);
+        for ar in lab_kinds() {
+            let a: Api<DynamicObject> = Api::namespaced_with(client.clone(), &rec.namespace, &ar);
+            let list = api::within("list the lab's objects", rec.request_timeout, async {
+                a.list(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(|e| api::kube_err(format!("list {}", ar.plural), e))
+            })
+            .await?;
+            for o in list.items {
+                let n = o.metadata.name.clone().unwrap_or_default();
+                api::delete_if_exists(&a, &n, &format!("{} {n}", ar.kind)).await?;
+            }
+        }
+    }
+    withdraw_gpus(client, &rec.gpu_resource, &rec.advertised_on, rec.request_timeout).await
+}
+
+/// Takes the lab down: deletes the kind cluster, or only what the lab created in an existing cluster, and
+/// forgets the lab.
+///
+/// # Errors
+/// When the record is not a Kubernetes lab's or a delete fails (the record is kept, so `lab down` can be
+/// run again).
+pub async fn down(record: &LabRecord, progress: &dyn Progress) -> Result<()> {
+    let rec = read_record(record)?;
+    match rec.mode {
+        ClusterMode::Kind => {
+            let cluster = rec
+                .cluster
+                .clone()
+                .unwrap_or_else(|| format!("lab-{}", record.name));
+            step(
+                progress,
+                "delete cluster",
+                kind::delete_cluster(&cluster, rec.kubeconfig.as_deref()),
+            )
+            .await?;
+        }
+        ClusterMode::Existing => {
+            step(progress, "remove the lab's objects", async {
+                let client = connect(
+                    rec.kubeconfig.as_deref(),
+                    rec.context.as_deref(),
+                    rec.request_timeout,
+                )
+                .await?;
+                remove_objects(&client, &rec, &record.name).await
+            })
+            .await?;
+        }
+    }
+    let dir = state::lab_dir(&record.name);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RuntimeError::io(format!("remove {}", dir.display()), e)),
+    }
+}
+
+// Keep the trait in scope for `rt.scrape_targets()` above.
+#[allow(unused_imports)]
+use Runtime as _;

@@ -1,0 +1,339 @@
+//! The generated manifests, parsed back and checked: resources, probes, labels against selectors, pinned
+//! images, and no capability beyond what the lab needs.
+
+use std::collections::BTreeMap;
+
+use kube::api::DynamicObject;
+use lab_model::Millicores;
+use serde_json::Value;
+
+use super::manifests::{self, Settings, names};
+use super::{DEFAULT_IMAGE, DEFAULT_PROMETHEUS_IMAGE};
+
+fn settings() -> Settings {
+    Settings {
+        namespace: "straggler-lab-demo".into(),
+        lab: "demo".into(),
+        image: DEFAULT_IMAGE.into(),
+        prometheus_image: DEFAULT_PROMETHEUS_IMAGE.into(),
+        pull_policy: "IfNotPresent".into(),
+        ranks: 4,
+        world_size: 4,
+        storage_servers: 3,
+        seed: 42,
+        watchdog_seconds: 120,
+        cpu: Millicores(400),
+        gpu_resource: "lab.dev/gpu".into(),
+    }
+}
+
+fn all_objects(s: &Settings) -> Vec<DynamicObject> {
+    let mut v = s.namespace().unwrap();
+    v.extend(s.config().unwrap());
+    v.extend(s.storage().unwrap());
+    v.extend(s.seeder().unwrap());
+    v.extend(s.ranks().unwrap());
+    v.extend(s.prometheus("groups: []\n").unwrap());
+    v
+}
+
+fn kind_of(o: &DynamicObject) -> &str {
+    &o.types.as_ref().unwrap().kind
+}
+
+fn find<'a>(objs: &'a [DynamicObject], kind: &str, name: &str) -> &'a DynamicObject {
+    objs.iter()
+        .find(|o| kind_of(o) == kind && o.metadata.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn pod_template(o: &DynamicObject) -> &Value {
+    &o.data["spec"]["template"]
+}
+
+fn containers(o: &DynamicObject) -> Vec<&Value> {
+    pod_template(o)["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect()
+}
+
+fn workloads(objs: &[DynamicObject]) -> Vec<&DynamicObject> {
+    objs.iter()
+        .filter(|o| matches!(kind_of(o), "Deployment" | "StatefulSet" | "Job"))
+        .collect()
+}
+
+#[test]
+fn every_file_renders_and_parses() {
+    let objs = all_objects(&settings());
+    // namespace, config, master (2), 3 servers, seeder, ranks (3), prometheus (6 + rules)
+    assert_eq!(objs.len(), 1 + 1 + 2 + 3 + 1 + 3 + 7);
+    for o in &objs {
+        manifests::api_resource(o).unwrap();
+        let labels = o.metadata.labels.as_ref().unwrap();
+        assert_eq!(
+            labels.get(names::INSTANCE_LABEL).map(String::as_str),
+            Some("demo"),
+            "{:?}",
+            o.metadata.name
+        );
+        assert_eq!(
+            labels.get("app.kubernetes.io/managed-by").map(String::as_str),
+            Some("straggler-lab")
+        );
+        if kind_of(o) != "Namespace" {
+            assert_eq!(o.metadata.namespace.as_deref(), Some("straggler-lab-demo"));
+        }
+    }
+}
+
+#[test]
+fn a_missing_variable_is_refused() {
+    let err = manifests::render(
+        "image: ${IMAGE}\nx: ${NOPE}",
+        &manifests::Vars::new().with("IMAGE", "a:1"),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("${NOPE}"), "{err}");
+    assert!(manifests::render("x: ${OPEN", &manifests::Vars::new()).is_err());
+    assert_eq!(
+        manifests::render("a $1 ${X}", &manifests::Vars::new().with("X", 2)).unwrap(),
+        "a $1 2"
+    );
+}
+
+#[test]
+fn selectors_match_their_pod_labels_and_services_find_pods() {
+    let objs = all_objects(&settings());
+    for w in workloads(&objs) {
+        let labels = pod_template(w)["metadata"]["labels"].as_object().unwrap();
+        if kind_of(w) == "Job" {
+            continue;
+        }
+        let sel = w.data["spec"]["selector"]["matchLabels"].as_object().unwrap();
+        for (k, v) in sel {
+            assert_eq!(
+                labels.get(k),
+                Some(v),
+                "{} {:?}: selector {k} not on its pods",
+                kind_of(w),
+                w.metadata.name
+            );
+        }
+    }
+    // Every Service selects the pods of some workload (the rendezvous Service: rank-0's pod by name).
+    for svc in objs.iter().filter(|o| kind_of(o) == "Service") {
+        let sel = svc.data["spec"]["selector"].as_object().unwrap();
+        let matched = workloads(&objs).iter().any(|w| {
+            let labels = pod_template(w)["metadata"]["labels"].as_object().unwrap();
+            sel.iter()
+                .all(|(k, v)| k == "statefulset.kubernetes.io/pod-name" || labels.get(k) == Some(v))
+        });
+        assert!(matched, "service {:?} selects no pods", svc.metadata.name);
+    }
+    let rdv = find(&objs, "Service", "rendezvous");
+    assert_eq!(
+        rdv.data["spec"]["selector"]["statefulset.kubernetes.io/pod-name"],
+        "rank-0"
+    );
+}
+
+#[test]
+fn images_are_pinned_and_pulled_only_if_absent() {
+    let objs = all_objects(&settings());
+    for w in workloads(&objs) {
+        for c in containers(w) {
+            let image = c["image"].as_str().unwrap();
+            let last = image.rsplit('/').next().unwrap();
+            assert!(
+                last.contains(':') && !image.ends_with(":latest"),
+                "{image} is not pinned"
+            );
+            assert_eq!(c["imagePullPolicy"], "IfNotPresent", "{image}");
+        }
+    }
+    assert!(!DEFAULT_IMAGE.ends_with(":latest"));
+    assert!(super::DEFAULT_NODE_IMAGE.contains("@sha256:"));
+}
+
+#[test]
+fn ranks_ask_for_cpu_and_one_gpu_and_probe_readyz() {
+    let s = Settings {
+        gpu_resource: "nvidia.com/gpu".into(),
+        ..settings()
+    };
+    let objs = all_objects(&s);
+    let sts = find(&objs, "StatefulSet", names::RANKS);
+    assert_eq!(sts.data["spec"]["replicas"], 4);
+    assert_eq!(sts.data["spec"]["serviceName"], "ranks");
+    assert_eq!(find(&objs, "Service", "ranks").data["spec"]["clusterIP"], "None");
+    let c = containers(sts)[0];
+    assert_eq!(c["name"], names::RANK_CONTAINER);
+    for side in ["requests", "limits"] {
+        assert_eq!(c["resources"][side]["cpu"], "400m");
+        assert_eq!(c["resources"][side]["nvidia.com/gpu"], "1");
+    }
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "metrics");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    let ports: BTreeMap<&str, i64> = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].as_str().unwrap(), p["containerPort"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(ports["metrics"], i64::from(names::RANK_METRICS_PORT));
+    // CPU can be resized in place without a restart.
+    assert_eq!(c["resizePolicy"][0]["resourceName"], "cpu");
+    assert_eq!(c["resizePolicy"][0]["restartPolicy"], "NotRequired");
+    // The world size comes from lab-config, read when the container starts, and is on the template.
+    let env = c["env"].as_array().unwrap();
+    let ws = env.iter().find(|e| e["name"] == "WORLD_SIZE").unwrap();
+    assert_eq!(ws["valueFrom"]["configMapKeyRef"]["name"], names::CONFIG);
+    assert_eq!(ws["valueFrom"]["configMapKeyRef"]["key"], names::WORLD_SIZE_KEY);
+    assert_eq!(
+        pod_template(sts)["metadata"]["annotations"][names::WORLD_SIZE_ANNOTATION],
+        "4"
+    );
+    let cm = find(&objs, "ConfigMap", names::CONFIG);
+    assert_eq!(cm.data["data"][names::WORLD_SIZE_KEY], "4");
+    // No cluster DNS: addresses come from the Service variables the kubelet injects.
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.contains(&"--rendezvous=$(RENDEZVOUS_SERVICE_HOST):29500"),
+        "{args:?}"
+    );
+    assert!(args.iter().all(|a| !a.contains(".svc")), "{args:?}");
+}
+
+#[test]
+fn one_volume_server_per_workload_behind_its_proxy() {
+    let objs = all_objects(&settings());
+    for i in 0..3 {
+        let d = find(&objs, "Deployment", &format!("storage-{i}"));
+        assert_eq!(d.data["spec"]["replicas"], 1);
+        assert_eq!(
+            d.data["spec"]["selector"]["matchLabels"][names::INDEX_LABEL],
+            i.to_string()
+        );
+        let cs = containers(d);
+        let volume = cs.iter().find(|c| c["name"] == names::VOLUME_CONTAINER).unwrap();
+        let args: Vec<&str> = volume["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(args.contains(&format!("-rack=storage-{i}").as_str()), "{args:?}");
+        assert!(
+            args.contains(&format!("-publicUrl=$(POD_IP):{}", names::PROXY_PORT).as_str()),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"-master=$(STORAGE_MASTER_SERVICE_HOST):9333"),
+            "{args:?}"
+        );
+        assert!(args.contains(&format!("-metricsPort={}", names::STORAGE_METRICS_PORT).as_str()));
+        let proxy = cs.iter().find(|c| c["name"] == "latency-proxy").unwrap();
+        let pargs: Vec<&str> = proxy["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            pargs,
+            [
+                format!("--listen=0.0.0.0:{}", names::PROXY_PORT),
+                format!("--upstream=127.0.0.1:{}", names::STORAGE_HTTP_PORT),
+                format!("--control=0.0.0.0:{}", names::PROXY_CONTROL_PORT)
+            ]
+        );
+        assert_eq!(proxy["readinessProbe"]["httpGet"]["path"], "/healthz");
+        assert!(volume["readinessProbe"]["httpGet"]["path"].is_string());
+    }
+}
+
+#[test]
+fn nothing_is_privileged_or_holds_net_admin() {
+    let objs = all_objects(&settings());
+    for w in workloads(&objs) {
+        assert!(pod_template(w)["spec"]["hostNetwork"].is_null());
+        for c in containers(w) {
+            let sc = &c["securityContext"];
+            assert!(
+                sc["privileged"].is_null() || sc["privileged"] == false,
+                "{}",
+                c["name"]
+            );
+            assert_eq!(sc["allowPrivilegeEscalation"], false, "{}", c["name"]);
+            assert_eq!(
+                sc["capabilities"]["drop"],
+                serde_json::json!(["ALL"]),
+                "{}",
+                c["name"]
+            );
+            assert!(
+                sc["capabilities"]["add"].is_null(),
+                "{} adds capabilities",
+                c["name"]
+            );
+            assert_eq!(sc["runAsNonRoot"], true, "{}", c["name"]);
+        }
+    }
+}
+
+#[test]
+fn prometheus_gets_the_rule_file_and_reads_only_pods() {
+    let objs = settings()
+        .prometheus("groups:\n  - name: golden\n    rules: []\n")
+        .unwrap();
+    let rules = find(&objs, "ConfigMap", names::PROMETHEUS_RULES);
+    assert!(
+        rules.data["data"]["golden-signals.yaml"]
+            .as_str()
+            .unwrap()
+            .contains("golden")
+    );
+    let role = find(&objs, "Role", "prometheus");
+    assert_eq!(role.data["rules"][0]["resources"], serde_json::json!(["pods"]));
+    assert_eq!(
+        role.data["rules"][0]["verbs"],
+        serde_json::json!(["get", "list", "watch"])
+    );
+    let cfg = find(&objs, "ConfigMap", "prometheus-config");
+    let prom: Value = serde_norway::from_str(cfg.data["data"]["prometheus.yml"].as_str().unwrap()).unwrap();
+    assert_eq!(prom["rule_files"][0], "/etc/prometheus/rules/*.yaml");
+    assert_eq!(prom["scrape_configs"].as_array().unwrap().len(), 2);
+    let d = find(&objs, "Deployment", "prometheus");
+    assert_eq!(containers(d)[0]["image"], DEFAULT_PROMETHEUS_IMAGE);
+}
+
+#[test]
+fn the_rule_file_is_valid_yaml_when_present() {
+    // The rule file belongs to telemetry; the lab only ships it. When it is in the repository, it must at
+    // least be a rule file Prometheus can load (promtool checks the rest).
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(super::lifecycle::RULES_PATH);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let v: Value = serde_norway::from_str(&text).unwrap();
+        assert!(v["groups"].is_array(), "{} has no groups", path.display());
+    }
+}
+
+#[test]
+fn the_kind_config_and_options_are_sane() {
+    let k = super::KubeOptions::kind();
+    assert!(k.advertise_gpus && k.monitoring && k.build_image);
+    let e = super::KubeOptions::existing(None);
+    assert!(!e.advertise_gpus && !e.build_image);
+    assert_eq!(e.gpu_resource, "lab.dev/gpu");
+}

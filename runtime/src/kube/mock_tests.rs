@@ -1,0 +1,1176 @@
+//! Every fault action, apply and wait against a fake API server (`tower_test`, as kube-rs's own mock
+//! tests do): the exact requests the lab sends, and what it makes of forbidden, conflict, not found and
+//! an API server that never answers.
+
+use std::time::Duration;
+
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use kube::Client;
+use kube::client::Body;
+use lab_model::Millicores;
+use lab_model::status::{Phase, Role};
+use serde_json::{Value, json};
+
+use super::{ClusterMode, DelayChoice, KubeRecord, KubeRuntime};
+use crate::{Delay, DelayPath, Runtime, RuntimeError};
+
+const NS: &str = "straggler-lab-demo";
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+/// What the fake API server answers to one request.
+enum Reply {
+    Json(u16, Value),
+    Text(u16, &'static str),
+    /// Never answer: the lab's own deadline must end the wait.
+    Hang,
+}
+
+/// Assertions on a request's JSON body.
+type BodyCheck = Box<dyn Fn(&Value) + Send>;
+
+/// One request the lab must send, and the answer it gets.
+struct Exchange {
+    method: &'static str,
+    path: String,
+    query: Vec<String>,
+    check: Option<BodyCheck>,
+    reply: Reply,
+}
+
+fn ex(method: &'static str, path: impl Into<String>, reply: Reply) -> Exchange {
+    Exchange {
+        method,
+        path: path.into(),
+        query: Vec::new(),
+        check: None,
+        reply,
+    }
+}
+
+impl Exchange {
+    fn query(mut self, q: &str) -> Self {
+        self.query.push(q.to_string());
+        self
+    }
+    fn body(mut self, f: impl Fn(&Value) + Send + 'static) -> Self {
+        self.check = Some(Box::new(f));
+        self
+    }
+}
+
+fn record(delay: DelayChoice) -> KubeRecord {
+    KubeRecord {
+        mode: ClusterMode::Existing,
+        kubeconfig: None,
+        context: None,
+        namespace: NS.into(),
+        created_namespace: true,
+        cluster: None,
+        gpu_resource: "lab.dev/gpu".into(),
+        advertised_on: vec!["node-a".into()],
+        ranks: 4,
+        storage_servers: 3,
+        seed: 42,
+        watchdog_seconds: 120,
+        cpu: Millicores(400),
+        image: "straggler-lab/lab:0.1.0".into(),
+        pull_policy: "IfNotPresent".into(),
+        monitoring: false,
+        prometheus_image: super::DEFAULT_PROMETHEUS_IMAGE.into(),
+        delay,
+        wait_timeout: Duration::from_secs(5),
+        request_timeout: Duration::from_millis(300),
+    }
+}
+
+fn runtime(delay: DelayChoice) -> (KubeRuntime, Handle) {
+    let (svc, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    (KubeRuntime::with_client("demo", client, record(delay)), handle)
+}
+
+/// Serves `script` in order, checking each request; returns the requests seen as `METHOD uri` lines.
+fn serve(mut handle: Handle, script: Vec<Exchange>) -> tokio::task::JoinHandle<Vec<String>> {
+    tokio::spawn(async move {
+        let mut seen = Vec::new();
+        let mut held = Vec::new();
+        for x in script {
+            let (req, send) = handle
+                .next_request()
+                .await
+                .unwrap_or_else(|| panic!("the lab stopped early; seen {seen:#?}"));
+            let line = format!("{} {}", req.method(), req.uri());
+            seen.push(line.clone());
+            assert_eq!(req.method().as_str(), x.method, "{line}; seen {seen:#?}");
+            assert_eq!(req.uri().path(), x.path, "{line}");
+            let query = req.uri().query().unwrap_or("").to_string();
+            for q in &x.query {
+                assert!(query.contains(q.as_str()), "{line} lacks {q}");
+            }
+            let bytes = req.into_body().collect().await.unwrap().to_bytes();
+            if let Some(check) = &x.check {
+                let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                check(&v);
+            }
+            match x.reply {
+                Reply::Json(code, v) => send.send_response(
+                    Response::builder()
+                        .status(code)
+                        .body(Body::from(serde_json::to_vec(&v).unwrap()))
+                        .unwrap(),
+                ),
+                Reply::Text(code, t) => send.send_response(
+                    Response::builder()
+                        .status(code)
+                        .body(Body::from(t.as_bytes().to_vec()))
+                        .unwrap(),
+                ),
+                Reply::Hang => held.push(send),
+            }
+        }
+        if !held.is_empty() {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+        }
+        seen
+    })
+}
+
+async fn finish(server: tokio::task::JoinHandle<Vec<String>>) -> Vec<String> {
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the lab sent fewer requests than expected")
+        .expect("scenario")
+}
+
+fn api_status(code: u16, reason: &str, message: &str) -> Value {
+    json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "reason": reason, "code": code })
+}
+
+fn list(kind: &str, items: Vec<Value>) -> Value {
+    json!({ "kind": kind, "apiVersion": "v1", "metadata": { "resourceVersion": "100" }, "items": items })
+}
+
+fn labels(component: &str) -> Value {
+    json!({ "app.kubernetes.io/instance": "demo", "app.kubernetes.io/component": component })
+}
+
+fn rank_pod(i: u32, phase: &str, live: &str, spec: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": format!("rank-{i}"), "namespace": NS, "labels": labels("rank"), "resourceVersion": "7" },
+        "spec": { "nodeName": "node-a", "containers": [ { "name": "rank", "image": "straggler-lab/lab:0.1.0",
+            "resources": { "limits": { "cpu": spec, "lab.dev/gpu": "1" }, "requests": { "cpu": spec, "lab.dev/gpu": "1" } } } ] },
+        "status": { "phase": phase,
+            "conditions": [ { "type": "Ready", "status": if phase == "Running" { "True" } else { "False" } } ],
+            "containerStatuses": [ { "name": "rank", "image": "i", "imageID": "", "ready": true, "restartCount": 2,
+                "resources": { "limits": { "cpu": live } } } ] },
+    })
+}
+
+fn pending_rank(i: u32) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": format!("rank-{i}"), "namespace": NS, "labels": labels("rank") },
+        "spec": { "containers": [ { "name": "rank", "resources": { "limits": { "cpu": "400m", "lab.dev/gpu": "1" } } } ] },
+        "status": { "phase": "Pending", "conditions": [ { "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 Insufficient lab.dev/gpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod." } ] },
+    })
+}
+
+fn storage_pod(i: u32, annotations: Value, ephemeral: Vec<Value>, ephemeral_status: Vec<Value>) -> Value {
+    let mut l = labels("storage-server");
+    l["lab.dev/index"] = json!(i.to_string());
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": format!("storage-{i}-7d9f-abcde"), "namespace": NS, "labels": l, "annotations": annotations, "resourceVersion": "9" },
+        "spec": { "containers": [ { "name": "volume" }, { "name": "latency-proxy" } ], "ephemeralContainers": ephemeral },
+        "status": { "phase": "Running", "podIP": "10.0.0.5", "conditions": [ { "type": "Ready", "status": "True" } ],
+            "ephemeralContainerStatuses": ephemeral_status },
+    })
+}
+
+fn sts(replicas: u32, cpu: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": { "name": "rank", "namespace": NS },
+        "spec": { "replicas": replicas, "serviceName": "ranks", "selector": { "matchLabels": labels("rank") },
+            "template": { "metadata": { "labels": labels("rank") }, "spec": { "containers": [ { "name": "rank",
+                "resources": { "limits": { "cpu": cpu } } } ] } } },
+    })
+}
+
+fn config(ws: u32) -> Value {
+    json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "lab-config", "namespace": NS },
+        "data": { "world-size": ws.to_string() } })
+}
+
+fn node(gpus: &str) -> Value {
+    json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "node-a", "resourceVersion": "3" },
+        "status": { "allocatable": { "cpu": "2", "lab.dev/gpu": gpus }, "capacity": { "lab.dev/gpu": gpus } } })
+}
+
+fn pods_path() -> String {
+    format!("/api/v1/namespaces/{NS}/pods")
+}
+
+fn pod_path(p: &str) -> String {
+    format!("/api/v1/namespaces/{NS}/pods/{p}")
+}
+
+fn lab_pods(items: Vec<Value>) -> Exchange {
+    ex("GET", pods_path(), Reply::Json(200, list("PodList", items)))
+        .query("labelSelector=app.kubernetes.io%2Finstance%3Ddemo")
+}
+
+/// The initial list of a watch on one object (what `await_condition` starts with).
+fn watch_list(path: String, name: &str, kind: &str, items: Vec<Value>) -> Exchange {
+    ex("GET", path, Reply::Json(200, list(kind, items)))
+        .query(&format!("fieldSelector=metadata.name%3D{name}"))
+}
+
+fn delay_300() -> Delay {
+    Delay {
+        delay: Duration::from_millis(300),
+        jitter: Duration::ZERO,
+    }
+}
+
+#[tokio::test]
+async fn status_maps_pods_scheduler_messages_resize_drift_and_added_containers() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let delay_c = json!({ "name": "delay-1", "image": "straggler-lab/lab:0.1.0", "command": ["sh", "-c", "tc qdisc replace dev eth0 root netem delay 300ms 0ms && echo 'lab: tc ok'"] });
+    let delay_s = json!({ "name": "delay-1", "image": "i", "imageID": "", "ready": false, "restartCount": 0, "state": { "terminated": { "exitCode": 0 } } });
+    let server = serve(
+        h,
+        vec![
+            lab_pods(vec![
+                rank_pod(0, "Running", "400m", "400m"),
+                rank_pod(1, "Running", "150m", "150m"),
+                rank_pod(2, "Running", "400m", "400m"),
+                rank_pod(3, "Running", "400m", "400m"),
+                pending_rank(4),
+                storage_pod(
+                    1,
+                    json!({ "lab.dev/delay": "300ms±0ms", "lab.dev/delay-path": "netem" }),
+                    vec![delay_c],
+                    vec![delay_s],
+                ),
+            ]),
+            ex(
+                "GET",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"),
+                Reply::Json(200, sts(5, "400m")),
+            ),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/configmaps/lab-config"),
+                Reply::Json(200, config(5)),
+            ),
+            ex(
+                "GET",
+                "/api/v1/nodes",
+                Reply::Json(200, list("NodeList", vec![node("4")])),
+            ),
+        ],
+    );
+    let s = rt.status().await.unwrap();
+    finish(server).await;
+    assert_eq!((s.world_size, s.ranks_desired, s.gpus_capacity), (5, 5, 4));
+    assert_eq!(s.gpu_resource, "lab.dev/gpu");
+    assert_eq!(s.delay_path, "netem");
+    let names: Vec<&str> = s.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["storage-1", "rank-0", "rank-1", "rank-2", "rank-3", "rank-4"]
+    );
+    let r1 = &s.pods[2];
+    assert_eq!(
+        (
+            r1.resources.cpu_live,
+            r1.resources.cpu_spec,
+            r1.resources.cpu_template
+        ),
+        (
+            Some(Millicores(150)),
+            Some(Millicores(150)),
+            Some(Millicores(400))
+        )
+    );
+    assert!(r1.resources.drifted() && r1.is_running_ready());
+    assert_eq!(
+        (r1.restarts, r1.resources.gpus, r1.node.as_deref()),
+        (2, 1, Some("node-a"))
+    );
+    let r4 = &s.pods[5];
+    assert_eq!(r4.phase, Phase::Pending);
+    assert_eq!(r4.reason.as_deref(), Some("Insufficient lab.dev/gpu"));
+    assert!(
+        r4.message
+            .as_deref()
+            .unwrap()
+            .starts_with("0/1 nodes are available: 1 Insufficient lab.dev/gpu.")
+    );
+    let st = &s.pods[0];
+    assert_eq!(st.role, Role::StorageServer);
+    assert_eq!(
+        st.containers[..2],
+        ["volume".to_string(), "latency-proxy".to_string()]
+    );
+    assert!(
+        st.containers[2]
+            .starts_with("delay-1 (ephemeral, exited 0: tc qdisc replace dev eth0 root netem delay 300ms"),
+        "{:?}",
+        st.containers
+    );
+    assert_eq!(s.ranks_ready(), (4, 5));
+}
+
+#[tokio::test]
+async fn status_without_node_access_says_so_and_reads_events_for_pending_pods() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let mut p = pending_rank(4);
+    p["status"]["conditions"] = json!([]);
+    let event = json!({ "metadata": { "name": "rank-4.1" }, "involvedObject": { "kind": "Pod", "name": "rank-4" }, "reason": "FailedScheduling",
+        "message": "0/1 nodes are available: 1 Insufficient lab.dev/gpu." });
+    let server = serve(
+        h,
+        vec![
+            lab_pods(vec![p]),
+            ex(
+                "GET",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"),
+                Reply::Json(200, sts(5, "400m")),
+            ),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/configmaps/lab-config"),
+                Reply::Json(200, config(5)),
+            ),
+            ex(
+                "GET",
+                "/api/v1/nodes",
+                Reply::Json(
+                    403,
+                    api_status(
+                        403,
+                        "Forbidden",
+                        "nodes is forbidden: User \"lab\" cannot list resource \"nodes\"",
+                    ),
+                ),
+            ),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/events"),
+                Reply::Json(200, list("EventList", vec![event])),
+            )
+            .query("fieldSelector=reason%3DFailedScheduling"),
+        ],
+    );
+    let s = rt.status().await.unwrap();
+    finish(server).await;
+    assert_eq!(s.gpus_capacity, 0);
+    assert!(
+        s.notes.iter().any(|n| n.contains("nodes cannot be listed")),
+        "{:?}",
+        s.notes
+    );
+    assert_eq!(s.pods[0].reason.as_deref(), Some("Insufficient lab.dev/gpu"));
+}
+
+#[tokio::test]
+async fn scrape_targets_are_pod_proxy_paths_and_metrics_come_through_them() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let mut r0 = rank_pod(0, "Running", "400m", "400m");
+    r0["status"]["podIP"] = json!("10.0.0.9");
+    let server = serve(
+        h,
+        vec![
+            lab_pods(vec![
+                r0,
+                pending_rank(4),
+                storage_pod(2, json!({}), vec![], vec![]),
+            ]),
+            ex(
+                "GET",
+                format!("{}:9400/proxy/metrics", pod_path("rank-0")),
+                Reply::Text(200, "lab_steps_total 12\n"),
+            ),
+        ],
+    );
+    let targets = rt.scrape_targets().await.unwrap();
+    assert_eq!(targets.len(), 2, "{targets:?}");
+    assert_eq!(targets[0].instance, "rank-0");
+    assert_eq!(
+        targets[0].address,
+        format!("{}:9400/proxy/metrics", pod_path("rank-0"))
+    );
+    assert_eq!(targets[1].instance, "storage-2");
+    assert_eq!(
+        targets[1].address,
+        format!("{}:9325/proxy/metrics", pod_path("storage-2-7d9f-abcde"))
+    );
+    let text = rt
+        .fetch_metrics(&targets[0], Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(super::lifecycle::sample(&text, "lab_steps_total"), Some(12.0));
+    finish(server).await;
+}
+
+fn delay_container_done(name: &str, exit: i32) -> (Value, Value) {
+    (
+        json!({ "name": name, "image": "straggler-lab/lab:0.1.0", "command": ["sh", "-c", "tc"] }),
+        json!({ "name": name, "image": "i", "imageID": "", "ready": false, "restartCount": 0, "state": { "terminated": { "exitCode": exit } } }),
+    )
+}
+
+#[tokio::test]
+async fn slow_storage_falls_back_to_the_proxy_where_the_kernel_has_no_netem() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let pod = "storage-1-7d9f-abcde";
+    let (c, st) = delay_container_done("delay-1", 2);
+    let server = serve(
+        h,
+        vec![
+            lab_pods(vec![storage_pod(1, json!({}), vec![], vec![])]),
+            ex(
+                "PATCH",
+                format!("{}/ephemeralcontainers", pod_path(pod)),
+                Reply::Json(200, storage_pod(1, json!({}), vec![c.clone()], vec![])),
+            )
+            .body(|b| {
+                let c = &b["spec"]["ephemeralContainers"][0];
+                assert_eq!(c["name"], "delay-1");
+                assert_eq!(c["securityContext"]["capabilities"]["add"], json!(["NET_ADMIN"]));
+                assert!(
+                    c["command"][2]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("tc qdisc replace dev eth0 root netem delay 300ms 0ms")
+                );
+            }),
+            watch_list(
+                pods_path(),
+                pod,
+                "PodList",
+                vec![storage_pod(1, json!({}), vec![c], vec![st])],
+            ),
+            ex(
+                "GET",
+                format!("{}/log", pod_path(pod)),
+                Reply::Text(200, "Error: Specified qdisc kind is unknown.\n"),
+            )
+            .query("container=delay-1"),
+            ex(
+                "PATCH",
+                pod_path(pod),
+                Reply::Json(200, storage_pod(1, json!({}), vec![], vec![])),
+            )
+            .body(|b| assert_eq!(b["metadata"]["annotations"]["lab.dev/netem"], "unsupported")),
+            ex(
+                "PUT",
+                format!("{}:8481/proxy/delay", pod_path(pod)),
+                Reply::Text(200, "{\"delay_ms\":300.0,\"jitter_ms\":0.0}"),
+            )
+            .body(|b| assert_eq!(*b, json!({ "delay_ms": 300.0, "jitter_ms": 0.0 }))),
+            ex(
+                "PATCH",
+                pod_path(pod),
+                Reply::Json(200, storage_pod(1, json!({}), vec![], vec![])),
+            )
+            .body(|b| {
+                assert_eq!(b["metadata"]["annotations"]["lab.dev/delay-path"], "proxy");
+                assert_eq!(b["metadata"]["annotations"]["lab.dev/delay"], "300ms±0ms");
+            }),
+        ],
+    );
+    let path = rt.set_storage_delay(1, Some(delay_300())).await.unwrap();
+    assert_eq!(path, DelayPath::Proxy);
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn slow_storage_uses_netem_where_the_kernel_has_it_and_clears_it_with_another_tc() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let pod = "storage-0-7d9f-abcde";
+    let (c1, s1) = delay_container_done("delay-1", 0);
+    let (c2, s2) = delay_container_done("delay-2", 0);
+    let netem =
+        json!({ "lab.dev/delay": "300ms±0ms", "lab.dev/delay-path": "netem", "lab.dev/netem": "supported" });
+    let server = serve(
+        h,
+        vec![
+            lab_pods(vec![storage_pod(0, json!({}), vec![], vec![])]),
+            ex(
+                "PATCH",
+                format!("{}/ephemeralcontainers", pod_path(pod)),
+                Reply::Json(200, storage_pod(0, json!({}), vec![c1.clone()], vec![])),
+            ),
+            watch_list(
+                pods_path(),
+                pod,
+                "PodList",
+                vec![storage_pod(0, json!({}), vec![c1.clone()], vec![s1.clone()])],
+            ),
+            ex(
+                "GET",
+                format!("{}/log", pod_path(pod)),
+                Reply::Text(200, "lab: tc ok\n"),
+            ),
+            ex(
+                "PATCH",
+                pod_path(pod),
+                Reply::Json(200, storage_pod(0, netem.clone(), vec![], vec![])),
+            )
+            .body(|b| assert_eq!(b["metadata"]["annotations"]["lab.dev/delay-path"], "netem")),
+            // clear: tc again, in a second container, then the annotations go
+            lab_pods(vec![storage_pod(
+                0,
+                netem.clone(),
+                vec![c1.clone()],
+                vec![s1.clone()],
+            )]),
+            ex(
+                "PATCH",
+                format!("{}/ephemeralcontainers", pod_path(pod)),
+                Reply::Json(
+                    200,
+                    storage_pod(0, netem.clone(), vec![c1.clone(), c2.clone()], vec![]),
+                ),
+            )
+            .body(|b| {
+                let c = &b["spec"]["ephemeralContainers"][0];
+                assert_eq!(c["name"], "delay-2");
+                assert!(
+                    c["command"][2]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("tc qdisc del dev eth0 root")
+                );
+            }),
+            watch_list(
+                pods_path(),
+                pod,
+                "PodList",
+                vec![storage_pod(0, netem.clone(), vec![c1, c2], vec![s1, s2])],
+            ),
+            ex(
+                "GET",
+                format!("{}/log", pod_path(pod)),
+                Reply::Text(200, "lab: tc ok\n"),
+            )
+            .query("container=delay-2"),
+            ex(
+                "PATCH",
+                pod_path(pod),
+                Reply::Json(200, storage_pod(0, json!({}), vec![], vec![])),
+            )
+            .body(|b| {
+                assert!(b["metadata"]["annotations"]["lab.dev/delay-path"].is_null());
+                assert!(b["metadata"]["annotations"]["lab.dev/delay"].is_null());
+            }),
+        ],
+    );
+    assert_eq!(
+        rt.set_storage_delay(0, Some(delay_300())).await.unwrap(),
+        DelayPath::Netem
+    );
+    assert_eq!(rt.set_storage_delay(0, None).await.unwrap(), DelayPath::Netem);
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn netem_only_refuses_a_kernel_without_netem_and_says_what_to_do() {
+    let (rt, h) = runtime(DelayChoice::Netem);
+    let pod = "storage-1-7d9f-abcde";
+    let (c, st) = delay_container_done("delay-1", 2);
+    let server = serve(
+        h,
+        vec![
+            lab_pods(vec![storage_pod(1, json!({}), vec![], vec![])]),
+            ex(
+                "PATCH",
+                format!("{}/ephemeralcontainers", pod_path(pod)),
+                Reply::Json(200, storage_pod(1, json!({}), vec![c.clone()], vec![])),
+            ),
+            watch_list(
+                pods_path(),
+                pod,
+                "PodList",
+                vec![storage_pod(1, json!({}), vec![c], vec![st])],
+            ),
+            ex(
+                "GET",
+                format!("{}/log", pod_path(pod)),
+                Reply::Text(200, "RTNETLINK answers: Operation not supported\n"),
+            ),
+            ex(
+                "PATCH",
+                pod_path(pod),
+                Reply::Json(200, storage_pod(1, json!({}), vec![], vec![])),
+            ),
+        ],
+    );
+    let err = rt.set_storage_delay(1, Some(delay_300())).await.unwrap_err();
+    assert!(err.to_string().contains("no sch_netem"), "{err}");
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn the_proxy_path_reads_and_clears_the_proxy_delay() {
+    let (rt, h) = runtime(DelayChoice::Proxy);
+    let pod = "storage-2-7d9f-abcde";
+    let ann = json!({ "lab.dev/delay": "300ms±0ms", "lab.dev/delay-path": "proxy" });
+    let server = serve(
+        h,
+        vec![
+            lab_pods(vec![storage_pod(2, ann.clone(), vec![], vec![])]),
+            ex(
+                "GET",
+                format!("{}:8481/proxy/delay", pod_path(pod)),
+                Reply::Text(200, "{\"delay_ms\":300.0,\"jitter_ms\":5.0}"),
+            ),
+            lab_pods(vec![storage_pod(2, ann.clone(), vec![], vec![])]),
+            ex(
+                "PUT",
+                format!("{}:8481/proxy/delay", pod_path(pod)),
+                Reply::Text(200, "{}"),
+            )
+            .body(|b| assert_eq!(*b, json!({ "delay_ms": 0.0, "jitter_ms": 0.0 }))),
+            ex(
+                "PATCH",
+                pod_path(pod),
+                Reply::Json(200, storage_pod(2, json!({}), vec![], vec![])),
+            ),
+        ],
+    );
+    let d = rt.storage_delay(2).await.unwrap().unwrap();
+    assert_eq!(
+        (d.delay, d.jitter),
+        (Duration::from_millis(300), Duration::from_millis(5))
+    );
+    assert_eq!(rt.set_storage_delay(2, None).await.unwrap(), DelayPath::Proxy);
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn a_missing_storage_server_is_named() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let server = serve(h, vec![lab_pods(vec![storage_pod(0, json!({}), vec![], vec![])])]);
+    let err = rt.set_storage_delay(7, Some(delay_300())).await.unwrap_err();
+    assert!(
+        matches!(err, RuntimeError::NoSuchInstance(ref n) if n == "storage-7"),
+        "{err}"
+    );
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn throttled_rank_resizes_in_place_through_the_resize_subresource() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "PATCH",
+                format!("{}/resize", pod_path("rank-1")),
+                Reply::Json(200, rank_pod(1, "Running", "400m", "150m")),
+            )
+            .body(|b| {
+                let c = &b["spec"]["containers"][0];
+                assert_eq!(c["name"], "rank");
+                assert_eq!(c["resources"]["limits"]["cpu"], "150m");
+                assert_eq!(c["resources"]["requests"]["cpu"], "150m");
+            }),
+            watch_list(
+                pods_path(),
+                "rank-1",
+                "PodList",
+                vec![rank_pod(1, "Running", "150m", "150m")],
+            ),
+            // cpu_limits: live, spec, and the untouched template
+            ex(
+                "GET",
+                pod_path("rank-1"),
+                Reply::Json(200, rank_pod(1, "Running", "150m", "150m")),
+            ),
+            ex(
+                "GET",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"),
+                Reply::Json(200, sts(4, "400m")),
+            ),
+        ],
+    );
+    rt.resize_rank(1, Millicores(150)).await.unwrap();
+    let l = rt.cpu_limits(1).await.unwrap();
+    assert_eq!(
+        (l.live, l.spec, l.template),
+        (Some(Millicores(150)), Some(Millicores(150)), Millicores(400))
+    );
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn an_infeasible_resize_is_reported_with_the_kubelets_reason() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let mut stuck = rank_pod(1, "Running", "400m", "9000m");
+    stuck["status"]["conditions"] = json!([{ "type": "PodResizePending", "status": "True", "reason": "Infeasible", "message": "Node didn't have enough capacity: cpu, requested: 9000, capacity: 2000" }]);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "PATCH",
+                format!("{}/resize", pod_path("rank-1")),
+                Reply::Json(200, stuck.clone()),
+            ),
+            watch_list(pods_path(), "rank-1", "PodList", vec![stuck]),
+        ],
+    );
+    let err = rt.resize_rank(1, Millicores(9000)).await.unwrap_err();
+    assert!(err.to_string().contains("enough capacity"), "{err}");
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn resize_error_paths_forbidden_conflict_not_found_and_timeout() {
+    for (reply, expect) in [
+        (
+            Reply::Json(
+                403,
+                api_status(
+                    403,
+                    "Forbidden",
+                    "pods \"rank-1\" is forbidden: cannot patch resource \"pods/resize\"",
+                ),
+            ),
+            "403",
+        ),
+        (
+            Reply::Json(409, api_status(409, "Conflict", "the object has been modified")),
+            "409",
+        ),
+        (
+            Reply::Json(404, api_status(404, "NotFound", "pods \"rank-1\" not found")),
+            "404",
+        ),
+        (Reply::Hang, "timeout"),
+    ] {
+        let (rt, h) = runtime(DelayChoice::Auto);
+        let server = serve(
+            h,
+            vec![ex("PATCH", format!("{}/resize", pod_path("rank-1")), reply)],
+        );
+        let err = rt.resize_rank(1, Millicores(150)).await.unwrap_err();
+        match expect {
+            "403" => {
+                assert_eq!(super::api::status_code(&err), Some(403));
+                assert!(err.to_string().contains("RBAC"), "{err}");
+            }
+            "409" => {
+                assert_eq!(super::api::status_code(&err), Some(409));
+                assert!(err.to_string().contains("run the command again"), "{err}");
+            }
+            "404" => assert!(
+                matches!(err, RuntimeError::NoSuchInstance(ref n) if n == "rank-1"),
+                "{err}"
+            ),
+            _ => assert!(matches!(err, RuntimeError::Timeout { .. }), "{err}"),
+        }
+        server.abort();
+    }
+}
+
+#[tokio::test]
+async fn a_resize_that_never_applies_times_out() {
+    let (mut rt, h) = runtime(DelayChoice::Auto);
+    rt.rec.wait_timeout = Duration::from_millis(300);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "PATCH",
+                format!("{}/resize", pod_path("rank-1")),
+                Reply::Json(200, rank_pod(1, "Running", "400m", "150m")),
+            ),
+            // the kubelet never reports 150m; the watch that follows gets no answer
+            watch_list(
+                pods_path(),
+                "rank-1",
+                "PodList",
+                vec![rank_pod(1, "Running", "400m", "150m")],
+            ),
+            ex("GET", pods_path(), Reply::Hang).query("watch=true"),
+        ],
+    );
+    let err = rt.resize_rank(1, Millicores(150)).await.unwrap_err();
+    assert!(
+        matches!(err, RuntimeError::Timeout { ref what, .. } if what.contains("rank-1's CPU limit")),
+        "{err}"
+    );
+    server.abort();
+}
+
+#[tokio::test]
+async fn unplaceable_rank_scales_through_the_scale_subresource_and_sets_the_world_size() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let mut terminating = rank_pod(3, "Running", "400m", "400m");
+    terminating["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let server = serve(
+        h,
+        vec![
+            ex("PATCH", format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank/scale"), Reply::Json(200, json!({
+                "apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": { "name": "rank" }, "spec": { "replicas": 5 } })))
+                .body(|b| assert_eq!(*b, json!({ "spec": { "replicas": 5 } }))),
+            ex("PATCH", format!("/api/v1/namespaces/{NS}/configmaps/lab-config"), Reply::Json(200, config(5)))
+                .body(|b| assert_eq!(*b, json!({ "data": { "world-size": "5" } }))),
+            ex("PATCH", format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"), Reply::Json(200, sts(5, "400m")))
+                .body(|b| assert_eq!(b["spec"]["template"]["metadata"]["annotations"]["lab.dev/world-size"], "5")),
+            lab_pods(vec![rank_pod(0, "Running", "400m", "400m"), rank_pod(1, "Running", "400m", "400m"), terminating, pending_rank(4)]),
+            ex("DELETE", pod_path("rank-0"), Reply::Json(200, rank_pod(0, "Running", "400m", "400m"))),
+            ex("DELETE", pod_path("rank-1"), Reply::Json(200, rank_pod(1, "Running", "400m", "400m"))),
+        ],
+    );
+    rt.scale_ranks(5).await.unwrap();
+    rt.set_world_size(5).await.unwrap();
+    let seen = finish(server).await;
+    // the terminating rank-3 and the Pending rank-4 are left alone
+    assert!(
+        !seen
+            .iter()
+            .any(|s| s.starts_with("DELETE") && (s.contains("rank-3") || s.contains("rank-4"))),
+        "{seen:#?}"
+    );
+    assert!(matches!(
+        rt.scale_ranks(0).await,
+        Err(RuntimeError::InvalidInput(_))
+    ));
+    assert!(matches!(
+        rt.set_world_size(0).await,
+        Err(RuntimeError::InvalidInput(_))
+    ));
+}
+
+#[tokio::test]
+async fn scale_error_paths_are_explained() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let server = serve(
+        h,
+        vec![ex(
+            "PATCH",
+            format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank/scale"),
+            Reply::Json(
+                403,
+                api_status(403, "Forbidden", "cannot patch statefulsets/scale"),
+            ),
+        )],
+    );
+    let err = rt.scale_ranks(4).await.unwrap_err();
+    assert_eq!(super::api::status_code(&err), Some(403));
+    assert!(err.to_string().contains("scale the ranks to 4"), "{err}");
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn apply_template_server_side_applies_the_ranks_with_the_live_replicas_and_world_size() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let sts_path = format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank");
+    let server = serve(
+        h,
+        vec![
+            ex("GET", sts_path.clone(), Reply::Json(200, sts(5, "400m"))),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/configmaps/lab-config"),
+                Reply::Json(200, config(5)),
+            ),
+            ex(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/services/rendezvous"),
+                Reply::Json(
+                    200,
+                    json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "rendezvous" } }),
+                ),
+            )
+            .query("fieldManager=straggler-lab")
+            .query("force=true"),
+            ex(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/services/ranks"),
+                Reply::Json(
+                    200,
+                    json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "ranks" } }),
+                ),
+            ),
+            ex("PATCH", sts_path, Reply::Json(200, sts(5, "400m")))
+                .query("fieldManager=straggler-lab")
+                .body(|b| {
+                    assert_eq!(b["spec"]["replicas"], 5);
+                    let c = &b["spec"]["template"]["spec"]["containers"][0];
+                    assert_eq!(c["resources"]["limits"]["cpu"], "400m");
+                    assert_eq!(
+                        b["spec"]["template"]["metadata"]["annotations"]["lab.dev/world-size"],
+                        "5"
+                    );
+                }),
+        ],
+    );
+    rt.apply_template(Millicores(400)).await.unwrap();
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn an_apply_conflict_is_an_error_that_says_to_retry() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "GET",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"),
+                Reply::Json(200, sts(4, "400m")),
+            ),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/configmaps/lab-config"),
+                Reply::Json(200, config(4)),
+            ),
+            ex(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/services/rendezvous"),
+                Reply::Json(409, api_status(409, "Conflict", "Apply failed with 1 conflict")),
+            ),
+        ],
+    );
+    let err = rt.apply_template(Millicores(400)).await.unwrap_err();
+    assert_eq!(super::api::status_code(&err), Some(409));
+    assert!(err.to_string().contains("apply Service rendezvous"), "{err}");
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn restart_rank_deletes_its_pod_and_names_a_missing_one() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "DELETE",
+                pod_path("rank-2"),
+                Reply::Json(200, rank_pod(2, "Running", "400m", "400m")),
+            ),
+            ex(
+                "DELETE",
+                pod_path("rank-9"),
+                Reply::Json(404, api_status(404, "NotFound", "pods \"rank-9\" not found")),
+            ),
+        ],
+    );
+    rt.restart_rank(2).await.unwrap();
+    assert!(matches!(rt.restart_rank(9).await, Err(RuntimeError::NoSuchInstance(ref n)) if n == "rank-9"));
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn gpus_are_advertised_on_node_status_and_awaited_in_allocatable() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "GET",
+                "/api/v1/nodes",
+                Reply::Json(200, list("NodeList", vec![node("0")])),
+            ),
+            ex(
+                "PATCH",
+                "/api/v1/nodes/node-a/status",
+                Reply::Json(200, node("4")),
+            )
+            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": "4" } } }))),
+            watch_list("/api/v1/nodes".into(), "node-a", "NodeList", vec![node("4")]),
+        ],
+    );
+    let nodes = super::lifecycle::advertise_gpus(&client, "lab.dev/gpu", 4, Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(nodes, ["node-a"]);
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn advertising_gpus_without_node_rights_is_forbidden_with_advice() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "GET",
+                "/api/v1/nodes",
+                Reply::Json(200, list("NodeList", vec![node("0")])),
+            ),
+            ex(
+                "PATCH",
+                "/api/v1/nodes/node-a/status",
+                Reply::Json(
+                    403,
+                    api_status(403, "Forbidden", "cannot patch resource \"nodes/status\""),
+                ),
+            ),
+        ],
+    );
+    let err = super::lifecycle::advertise_gpus(&client, "lab.dev/gpu", 4, Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("advertise lab.dev/gpu on node node-a"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("RBAC"), "{err}");
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn down_in_an_existing_cluster_deletes_the_namespace_it_created_and_withdraws_gpus() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "DELETE",
+                format!("/api/v1/namespaces/{NS}"),
+                Reply::Json(
+                    200,
+                    json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": NS } }),
+                ),
+            ),
+            watch_list("/api/v1/namespaces".into(), NS, "NamespaceList", vec![]),
+            ex(
+                "PATCH",
+                "/api/v1/nodes/node-a/status",
+                Reply::Json(200, node("0")),
+            )
+            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": null } } }))),
+        ],
+    );
+    super::lifecycle::remove_objects(&client, &record(DelayChoice::Auto), "demo")
+        .await
+        .unwrap();
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn down_in_a_namespace_it_did_not_create_deletes_only_labelled_objects() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let mut rec = record(DelayChoice::Auto);
+    rec.created_namespace = false;
+    rec.advertised_on.clear();
+    let sel = "labelSelector=app.kubernetes.io%2Finstance%3Ddemo";
+    let empty = |kind: &str| Reply::Json(200, list(kind, vec![]));
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "GET",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets"),
+                Reply::Json(200, list("StatefulSetList", vec![sts(4, "400m")])),
+            )
+            .query(sel),
+            ex(
+                "DELETE",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"),
+                Reply::Json(200, sts(4, "400m")),
+            ),
+            ex(
+                "GET",
+                format!("/apis/apps/v1/namespaces/{NS}/deployments"),
+                empty("DeploymentList"),
+            )
+            .query(sel),
+            ex(
+                "GET",
+                format!("/apis/batch/v1/namespaces/{NS}/jobs"),
+                empty("JobList"),
+            )
+            .query(sel),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/services"),
+                empty("ServiceList"),
+            )
+            .query(sel),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/configmaps"),
+                Reply::Json(200, list("ConfigMapList", vec![config(4)])),
+            )
+            .query(sel),
+            // already gone: fine
+            ex(
+                "DELETE",
+                format!("/api/v1/namespaces/{NS}/configmaps/lab-config"),
+                Reply::Json(404, api_status(404, "NotFound", "gone")),
+            ),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/serviceaccounts"),
+                empty("ServiceAccountList"),
+            )
+            .query(sel),
+            ex(
+                "GET",
+                format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/roles"),
+                empty("RoleList"),
+            )
+            .query(sel),
+            ex(
+                "GET",
+                format!("/apis/rbac.authorization.k8s.io/v1/namespaces/{NS}/rolebindings"),
+                empty("RoleBindingList"),
+            )
+            .query(sel),
+            ex("GET", format!("/api/v1/namespaces/{NS}/pods"), empty("PodList")).query(sel),
+        ],
+    );
+    super::lifecycle::remove_objects(&client, &rec, "demo")
+        .await
+        .unwrap();
+    let seen = finish(server).await;
+    assert!(
+        !seen
+            .iter()
+            .any(|s| s.contains("/namespaces/straggler-lab-demo ")
+                || s.ends_with(&format!("/namespaces/{NS}")))
+    );
+}
+
+#[tokio::test]
+async fn the_manifests_are_applied_in_order_with_server_side_apply() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let settings = record(DelayChoice::Auto).settings("demo", 4, 4, Millicores(400));
+    let objs = settings.config().unwrap();
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/configmaps/lab-config"),
+                Reply::Json(200, config(4)),
+            )
+            .query("fieldManager=straggler-lab")
+            .query("force=true")
+            .body(|b| {
+                assert_eq!(b["kind"], "ConfigMap");
+                assert_eq!(b["data"]["world-size"], "4");
+            }),
+        ],
+    );
+    super::api::apply_all(&client, NS, &objs).await.unwrap();
+    finish(server).await;
+}
