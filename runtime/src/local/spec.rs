@@ -120,7 +120,10 @@ pub struct PortAllocator {
 impl PortAllocator {
     /// From `base` upwards, or from the kernel when `None`.
     pub fn new(base: Option<u16>) -> Self {
-        PortAllocator { next: base, taken: Vec::new() }
+        PortAllocator {
+            next: base,
+            taken: Vec::new(),
+        }
     }
 
     /// Ports already handed out by others, never to be given again.
@@ -136,7 +139,9 @@ impl PortAllocator {
         match self.next {
             Some(p) => {
                 let next = p.checked_add(1).ok_or_else(|| {
-                    RuntimeError::InvalidInput("--port-base is too high: the lab needs a range of ports".into())
+                    RuntimeError::InvalidInput(
+                        "--port-base is too high: the lab needs a range of ports".into(),
+                    )
                 })?;
                 self.next = Some(next);
                 if self.taken.contains(&p) {
@@ -178,7 +183,9 @@ pub struct Paths {
 
 impl Paths {
     pub fn new(dir: &Path) -> Self {
-        Paths { dir: dir.to_path_buf() }
+        Paths {
+            dir: dir.to_path_buf(),
+        }
     }
     pub fn spec(&self) -> PathBuf {
         self.dir.join("spec.json")

@@ -125,7 +125,9 @@ fn inst_name(kind: Kind) -> String {
 
 async fn serve(dir: &Path) -> Result<()> {
     let paths = Paths::new(dir);
-    let record = state::read_record_at(dir)?.ok_or_else(|| RuntimeError::NotRunning { name: dir.display().to_string() })?;
+    let record = state::read_record_at(dir)?.ok_or_else(|| RuntimeError::NotRunning {
+        name: dir.display().to_string(),
+    })?;
     let cfg: LocalConfig = serde_json::from_value(record.config)
         .map_err(|e| RuntimeError::Other(format!("the lab's configuration is unreadable: {e}")))?;
     let spec = match fs::read(paths.spec()) {
@@ -151,8 +153,8 @@ async fn serve(dir: &Path) -> Result<()> {
         shutting_down: false,
     }));
     let _ = fs::remove_file(paths.socket());
-    let listener =
-        UnixListener::bind(paths.socket()).map_err(|e| RuntimeError::io("opening the supervisor's socket", e))?;
+    let listener = UnixListener::bind(paths.socket())
+        .map_err(|e| RuntimeError::io("opening the supervisor's socket", e))?;
     log("supervisor started");
 
     // Set once every process is stopped, so a `Shutdown` request can answer before the supervisor exits.
@@ -203,14 +205,18 @@ async fn handle(sup: Arc<Mutex<Sup>>, stream: UnixStream, mut stopped: tokio::sy
         return;
     }
     let resp = match serde_json::from_str::<Request>(&line) {
-        Err(e) => Response::Error { message: format!("unreadable request: {e}") },
+        Err(e) => Response::Error {
+            message: format!("unreadable request: {e}"),
+        },
         Ok(Request::SetDelay { server, delay }) => set_delay(&sup, server, delay).await,
         Ok(Request::Shutdown) => {
             sup.lock().expect("supervisor state").shutting_down = true;
             // The main loop stops everything; answer once it is done so the caller can rely on it.
             match stopped.wait_for(|s| *s).await {
                 Ok(_) => Response::Ok,
-                Err(_) => Response::Error { message: "the supervisor stopped before confirming".into() },
+                Err(_) => Response::Error {
+                    message: "the supervisor stopped before confirming".into(),
+                },
             }
         }
         Ok(req) => {
@@ -220,7 +226,8 @@ async fn handle(sup: Arc<Mutex<Sup>>, stream: UnixStream, mut stopped: tokio::sy
             r
         }
     };
-    let mut out = serde_json::to_string(&resp).unwrap_or_else(|_| r#"{"result":"error","message":"?"}"#.into());
+    let mut out =
+        serde_json::to_string(&resp).unwrap_or_else(|_| r#"{"result":"error","message":"?"}"#.into());
     out.push('\n');
     let _ = w.write_all(out.as_bytes()).await;
 }
@@ -232,13 +239,22 @@ async fn set_delay(sup: &Arc<Mutex<Sup>>, server: u32, delay: Option<Delay>) -> 
             Some(p) => p.control,
             None => {
                 return Response::Error {
-                    message: format!("storage-{server} does not exist (servers 0..{})", s.cfg.storage.len()),
+                    message: format!(
+                        "storage-{server} does not exist (servers 0..{})",
+                        s.cfg.storage.len()
+                    ),
                 };
             }
         }
     };
     let body = super::proxy_body(delay);
-    match super::http::put(&format!("http://127.0.0.1:{control}/delay"), body, Duration::from_secs(3)).await {
+    match super::http::put(
+        &format!("http://127.0.0.1:{control}/delay"),
+        body,
+        Duration::from_secs(3),
+    )
+    .await
+    {
         Ok(_) => {
             let mut s = sup.lock().expect("supervisor state");
             match delay {
@@ -248,7 +264,9 @@ async fn set_delay(sup: &Arc<Mutex<Sup>>, server: u32, delay: Option<Delay>) -> 
             s.save_spec();
             Response::Ok
         }
-        Err(e) => Response::Error { message: format!("cannot set the delay on storage-{server}'s proxy: {e}") },
+        Err(e) => Response::Error {
+            message: format!("cannot set the delay on storage-{server}'s proxy: {e}"),
+        },
     }
 }
 
@@ -261,7 +279,11 @@ impl Sup {
 
     fn save_procs(&self) {
         let mut table: Vec<ProcRecord> = self.me.iter().cloned().collect();
-        table.extend(self.insts.values().filter_map(|i| i.running.as_ref().map(|r| r.record.clone())));
+        table.extend(
+            self.insts
+                .values()
+                .filter_map(|i| i.running.as_ref().map(|r| r.record.clone())),
+        );
         let _ = procs::write_table(&self.paths.procs(), &table);
     }
 
@@ -269,7 +291,9 @@ impl Sup {
         let err = |m: String| Response::Error { message: m };
         match req {
             Request::Ping => Response::Ok,
-            Request::Status => Response::Status { status: Box::new(self.status()) },
+            Request::Status => Response::Status {
+                status: Box::new(self.status()),
+            },
             Request::Seed => {
                 self.spec.seed = true;
                 self.save_spec();
@@ -306,16 +330,24 @@ impl Sup {
             }
             Request::Resize { rank, cpu } => {
                 if rank >= self.spec.ranks {
-                    return err(format!("rank-{rank} does not exist (ranks 0..{})", self.spec.ranks));
+                    return err(format!(
+                        "rank-{rank} does not exist (ranks 0..{})",
+                        self.spec.ranks
+                    ));
                 }
                 let name = names::rank(rank);
                 if self.insts.get(&name).and_then(|i| i.running.as_ref()).is_none() {
-                    return err(format!("rank-{rank} is not running, so it cannot be resized in place"));
+                    return err(format!(
+                        "rank-{rank} is not running, so it cannot be resized in place"
+                    ));
                 }
                 let Some(cg) = &self.cfg.cgroups else {
                     return err(format!(
                         "CPU limits are not enforced on this machine ({}), so rank-{rank} cannot be resized",
-                        self.cfg.cpu_limit_note.as_deref().unwrap_or("no writable cgroups")
+                        self.cfg
+                            .cpu_limit_note
+                            .as_deref()
+                            .unwrap_or("no writable cgroups")
                     ));
                 };
                 if let Err(e) = cg.set_limit(&name, cpu) {
@@ -327,7 +359,10 @@ impl Sup {
             }
             Request::Restart { rank } => {
                 if rank >= self.spec.ranks {
-                    return err(format!("rank-{rank} does not exist (ranks 0..{})", self.spec.ranks));
+                    return err(format!(
+                        "rank-{rank} does not exist (ranks 0..{})",
+                        self.spec.ranks
+                    ));
                 }
                 // A new pod comes from the template: an in-place change does not survive it.
                 self.spec.cpu_live.remove(&rank);
@@ -362,7 +397,8 @@ impl Sup {
             wanted.push(Kind::Volume(i));
         }
         let storage_ready = self.is_ready(Kind::Master)
-            && (0..self.cfg.storage_servers).all(|i| self.is_ready(Kind::Volume(i)) && self.is_ready(Kind::Proxy(i)));
+            && (0..self.cfg.storage_servers)
+                .all(|i| self.is_ready(Kind::Volume(i)) && self.is_ready(Kind::Proxy(i)));
         if self.spec.seed && storage_ready {
             wanted.push(Kind::Seeder);
         }
@@ -400,7 +436,10 @@ impl Sup {
 
         for kind in wanted {
             let name = inst_name(kind);
-            let inst = self.insts.entry(name.clone()).or_insert_with(|| Inst::new(kind, generation));
+            let inst = self
+                .insts
+                .entry(name.clone())
+                .or_insert_with(|| Inst::new(kind, generation));
             if inst.running.is_some() || inst.succeeded || inst.failed {
                 continue;
             }
@@ -432,14 +471,18 @@ impl Sup {
     }
 
     fn is_ready(&self, kind: Kind) -> bool {
-        self.insts.get(&inst_name(kind)).is_some_and(|i| i.running.is_some() && i.ready)
+        self.insts
+            .get(&inst_name(kind))
+            .is_some_and(|i| i.running.is_some() && i.ready)
     }
 
     /// Collects exited processes. Returns true if any did.
     fn reap(&mut self, now: Instant) -> bool {
         let mut any = false;
         for (name, inst) in self.insts.iter_mut() {
-            let Some(run) = inst.running.as_mut() else { continue };
+            let Some(run) = inst.running.as_mut() else {
+                continue;
+            };
             if let Some(t) = run.terminating
                 && now.duration_since(t) > TERMINATION_GRACE
             {
@@ -541,8 +584,14 @@ impl Sup {
                         format!("--listen={lo}:{}", p.proxy),
                         format!("--upstream={lo}:{}", p.weed),
                         format!("--control={lo}:{}", p.control),
-                        format!("--delay-ms={}", d.map(|d| d.delay.as_secs_f64() * 1000.0).unwrap_or(0.0)),
-                        format!("--jitter-ms={}", d.map(|d| d.jitter.as_secs_f64() * 1000.0).unwrap_or(0.0)),
+                        format!(
+                            "--delay-ms={}",
+                            d.map(|d| d.delay.as_secs_f64() * 1000.0).unwrap_or(0.0)
+                        ),
+                        format!(
+                            "--jitter-ms={}",
+                            d.map(|d| d.jitter.as_secs_f64() * 1000.0).unwrap_or(0.0)
+                        ),
                     ],
                 )
             }
@@ -585,7 +634,10 @@ impl Sup {
                 )
             }
         };
-        let log_file = OpenOptions::new().create(true).append(true).open(self.paths.log(&name))?;
+        let log_file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.paths.log(&name))?;
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&args)
             .env(LAB_ENV, &self.cfg.name)
@@ -597,15 +649,26 @@ impl Sup {
         if matches!(kind, Kind::Master | Kind::Volume(_)) {
             cmd.current_dir(&data);
         }
-        let child = cmd.spawn().map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", program.display())))?;
+        let child = cmd
+            .spawn()
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", program.display())))?;
         let pid = child.id().unwrap_or(0);
         if let (Kind::Rank(r), Some(cg)) = (kind, &self.cfg.cgroups) {
             cg.create_child(&name, self.spec.cpu_for(r))?;
             cg.add_process(&name, pid)?;
         }
-        let record = ProcRecord::of(&name, pid, true)
-            .unwrap_or(ProcRecord { name: name.clone(), pid, start_ticks: 0, group_leader: true });
-        Ok(Running { child, record, started: Instant::now(), terminating: None })
+        let record = ProcRecord::of(&name, pid, true).unwrap_or(ProcRecord {
+            name: name.clone(),
+            pid,
+            start_ticks: 0,
+            group_leader: true,
+        });
+        Ok(Running {
+            child,
+            record,
+            started: Instant::now(),
+            terminating: None,
+        })
     }
 
     fn status(&self) -> LocalStatus {
@@ -613,22 +676,38 @@ impl Sup {
         let spec = &self.spec;
         let mut pods = Vec::new();
         let inst = |k: Kind| self.insts.get(&inst_name(k));
-        let pod_of = |name: String, role: Role, index: Option<u32>, parts: &[Option<&Inst>], containers: &[&str]| {
-            let mut p = PodStatus::new(name, role, index);
-            let all_running = !parts.is_empty() && parts.iter().all(|i| i.is_some_and(|i| i.running.is_some()));
-            p.phase = if all_running { Phase::Running } else { Phase::Pending };
-            p.ready = all_running && parts.iter().all(|i| i.is_some_and(|i| i.ready));
-            p.restarts = parts.iter().map(|i| i.map_or(0, |i| i.restarts)).sum();
-            p.pid = parts.first().and_then(|i| i.and_then(|i| i.running.as_ref().map(|r| r.record.pid)));
-            if !all_running && let Some(e) = parts.iter().find_map(|i| i.and_then(|i| i.last_exit.clone())) {
-                p.reason = Some("CrashLoopBackOff".into());
-                p.message = Some(e);
-            }
-            p.node = Some("local".into());
-            p.containers = containers.iter().map(|s| s.to_string()).collect();
-            p
-        };
-        pods.push(pod_of(names::STORAGE_MASTER.into(), Role::StorageMaster, None, &[inst(Kind::Master)], &["weed-master"]));
+        let pod_of =
+            |name: String, role: Role, index: Option<u32>, parts: &[Option<&Inst>], containers: &[&str]| {
+                let mut p = PodStatus::new(name, role, index);
+                let all_running =
+                    !parts.is_empty() && parts.iter().all(|i| i.is_some_and(|i| i.running.is_some()));
+                p.phase = if all_running {
+                    Phase::Running
+                } else {
+                    Phase::Pending
+                };
+                p.ready = all_running && parts.iter().all(|i| i.is_some_and(|i| i.ready));
+                p.restarts = parts.iter().map(|i| i.map_or(0, |i| i.restarts)).sum();
+                p.pid = parts
+                    .first()
+                    .and_then(|i| i.and_then(|i| i.running.as_ref().map(|r| r.record.pid)));
+                if !all_running
+                    && let Some(e) = parts.iter().find_map(|i| i.and_then(|i| i.last_exit.clone()))
+                {
+                    p.reason = Some("CrashLoopBackOff".into());
+                    p.message = Some(e);
+                }
+                p.node = Some("local".into());
+                p.containers = containers.iter().map(|s| s.to_string()).collect();
+                p
+            };
+        pods.push(pod_of(
+            names::STORAGE_MASTER.into(),
+            Role::StorageMaster,
+            None,
+            &[inst(Kind::Master)],
+            &["weed-master"],
+        ));
         for i in 0..cfg.storage_servers {
             pods.push(pod_of(
                 names::storage(i),
@@ -639,7 +718,13 @@ impl Sup {
             ));
         }
         if spec.seed {
-            let mut p = pod_of("seeder".into(), Role::Seeder, None, &[inst(Kind::Seeder)], &["lab-seeder"]);
+            let mut p = pod_of(
+                "seeder".into(),
+                Role::Seeder,
+                None,
+                &[inst(Kind::Seeder)],
+                &["lab-seeder"],
+            );
             if let Some(s) = inst(Kind::Seeder) {
                 if s.succeeded {
                     p.phase = Phase::Succeeded;
@@ -655,10 +740,20 @@ impl Sup {
         let mut targets = Vec::new();
         for r in 0..spec.ranks {
             let name = names::rank(r);
-            let mut p = pod_of(name.clone(), Role::Rank, Some(r), &[inst(Kind::Rank(r))], &["lab-rank"]);
+            let mut p = pod_of(
+                name.clone(),
+                Role::Rank,
+                Some(r),
+                &[inst(Kind::Rank(r))],
+                &["lab-rank"],
+            );
             p.resources = Resources {
                 cpu_live: cfg.cgroups.as_ref().and_then(|cg| {
-                    if inst(Kind::Rank(r)).is_some_and(|i| i.running.is_some()) { cg.limit(&name).ok().flatten() } else { None }
+                    if inst(Kind::Rank(r)).is_some_and(|i| i.running.is_some()) {
+                        cg.limit(&name).ok().flatten()
+                    } else {
+                        None
+                    }
                 }),
                 cpu_spec: Some(spec.cpu_for(r)),
                 cpu_template: Some(spec.cpu_template),
@@ -717,7 +812,11 @@ impl Sup {
             },
             targets,
             delays: spec.delays.clone(),
-            storage_paths: cfg.storage.iter().map(|p| format!("127.0.0.1:{}", p.proxy)).collect(),
+            storage_paths: cfg
+                .storage
+                .iter()
+                .map(|p| format!("127.0.0.1:{}", p.proxy))
+                .collect(),
             supervisor_pid: std::process::id(),
         }
     }
@@ -735,9 +834,18 @@ fn terminate(inst: &mut Inst) {
 fn probe_url(cfg: &LocalConfig, spec: &LocalSpec, kind: Kind) -> Option<String> {
     match kind {
         Kind::Master => Some(format!("http://{}/cluster/status", cfg.master())),
-        Kind::Volume(i) => Some(format!("http://127.0.0.1:{}/status", cfg.storage.get(i as usize)?.weed)),
-        Kind::Proxy(i) => Some(format!("http://127.0.0.1:{}/healthz", cfg.storage.get(i as usize)?.control)),
-        Kind::Rank(r) => Some(format!("http://127.0.0.1:{}/readyz", spec.rank_ports.get(&r)?.metrics)),
+        Kind::Volume(i) => Some(format!(
+            "http://127.0.0.1:{}/status",
+            cfg.storage.get(i as usize)?.weed
+        )),
+        Kind::Proxy(i) => Some(format!(
+            "http://127.0.0.1:{}/healthz",
+            cfg.storage.get(i as usize)?.control
+        )),
+        Kind::Rank(r) => Some(format!(
+            "http://127.0.0.1:{}/readyz",
+            spec.rank_ports.get(&r)?.metrics
+        )),
         Kind::Seeder => None,
     }
 }
@@ -759,7 +867,9 @@ async fn probe_loop(sup: Arc<Mutex<Sup>>) {
                 .collect()
         };
         let results = futures::future::join_all(probes.into_iter().map(|(name, url)| async move {
-            let ok = super::http::get(&url, Duration::from_millis(800)).await.is_ok_and(|(code, _)| code == 200);
+            let ok = super::http::get(&url, Duration::from_millis(800))
+                .await
+                .is_ok_and(|(code, _)| code == 200);
             (name, ok)
         }))
         .await;
@@ -793,7 +903,10 @@ async fn shutdown(sup: &Arc<Mutex<Sup>>) {
             let done = {
                 let mut s = sup.lock().expect("supervisor state");
                 s.reap(Instant::now());
-                s.insts.values().filter(|i| pick(i.kind)).all(|i| i.running.is_none())
+                s.insts
+                    .values()
+                    .filter(|i| pick(i.kind))
+                    .all(|i| i.running.is_none())
             };
             if done || Instant::now() > deadline {
                 break;

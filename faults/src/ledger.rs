@@ -1,0 +1,242 @@
+//! The ledger: every fault's phase and the values it replaced, and every change made to the lab (by a
+//! fault, a clear or a remediation), kept in the lab's directory.
+//!
+//! An entry is written *before* a fault is applied (phase `injecting`), so a crash or Ctrl-C mid-inject
+//! still leaves a record that `lab fault clear --all` and `lab down` act on. Writers hold an exclusive
+//! lock for each read-modify-write, so the console and the CLI can inject at the same time.
+
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+
+use lab_model::ChangeRecord;
+use lab_model::Millicores;
+use lab_model::snapshot::ActiveFault;
+use lab_runtime::{Delay, DelayPath};
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+use crate::{Fault, FaultError};
+
+/// How many finished entries and change records the ledger keeps.
+const HISTORY: usize = 500;
+
+/// Where a fault is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultPhase {
+    /// Recorded, being applied.
+    Injecting,
+    /// Applied and proven.
+    Injected,
+    /// Being cleared.
+    Clearing,
+    /// Cleared: the values from before are back.
+    Cleared,
+    /// Applying or proving failed; what was applied was rolled back.
+    Failed,
+}
+
+impl FaultPhase {
+    /// True while something of the fault may be applied.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            FaultPhase::Injecting | FaultPhase::Injected | FaultPhase::Clearing
+        )
+    }
+}
+
+/// The values a fault replaced, to be restored exactly by clearing it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Before {
+    /// Not read yet (the entry was recorded before the runtime was asked).
+    Unknown,
+    /// The delay on the server's path (normally none).
+    Delay { delay: Option<Delay> },
+    /// The rank's live CPU limit.
+    Cpu { cpu: Millicores },
+    /// The ranks asked for and the world size.
+    Ranks { ranks: u32, world_size: u32 },
+}
+
+/// One fault's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// `slow-storage-1`, `throttled-rank-2`, ...: the kind and a number unique in this lab.
+    pub id: String,
+    pub fault: Fault,
+    pub phase: FaultPhase,
+    pub injected_at_ms: u64,
+    pub cleared_at_ms: Option<u64>,
+    pub before: Before,
+    /// How a storage delay was applied (proxy or netem).
+    pub path: Option<DelayPath>,
+    /// What was measured to prove the fault took effect.
+    pub proof: Option<String>,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+}
+
+/// What the ledger file holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LedgerData {
+    pub next_id: u64,
+    pub faults: Vec<Entry>,
+    pub changes: Vec<ChangeRecord>,
+}
+
+impl LedgerData {
+    /// The entries that may still have something applied.
+    pub fn active(&self) -> impl Iterator<Item = &Entry> {
+        self.faults.iter().filter(|e| e.phase.is_active())
+    }
+
+    /// Drops the oldest finished entries and changes beyond the history bound.
+    fn trim(&mut self) {
+        while self.faults.len() > HISTORY {
+            match self.faults.iter().position(|e| !e.phase.is_active()) {
+                Some(i) => {
+                    self.faults.remove(i);
+                }
+                None => break,
+            }
+        }
+        if self.changes.len() > HISTORY {
+            let drop = self.changes.len() - HISTORY;
+            self.changes.drain(..drop);
+        }
+    }
+}
+
+/// The ledger of one lab.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    path: PathBuf,
+    lock: PathBuf,
+}
+
+impl Ledger {
+    /// The ledger in lab directory `dir`.
+    pub fn in_dir(dir: &Path) -> Ledger {
+        Ledger {
+            path: dir.join("ledger.json"),
+            lock: dir.join("ledger.lock"),
+        }
+    }
+
+    /// The ledger of lab `name`.
+    pub fn of_lab(name: &str) -> Ledger {
+        Ledger::in_dir(&lab_runtime::state::lab_dir(name))
+    }
+
+    fn err(&self, what: impl Into<String>) -> FaultError {
+        FaultError::Ledger {
+            path: self.path.display().to_string(),
+            what: what.into(),
+        }
+    }
+
+    /// Reads the ledger; a missing file is an empty ledger.
+    ///
+    /// # Errors
+    /// [`FaultError::Ledger`] when the file is unreadable or corrupt.
+    pub fn read(&self) -> Result<LedgerData, FaultError> {
+        match fs::read(&self.path) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
+                self.err(format!(
+                    "corrupt ({e}); move it aside to start a fresh ledger after checking nothing is injected"
+                ))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LedgerData::default()),
+            Err(e) => Err(self.err(format!("unreadable: {e}"))),
+        }
+    }
+
+    /// Reads, changes and writes the ledger under its lock. Nothing is written if `f` fails.
+    ///
+    /// # Errors
+    /// What `f` returns, or [`FaultError::Ledger`] on I/O errors.
+    pub fn update<T>(
+        &self,
+        f: impl FnOnce(&mut LedgerData) -> Result<T, FaultError>,
+    ) -> Result<T, FaultError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.lock)
+            .map_err(|e| self.err(format!("cannot open the lock file: {e}")))?;
+        let _guard: Flock<File> = Flock::lock(file, FlockArg::LockExclusive)
+            .map_err(|(_, e)| self.err(format!("cannot lock: {e}")))?;
+        let mut data = self.read()?;
+        let out = f(&mut data)?;
+        data.trim();
+        let bytes = serde_json::to_vec_pretty(&data).map_err(|e| self.err(e.to_string()))?;
+        lab_runtime::state::write_atomic(&self.path, &bytes).map_err(|e| self.err(e.to_string()))?;
+        Ok(out)
+    }
+
+    /// Appends change records.
+    ///
+    /// # Errors
+    /// [`FaultError::Ledger`] on I/O errors.
+    pub fn record(&self, changes: Vec<ChangeRecord>) -> Result<(), FaultError> {
+        self.update(|d| {
+            d.changes.extend(changes);
+            Ok(())
+        })
+    }
+
+    /// The change records and active faults, as the telemetry snapshot wants them. A broken ledger reads
+    /// as empty here: the console must keep running.
+    pub fn view(&self) -> (Vec<ChangeRecord>, Vec<ActiveFault>) {
+        let Ok(d) = self.read() else {
+            return (Vec::new(), Vec::new());
+        };
+        let active = d
+            .active()
+            .map(|e| ActiveFault {
+                id: e.id.clone(),
+                kind: e.fault.kind().name().to_string(),
+                target: e.fault.target(),
+                phase: format!("{:?}", e.phase).to_lowercase(),
+            })
+            .collect();
+        (d.changes, active)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_is_atomic_and_failed_updates_write_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let l = Ledger::in_dir(t.path());
+        assert_eq!(l.read().unwrap(), LedgerData::default());
+        l.update(|d| {
+            d.next_id = 7;
+            Ok(())
+        })
+        .unwrap();
+        let before = fs::read(t.path().join("ledger.json")).unwrap();
+        let r: Result<(), _> = l.update(|d| {
+            d.next_id = 99;
+            Err(FaultError::Invalid("no".into()))
+        });
+        assert!(r.is_err());
+        assert_eq!(fs::read(t.path().join("ledger.json")).unwrap(), before);
+        assert_eq!(l.read().unwrap().next_id, 7);
+    }
+
+    #[test]
+    fn a_corrupt_ledger_is_an_error_not_a_panic() {
+        let t = tempfile::tempdir().unwrap();
+        fs::write(t.path().join("ledger.json"), b"{not json").unwrap();
+        let l = Ledger::in_dir(t.path());
+        assert!(l.read().unwrap_err().to_string().contains("corrupt"));
+        assert_eq!(l.view(), (Vec::new(), Vec::new()));
+    }
+}

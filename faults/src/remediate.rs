@@ -1,0 +1,191 @@
+//! Remediation commands: the actions a person or an agent takes to fix the lab, right or wrong.
+//!
+//! They are not "clear": they change the lab the way an operator would (scale the StatefulSet, edit the
+//! job's configuration, resize or restart one pod, re-apply the template), and each leaves a change record
+//! so an incident shows the fix beside the fault.
+
+use lab_model::change::ChangeSource;
+use lab_model::{ChangeRecord, Millicores, names};
+use lab_runtime::{Runtime, state::now_ms};
+
+use crate::{FaultError, Ledger};
+
+fn record(
+    ledger: &Ledger,
+    target: String,
+    what: &str,
+    before: String,
+    after: String,
+    note: Option<String>,
+) -> Result<ChangeRecord, FaultError> {
+    let c = ChangeRecord {
+        at_ms: now_ms(),
+        source: ChangeSource::Remediation,
+        target,
+        what: what.into(),
+        before,
+        after,
+        note,
+        fault_id: None,
+    };
+    ledger.record(vec![c.clone()])?;
+    Ok(c)
+}
+
+fn check_count(what: &str, n: u32) -> Result<(), FaultError> {
+    if n == 0 || n > lab_runtime::local::MAX_RANKS {
+        return Err(FaultError::Invalid(format!(
+            "{what} must be between 1 and {}",
+            lab_runtime::local::MAX_RANKS
+        )));
+    }
+    Ok(())
+}
+
+/// `lab scale ranks N`: sets the number of ranks, leaving the job's world size alone.
+///
+/// # Errors
+/// [`FaultError::Invalid`] for a bad count; the runtime's error.
+pub async fn scale(rt: &dyn Runtime, ledger: &Ledger, ranks: u32) -> Result<ChangeRecord, FaultError> {
+    check_count("the rank count", ranks)?;
+    let st = rt
+        .status()
+        .await
+        .map_err(FaultError::runtime("reading the lab's status"))?;
+    rt.scale_ranks(ranks)
+        .await
+        .map_err(FaultError::runtime(format!("scaling to {ranks} ranks")))?;
+    record(
+        ledger,
+        "ranks".into(),
+        "replicas",
+        st.ranks_desired.to_string(),
+        ranks.to_string(),
+        None,
+    )
+}
+
+/// `lab config world-size N`: sets the world size every rank expects; running ranks restart.
+///
+/// # Errors
+/// [`FaultError::Invalid`] for a bad size; the runtime's error.
+pub async fn world_size(
+    rt: &dyn Runtime,
+    ledger: &Ledger,
+    world_size: u32,
+) -> Result<ChangeRecord, FaultError> {
+    check_count("the world size", world_size)?;
+    let st = rt
+        .status()
+        .await
+        .map_err(FaultError::runtime("reading the lab's status"))?;
+    rt.set_world_size(world_size)
+        .await
+        .map_err(FaultError::runtime(format!(
+            "setting the world size to {world_size}"
+        )))?;
+    record(
+        ledger,
+        "job config".into(),
+        "world size",
+        st.world_size.to_string(),
+        world_size.to_string(),
+        None,
+    )
+}
+
+fn check_rank(st: &lab_model::status::LabStatus, rank: u32) -> Result<(), FaultError> {
+    if rank >= st.ranks_desired {
+        return Err(FaultError::Invalid(format!(
+            "rank {rank} is out of range: this lab has rank-0 to rank-{}",
+            st.ranks_desired.saturating_sub(1)
+        )));
+    }
+    Ok(())
+}
+
+/// `lab resize rank R --cpu Q`: changes one rank's CPU limit in place.
+///
+/// # Errors
+/// [`FaultError::Invalid`] for an unknown rank; the runtime's error.
+pub async fn resize(
+    rt: &dyn Runtime,
+    ledger: &Ledger,
+    rank: u32,
+    cpu: Millicores,
+) -> Result<ChangeRecord, FaultError> {
+    let st = rt
+        .status()
+        .await
+        .map_err(FaultError::runtime("reading the lab's status"))?;
+    check_rank(&st, rank)?;
+    let before = rt
+        .cpu_limits(rank)
+        .await
+        .map_err(FaultError::runtime(format!("reading rank-{rank}'s CPU limit")))?;
+    rt.resize_rank(rank, cpu)
+        .await
+        .map_err(FaultError::runtime(format!("resizing rank-{rank}")))?;
+    record(
+        ledger,
+        names::rank(rank),
+        "cpu limit",
+        crate::engine::cpu_text(before.live),
+        cpu.to_string(),
+        Some(format!("spec {}", before.template)),
+    )
+}
+
+/// `lab restart rank R`: replaces one rank (a new pod from the template).
+///
+/// # Errors
+/// [`FaultError::Invalid`] for an unknown rank; the runtime's error.
+pub async fn restart(rt: &dyn Runtime, ledger: &Ledger, rank: u32) -> Result<ChangeRecord, FaultError> {
+    let st = rt
+        .status()
+        .await
+        .map_err(FaultError::runtime("reading the lab's status"))?;
+    check_rank(&st, rank)?;
+    rt.restart_rank(rank)
+        .await
+        .map_err(FaultError::runtime(format!("restarting rank-{rank}")))?;
+    record(
+        ledger,
+        names::rank(rank),
+        "pod",
+        "running".into(),
+        "replaced".into(),
+        Some("new pod from the template".into()),
+    )
+}
+
+/// `lab apply --cpu Q`: re-applies the rank template with CPU limit `cpu`. Running ranks are replaced only
+/// if the template changes.
+///
+/// # Errors
+/// The runtime's error.
+pub async fn apply_template(
+    rt: &dyn Runtime,
+    ledger: &Ledger,
+    cpu: Millicores,
+) -> Result<ChangeRecord, FaultError> {
+    let st = rt
+        .status()
+        .await
+        .map_err(FaultError::runtime("reading the lab's status"))?;
+    let before = st
+        .ranks()
+        .find_map(|p| p.resources.cpu_template)
+        .map_or_else(|| "unknown".into(), |m| m.to_string());
+    rt.apply_template(cpu)
+        .await
+        .map_err(FaultError::runtime("applying the template"))?;
+    record(
+        ledger,
+        "rank template".into(),
+        "cpu limit",
+        before,
+        cpu.to_string(),
+        None,
+    )
+}
