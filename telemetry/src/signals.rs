@@ -98,6 +98,9 @@ pub struct Signals {
     pub ranks_waiting_for_peers: Vec<String>,
 }
 
+/// Where a per-rank gauge goes in [`RankSignals`].
+type GaugeField = fn(&mut RankSignals) -> &mut Option<f64>;
+
 fn finite(v: f64) -> Option<f64> {
     v.is_finite().then_some(v)
 }
@@ -183,7 +186,7 @@ impl Signals {
                 s.ranks_waiting_for_peers.push(rank_of(&l));
             }
         }
-        let gauges: [(&str, fn(&mut RankSignals) -> &mut Option<f64>); 6] = [
+        let gauges: [(&str, GaugeField); 6] = [
             (m::CPU_LIMIT_CORES, |r| &mut r.cpu_limit_cores),
             (m::STEP, |r| &mut r.step),
             (m::WORLD_SIZE, |r| &mut r.world_size),

@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+# Writes manifests/rules/golden-signals.test.yaml: the golden-signal scenarios as promtool unit tests.
+# Edit the scenarios here, then regenerate (needs PyYAML):
+#   python3 telemetry/tests/rule-scenarios.py manifests/rules/golden-signals.yaml > manifests/rules/golden-signals.test.yaml
+# and run `promtool test rules` and `cargo test -p lab-telemetry --test agreement`.
+import yaml, re, sys
+T = 120
+rules = yaml.safe_load(open(sys.argv[1]))
+alerts = {r['alert']: r for g in rules['groups'] for r in g['rules'] if 'alert' in r}
+
+def fmt(x):
+    s = f"{x:.6f}".rstrip('0').rstrip('.')
+    return s if s not in ('-0', '') else '0'
+
+def counter(segs):
+    """segs: list of (t_end, rate) or (t_end, 'reset', rate) or (t_end,'stale'); values for t=0..T."""
+    out = []; v = 0.0; t = -1
+    for seg in segs:
+        end = seg[0]
+        if seg[1] == 'stale':
+            out += ['stale'] * (end - t); t = end; continue
+        if seg[1] == 'reset':
+            v = 0.0; rate = seg[2]; start = v
+        else:
+            rate = seg[1]; start = 0.0 if t < 0 else v + rate
+        n = end - t - 1
+        out.append(f"{fmt(start)}+{fmt(rate)}x{n}" if rate >= 0 else f"{fmt(start)}-{fmt(-rate)}x{n}")
+        v = start + rate * n; t = end
+    assert t == T, (segs, t)
+    return ' '.join(out)
+
+def gauge(segs):
+    out = []; t = -1
+    for end, val in segs:
+        if val == 'stale':
+            out += ['stale'] * (end - t)
+        else:
+            out.append(f"{fmt(val)}x{end - t - 1}")
+        t = end
+    assert t == T
+    return ' '.join(out)
+
+LE = ['0.005', '0.05', '0.5', '+Inf']
+def bucket_index(latency):
+    for i, le in enumerate(LE):
+        if le == '+Inf' or latency <= float(le): return i
+
+def reads(segs):
+    """segs: (t_end, reads_per_s, latency) -> {le: counter segs}, count segs"""
+    per_le = {le: [] for le in LE}; count = []
+    for seg in segs:
+        if seg[1] == 'stale':
+            for le in LE: per_le[le].append(seg)
+            count.append(seg); continue
+        reset = seg[1] == 'reset'
+        end, rps, lat = (seg[0], seg[2], seg[3]) if reset else seg
+        bi = bucket_index(lat)
+        for i, le in enumerate(LE):
+            r = rps if i >= bi else 0
+            per_le[le].append((end, 'reset', r) if reset else (end, r))
+        count.append((end, 'reset', rps) if reset else (end, rps))
+    return per_le, count
+
+def server_of(rank): return f"storage-{rank % 3}"
+
+class Scenario:
+    def __init__(self): self.series = []
+    def add(self, name, labels, values):
+        lab = ','.join(f'{k}="{v}"' for k, v in labels.items())
+        self.series.append({'series': f'{name}{{{lab}}}', 'values': values})
+    def rank(self, r, samples, phases, read, cpu, rendezvous, world=None, coll_errors=None, read_errors=None):
+        inst = {'instance': f'rank-{r}'}
+        self.add('lab_samples_total', inst, counter(samples))
+        for ph, segs in phases.items():
+            self.add('lab_phase_seconds_total', {**inst, 'phase': ph}, counter(segs))
+        per_le, count = reads(read)
+        for le in LE:
+            self.add('lab_storage_read_duration_seconds_bucket', {**inst, 'le': le, 'server': server_of(r)}, counter(per_le[le]))
+        self.add('lab_storage_read_duration_seconds_count', {**inst, 'server': server_of(r)}, counter(count))
+        periods, throttled, secs = cpu
+        self.add('lab_cpu_periods_total', inst, counter(periods))
+        self.add('lab_cpu_throttled_periods_total', inst, counter(throttled))
+        self.add('lab_cpu_throttled_seconds_total', inst, counter(secs))
+        self.add('lab_rendezvous_waiting', inst, gauge(rendezvous))
+        self.add('lab_world_size', inst, gauge(world or [(T, 4)]))
+        self.add('lab_collective_errors_total', {**inst, 'kind': 'timeout'}, counter(coll_errors or [(T, 0)]))
+        self.add('lab_storage_read_errors_total', {**inst, 'kind': 'timeout', 'server': server_of(r)}, counter(read_errors or [(T, 0)]))
+    def seaweed(self, s, segs):
+        per_le, count = reads(segs)
+        inst = {'instance': f'storage-{s}', 'type': 'GET'}
+        for le in LE:
+            self.add('SeaweedFS_volumeServer_request_seconds_bucket', {**inst, 'le': le}, counter(per_le[le]))
+
+HEALTHY_PHASES = {'read': 0.1, 'compute': 0.6, 'wait': 0.2}
+def healthy_rank(sc, r, **over):
+    args = dict(
+        samples=[(T, 100)],
+        phases={p: [(T, v)] for p, v in HEALTHY_PHASES.items()},
+        read=[(T, 10, 0.003)],
+        cpu=([(T, 10)], [(T, 6)], [(T, 0.3)]),
+        rendezvous=[(T, 0)],
+    )
+    args.update(over)
+    sc.rank(r, **args)
+
+def alert_test(t, name, exp):
+    out = []
+    for labels in exp:
+        a = alerts[name]
+        lab = {**a.get('labels', {}), **labels}
+        ann = {}
+        for k, v in a.get('annotations', {}).items():
+            v = re.sub(r'\{\{ \$labels\.(\w+) \}\}', lambda m: labels[m.group(1)], v)
+            ann[k] = v.strip()
+        out.append({'exp_labels': lab, 'exp_annotations': ann})
+    return {'eval_time': f'{t}s', 'alertname': name, 'exp_alerts': out}
+
+ALL = list(alerts)
+def edges(firsts):
+    # The second an alert first fires, and the second before: both evaluators must agree on the edge.
+    out = []
+    for t, name, labels in firsts:
+        out += [alert_test(t - 1, name, []), alert_test(t, name, [labels])]
+    return out
+def nothing(t, except_=()):
+    return [alert_test(t, n, []) for n in ALL if n not in except_]
+
+groups = []
+
+# A: healthy
+sc = Scenario()
+for r in range(4): healthy_rank(sc, r)
+sc.seaweed(1, [(T, 10, 0.0003)])
+groups.append(('healthy job: the baseline is learned and nothing fires, though every rank is throttled in 60% of its CFS periods',
+    sc, nothing(100), [
+    {'expr': 'lab:job_samples_per_second:baseline > bool 380', 'eval_time': '100s', 'exp_samples': [{'labels': '{}', 'value': 1}]},
+    {'expr': 'lab:job_samples_per_second', 'eval_time': '100s', 'exp_samples': [{'labels': 'lab:job_samples_per_second', 'value': 400}]},
+    {'expr': 'lab:storage_read_p50_seconds{server="storage-1"}', 'eval_time': '100s', 'exp_samples': [{'labels': 'lab:storage_read_p50_seconds{server="storage-1"}', 'value': 0.0025}]},
+    ]))
+
+# B: slow storage-1 from 60 s
+sc = Scenario()
+for r in range(4):
+    slow = r == 1
+    healthy_rank(sc, r,
+        samples=[(60, 100), (T, 7)],
+        phases={'read': [(60, 0.1), (T, 0.9 if slow else 0.01)], 'compute': [(60, 0.6), (T, 0.05)], 'wait': [(60, 0.2), (T, 0.05 if slow else 0.94)]},
+        read=[(60, 10, 0.003), (T, 1, 0.4)] if slow else [(T, 10, 0.003)])
+sc.seaweed(1, [(T, 10, 0.0003)])
+groups.append(('slow-storage: storage-1 answers 400 ms late from 60 s; latency fires for storage-1 only, throughput and collective wait for the job',
+    sc,
+    nothing(58) + edges([(67, 'LabRanksWaitingAtCollective', {}), (69, 'LabTrainingThroughputLow', {}),
+                         (72, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
+        alert_test(80, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
+        alert_test(80, 'LabTrainingThroughputLow', [{}]),
+        alert_test(80, 'LabRanksWaitingAtCollective', [{}]),
+        alert_test(80, 'LabRankCpuThrottled', []),
+        alert_test(80, 'LabRanksWaitingForPeers', []),
+        alert_test(80, 'LabStorageReadErrors', []),
+    ], [
+    {'expr': 'lab:storage_server_get_p50_seconds{instance="storage-1"} < bool 0.005', 'eval_time': '80s', 'exp_samples': [{'labels': '{instance="storage-1"}', 'value': 1}]},
+    ]))
+
+# C: throttled rank-1 from 60 s
+sc = Scenario()
+for r in range(4):
+    hot = r == 1
+    healthy_rank(sc, r,
+        samples=[(60, 100), (T, 40)],
+        phases={'read': [(60, 0.1), (T, 0.1 if hot else 0.05)], 'compute': [(60, 0.6), (T, 0.85 if hot else 0.15)], 'wait': [(60, 0.2), (T, 0.0 if hot else 0.8)]},
+        read=[(60, 10, 0.003), (T, 3, 0.067)] if hot else [(T, 10, 0.003)],
+        cpu=([(T, 10)], [(60, 6), (T, 9.5 if hot else 6)], [(60, 0.3), (T, 0.85 if hot else 0.05)]))
+groups.append(('throttled-rank: rank-1 limited to 150m from 60 s; saturation fires for rank-1, and its slow-looking reads (timed on a starved CPU) do not fire latency',
+    sc,
+    nothing(58) + edges([(66, 'LabRankCpuThrottled', {'instance': 'rank-1'}), (68, 'LabRanksWaitingAtCollective', {}),
+                         (72, 'LabTrainingThroughputLow', {})]) + [
+        alert_test(80, 'LabRankCpuThrottled', [{'instance': 'rank-1'}]),
+        alert_test(80, 'LabTrainingThroughputLow', [{}]),
+        alert_test(80, 'LabRanksWaitingAtCollective', [{}]),
+        alert_test(80, 'LabStorageReadLatencyHigh', []),
+        alert_test(80, 'LabRanksWaitingForPeers', []),
+    ], [
+    {'expr': 'lab:storage_read_p50_seconds{server="storage-1"} > bool 0.05', 'eval_time': '80s', 'exp_samples': [{'labels': '{server="storage-1"}', 'value': 1}]},
+    ]))
+
+# D: unplaceable rank from 60 s
+sc = Scenario()
+for r in range(4):
+    healthy_rank(sc, r,
+        samples=[(60, 100), (62, 'stale'), (T, 'reset', 0)],
+        phases={p: [(60, v), (62, 'stale'), (T, 'reset', 0)] for p, v in HEALTHY_PHASES.items()},
+        read=[(60, 10, 0.003), (62, 'stale'), (T, 'reset', 0, 0.003)],
+        cpu=([(60, 10), (62, 'stale'), (T, 'reset', 0)], [(60, 6), (62, 'stale'), (T, 'reset', 0)], [(60, 0.3), (62, 'stale'), (T, 'reset', 0)]),
+        rendezvous=[(60, 0), (62, 'stale'), (T, 1)],
+        world=[(60, 4), (62, 'stale'), (T, 5)],
+        coll_errors=[(60, 0), (62, 'stale'), (T, 'reset', 0)],
+        read_errors=[(60, 0), (62, 'stale'), (T, 'reset', 0)])
+groups.append(('unplaceable-rank: world size 5 from 60 s; the four ranks restart and wait at rendezvous; throughput and waiting-for-peers fire, nothing else',
+    sc,
+    nothing(58) + edges([(68, 'LabRanksWaitingForPeers', {}), (69, 'LabTrainingThroughputLow', {})]) + [
+        alert_test(80, 'LabTrainingThroughputLow', [{}]),
+        alert_test(80, 'LabRanksWaitingForPeers', [{}]),
+        alert_test(80, 'LabStorageReadLatencyHigh', []),
+        alert_test(80, 'LabRankCpuThrottled', []),
+        alert_test(80, 'LabRanksWaitingAtCollective', []),
+        alert_test(80, 'LabCollectiveErrors', []),
+    ], []))
+
+# E: errors
+sc = Scenario()
+for r in range(4):
+    kw = {}
+    if r == 2: kw['read_errors'] = [(30, 0), (60, 1), (T, 0)]
+    if r == 3: kw['coll_errors'] = [(40, 0), (50, 0.5), (T, 0)]
+    if r == 0: kw['coll_errors'] = [(20, 'reset', 0), (T, 'reset', 0)]
+    healthy_rank(sc, r, **kw)
+# rank-0's error counter starts at 3 and resets to 0 when the rank restarts at 21 s: no new errors, no alert.
+for s in sc.series:
+    if s['series'].startswith('lab_collective_errors_total{instance="rank-0"'):
+        s['values'] = '3x20 0x99'
+groups.append(('errors: reads from storage-2 fail from 31 to 60 s, rank-3 fails at the collective from 41 to 50 s; a counter reset on rank-0 is no error',
+    sc,
+    [
+        alert_test(25, 'LabStorageReadErrors', []),
+        alert_test(25, 'LabCollectiveErrors', []),
+        alert_test(30, 'LabStorageReadErrors', []),
+        alert_test(31, 'LabStorageReadErrors', [{'server': 'storage-2'}]),
+        alert_test(40, 'LabCollectiveErrors', []),
+        alert_test(41, 'LabCollectiveErrors', [{'instance': 'rank-3'}]),
+        alert_test(45, 'LabCollectiveErrors', [{'instance': 'rank-3'}]),
+        alert_test(75, 'LabStorageReadErrors', []),
+        alert_test(75, 'LabCollectiveErrors', []),
+    ], []))
+
+# F: unstable throughput: no baseline, so no throughput alert
+sc = Scenario()
+healthy_rank(sc, 0, samples=[(15, 50), (30, 150), (45, 50), (60, 150), (T, 10)])
+groups.append(('unstable throughput never settles into a baseline, so a later drop fires nothing',
+    sc, [alert_test(90, 'LabTrainingThroughputLow', [])], [
+    {'expr': 'lab:job_samples_per_second:baseline', 'eval_time': '90s', 'exp_samples': []},
+    ]))
+
+# G: every server equally slow
+sc = Scenario()
+for r in range(4): healthy_rank(sc, r, read=[(T, 2, 0.4)])
+groups.append(('every server equally slow: no one server stands out, so latency fires for none',
+    sc, [alert_test(60, 'LabStorageReadLatencyHigh', [])], []))
+
+out = {
+    'rule_files': ['golden-signals.yaml'],
+    'evaluation_interval': '1s',
+    'tests': [],
+}
+for name, sc, at, et in groups:
+    t = {'name': name, 'interval': '1s', 'input_series': sc.series, 'alert_rule_test': at}
+    if et: t['promql_expr_test'] = et
+    out['tests'].append(t)
+
+class Dumper(yaml.SafeDumper): pass
+def str_presenter(d, data):
+    return d.represent_scalar('tag:yaml.org,2002:str', data)
+Dumper.add_representer(str, str_presenter)
+header = """# promtool unit tests for golden-signals.yaml: `promtool test rules golden-signals.test.yaml`.
+# Generated by telemetry/tests/rule-scenarios.py: edit the scenarios there.
+#
+# Each test is one scenario of the lab on synthetic series (4 ranks; rank r reads from storage-(r mod 3)),
+# with the alerts expected to fire and not to fire. lab-telemetry's agreement test feeds these same series,
+# tick by tick, through the lab's own evaluator and expects the same alerts at the same times; so every
+# series covers the whole run, and a series that disappears is written `stale`, never `_`.
+"""
+sys.stdout.write(header + yaml.dump(out, Dumper=Dumper, sort_keys=False, width=120, default_flow_style=False))
