@@ -26,6 +26,9 @@ pub const NETEM_ANNOTATION: &str = "lab.dev/netem";
 /// The line a delay container prints once its `tc` command succeeded.
 const TC_OK: &str = "lab: tc ok";
 
+/// Images put `tc` in /sbin or /usr/sbin, which a container's PATH may lack.
+const TC_PATH: &str = "PATH=\"$PATH:/usr/sbin:/sbin\" ";
+
 /// Did `tc` fail because the kernel has no netem qdisc?
 pub fn netem_missing(log: &str) -> bool {
     let l = log.to_ascii_lowercase();
@@ -39,12 +42,12 @@ pub fn netem_missing(log: &str) -> bool {
 pub fn tc_script(delay: Option<Delay>) -> String {
     match delay {
         Some(d) => format!(
-            "tc qdisc replace dev eth0 root netem delay {}ms {}ms && echo '{TC_OK}'",
+            "{TC_PATH}tc qdisc replace dev eth0 root netem delay {}ms {}ms && echo '{TC_OK}'",
             d.delay.as_millis(),
             d.jitter.as_millis()
         ),
         // Deleting a qdisc that is not there fails; either way no netem is left.
-        None => format!("tc qdisc del dev eth0 root 2>/dev/null; echo '{TC_OK}'"),
+        None => format!("{TC_PATH}tc qdisc del dev eth0 root 2>/dev/null; echo '{TC_OK}'"),
     }
 }
 
@@ -156,7 +159,8 @@ impl KubeRuntime {
         if d <= 0.0 {
             return Ok(None);
         }
-        let dur = |x: f64| Duration::try_from_secs_f64(x / 1e3).unwrap_or_default();
+        // Whole microseconds, so a delay read back equals the one that was set.
+        let dur = |x: f64| Duration::from_micros((x * 1e3).round() as u64);
         Ok(Some(Delay {
             delay: dur(d),
             jitter: dur(j),
@@ -601,11 +605,11 @@ mod tests {
             delay: Duration::from_millis(300),
             jitter: Duration::from_millis(20),
         };
-        assert_eq!(
-            tc_script(Some(d)),
-            "tc qdisc replace dev eth0 root netem delay 300ms 20ms && echo 'lab: tc ok'"
+        assert!(
+            tc_script(Some(d))
+                .ends_with("tc qdisc replace dev eth0 root netem delay 300ms 20ms && echo 'lab: tc ok'")
         );
-        assert!(tc_script(None).starts_with("tc qdisc del dev eth0 root"));
+        assert!(tc_script(None).contains("tc qdisc del dev eth0 root"));
         assert_eq!(parse_delay_text(&delay_text(d)), Some(d));
     }
 

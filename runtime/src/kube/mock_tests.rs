@@ -448,7 +448,7 @@ async fn slow_storage_falls_back_to_the_proxy_where_the_kernel_has_no_netem() {
                     c["command"][2]
                         .as_str()
                         .unwrap()
-                        .starts_with("tc qdisc replace dev eth0 root netem delay 300ms 0ms")
+                        .contains("tc qdisc replace dev eth0 root netem delay 300ms 0ms")
                 );
             }),
             watch_list(
@@ -547,7 +547,7 @@ async fn slow_storage_uses_netem_where_the_kernel_has_it_and_clears_it_with_anot
                     c["command"][2]
                         .as_str()
                         .unwrap()
-                        .starts_with("tc qdisc del dev eth0 root")
+                        .contains("tc qdisc del dev eth0 root")
                 );
             }),
             watch_list(

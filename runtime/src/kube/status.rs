@@ -177,7 +177,19 @@ pub fn pod_status(
                 }
             })
             .unwrap_or("added");
-        let shown = cmd.last().cloned().unwrap_or_default();
+        let last = cmd.last().cloned().unwrap_or_default();
+        // A delay container's script: show the tc command itself, not its PATH or its echo.
+        let shown = match last.find("tc qdisc") {
+            Some(at) => last[at..]
+                .split(" &&")
+                .next()
+                .unwrap_or_default()
+                .split(" 2>")
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            None => last,
+        };
         s.containers
             .push(format!("{} (ephemeral, {state}: {shown})", e.name));
     }
