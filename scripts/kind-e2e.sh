@@ -16,8 +16,8 @@ DRILLS=(slow-storage throttled-rank unplaceable-rank)
 T0=$(date +%s)
 mkdir -p "$REPORTS"
 
-say() { printf '[kind-e2e +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
-die() { say "FAILED: $*"; exit 1; }
+E2E_TAG=kind-e2e
+. "$root/scripts/e2e-common.sh"
 
 command -v docker >/dev/null || die "docker is not installed: install Docker (the kind runtime needs it)"
 docker info >/dev/null 2>&1 || die "the Docker daemon does not answer: start it"
@@ -29,7 +29,6 @@ if [ -z "${LAB_BIN:-}" ]; then
   (cd "$root" && cargo build --release -p lab-cli >&2)
   LAB_BIN="$root/target/release/lab"
 fi
-lab() { "$LAB_BIN" "$@"; }
 
 cleanup() {
   local rc=$?
@@ -37,51 +36,40 @@ cleanup() {
     say "LAB_E2E_KEEP=1: leaving lab $NAME up (lab down --name $NAME removes it)"
   else
     say "lab down"
-    lab down --name "$NAME" >&2 || say "lab down failed: remove the cluster with kind delete cluster --name lab-$NAME"
+    lab down >&2 || say "lab down failed: remove the cluster with kind delete cluster --name lab-$NAME"
   fi
   say "done in $(( $(date +%s) - T0 )) s, exit $rc"
 }
 trap cleanup EXIT
 
-status() { lab status --name "$NAME" --json; }
-
-# All ranks and storage servers Running and Ready: what Kubernetes shows during every one of these faults.
-expect_all_ready() {
-  local s; s=$(status)
-  echo "$s" | jq -e '[.pods[] | select(.role == "rank" or .role == "storage-server")] | all(.phase == "Running" and .ready)' >/dev/null \
-    || { echo "$s" | jq '.pods[] | {name, phase, ready, reason}' >&2; die "$1: not every rank and storage server is Running and Ready"; }
-}
-
 say "lab up --runtime kind"
-(cd "$root" && lab up --runtime kind --name "$NAME") || die "lab up"
+(cd "$root" && lab up --runtime kind) || die "lab up"
 expect_all_ready "after lab up"
-status > "$REPORTS/status-up.json"
+status_json > "$REPORTS/status-up.json"
 
-if lab drill --help >/dev/null 2>&1; then
+if have_drills; then
   for d in "${DRILLS[@]}"; do
-    say "drill $d"
-    lab drill run "$d" --name "$NAME" --json "$REPORTS/$d.json" --junit "$REPORTS/$d.xml" >&2 || die "drill $d"
+    run_drill "$d"
     expect_all_ready "after drill $d"
   done
 else
   # Without the drill engine, the same three faults by hand, each checked while injected.
-  say "no 'lab drill' in this build: injecting the three faults with 'lab fault'"
-  lab fault inject slow-storage --name "$NAME" --server 1 --delay 300ms >&2 || die "inject slow-storage"
+  say "no drill engine in this build: injecting the three faults with 'lab fault'"
+  lab fault inject slow-storage --server 1 --delay 300ms >&2 || die "inject slow-storage"
   expect_all_ready "slow-storage injected"
-  status | jq -e '.pods[] | select(.name == "storage-1") | .containers' >/dev/null || die "storage-1 not in status"
-  lab fault clear --all --name "$NAME" >&2 || die "clear slow-storage"
+  lab fault clear --all >&2 || die "clear slow-storage"
 
-  lab fault inject throttled-rank --name "$NAME" --rank 1 --cpu 150m >&2 || die "inject throttled-rank"
+  lab fault inject throttled-rank --rank 1 --cpu 150m >&2 || die "inject throttled-rank"
   expect_all_ready "throttled-rank injected"
-  status | jq -e '.pods[] | select(.name == "rank-1") | .resources | .cpu_live == "150m" and .cpu_template == "400m"' >/dev/null \
-    || die "rank-1 is not at 150m live with a 400m template"
-  lab fault clear --all --name "$NAME" >&2 || die "clear throttled-rank"
+  wait_status "rank-1 runs at 150m while its template says 400m" 60 \
+    '.pods[] | select(.name == "rank-1") | .resources.cpu_live == "150m" and .resources.cpu_template == "400m"'
+  lab fault clear --all >&2 || die "clear throttled-rank"
 
-  lab fault inject unplaceable-rank --name "$NAME" --ranks 5 >&2 || die "inject unplaceable-rank"
-  sleep 5
-  status | jq -e '.world_size == 5 and (.pods[] | select(.name == "rank-4") | .phase == "Pending" and (.reason | test("Insufficient")))' >/dev/null \
-    || die "rank-4 is not Pending with an Insufficient reason"
-  lab fault clear --all --name "$NAME" >&2 || die "clear unplaceable-rank"
+  lab fault inject unplaceable-rank --ranks 5 >&2 || die "inject unplaceable-rank"
+  wait_status "rank-4 Pending (Insufficient GPU), world size 5" 90 \
+    '.world_size == 5 and any(.pods[]; .name == "rank-4" and .phase == "Pending" and ((.reason // "") | test("Insufficient")))'
+  lab fault clear --all >&2 || die "clear unplaceable-rank"
+  wait_status "back to 4 ranks and world size 4" 120 '.world_size == 4 and .ranks_desired == 4'
 fi
-status > "$REPORTS/status-end.json"
+status_json > "$REPORTS/status-end.json"
 say "all passed"
