@@ -1,5 +1,37 @@
-//! The `lab` command: argument parsing and output; the work happens in the library crates.
+//! The `lab` command: parses arguments and hands them to the library crates; see `cli.rs` for the flags.
 
-fn main() {
-    println!("lab: not yet");
+mod cli;
+mod cmd;
+mod out;
+mod session;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    if let cli::Command::Supervise { dir } = &cli.command {
+        return match lab_runtime::local::supervisor::run(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("supervisor: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(cmd::run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", out::chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -9,6 +9,7 @@ pub mod error;
 pub mod kube;
 pub mod lifecycle;
 pub mod local;
+pub mod open;
 pub mod state;
 
 use std::time::Duration;

@@ -1,0 +1,303 @@
+//! The command line: every flag, its help, and the option structs it maps onto.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lab_model::Millicores;
+
+/// Straggler Lab: one slow component stalls a synchronous training job while Kubernetes says
+/// every pod is Ready. Stand the lab up, break it the three ways the seed story did, watch Ready
+/// against the job's own signals, and prove a fix on step time and throughput.
+///
+/// A first session:
+///   lab up                            # storage, dataset, 4 ranks, learned baseline
+///   lab console                       # live view; keys inject and clear faults
+///   lab fault inject slow-storage     # storage-1 answers 300 ms late
+///   lab status                        # 4/4 Ready, training at a fraction of normal
+///   lab fault clear --all
+///   lab down                          # leaves nothing behind
+#[derive(Debug, Parser)]
+#[command(name = "lab", version, max_term_width = 110, verbatim_doc_comment)]
+pub struct Cli {
+    /// The lab to act on; several labs with different names can run side by side.
+    #[arg(long, global = true, env = "LAB_NAME", default_value = "lab")]
+    pub name: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Stand the lab up: SeaweedFS, the dataset, the ranks, and a learned training baseline.
+    Up(UpArgs),
+    /// Stop everything the lab started and remove what it created (faults included).
+    Down(JsonArg),
+    /// One screen: the Kubernetes view beside the training view.
+    Status(StatusArgs),
+    /// Inject, list and clear faults.
+    #[command(subcommand)]
+    Fault(FaultCmd),
+    /// Set the number of ranks (StatefulSet replicas). Does not change the job's world size.
+    Scale(ScaleArgs),
+    /// Change the job's configuration.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Change one rank's CPU limit in place (the template stays as it is).
+    Resize(ResizeArgs),
+    /// Replace one rank with a new one from the template.
+    Restart(RestartArgs),
+    /// Re-apply the rank template; ranks are replaced only if it changes.
+    Apply(ApplyArgs),
+    /// The live console: per-storage-server latency against pod Ready.
+    Console,
+    /// Run and check fault drills.
+    #[command(subcommand)]
+    Drill(DrillCmd),
+    /// The incident bundle: wiring, changes, firing signals and per-dependency latency.
+    Incident(IncidentArgs),
+    /// The seed story end to end: each fault injected, detected, remediated and verified.
+    Demo(DemoArgs),
+    /// Runs a local lab's supervisor (started by `lab up`; not for direct use).
+    #[command(name = "__supervise", hide = true)]
+    Supervise { dir: PathBuf },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeArg {
+    /// kind when Docker and kind are usable, else local.
+    Auto,
+    /// Supervised processes on this machine.
+    Local,
+    /// A kind cluster the lab creates (needs Docker and kind).
+    Kind,
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Where to run. With --kubeconfig, an existing cluster is used instead.
+    #[arg(long, value_enum, default_value_t = RuntimeArg::Auto)]
+    pub runtime: RuntimeArg,
+    /// Training ranks.
+    #[arg(long, default_value_t = 4)]
+    pub ranks: u32,
+    /// SeaweedFS volume servers.
+    #[arg(long, default_value_t = 3)]
+    pub storage_servers: u32,
+    /// Counted GPUs on the node; each rank needs one.
+    #[arg(long, default_value_t = 4)]
+    pub gpus: u32,
+    /// Each rank's CPU limit.
+    #[arg(long, default_value = "400m")]
+    pub cpu: Millicores,
+    /// The dataset's seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// How long a rank waits at the collective or rendezvous before its watchdog fails it (e.g. 120s).
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub watchdog: std::time::Duration,
+    /// Take the local lab's ports in order from here (each must be free) instead of free ones.
+    #[arg(long)]
+    pub port_base: Option<u16>,
+    /// Keep what was created when a step fails, for debugging.
+    #[arg(long)]
+    pub retain: bool,
+    /// Use the existing cluster of this kubeconfig (no cluster is created or deleted).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context.
+    #[arg(long, requires = "kubeconfig")]
+    pub context: Option<String>,
+    /// The namespace (default straggler-lab-<name>, created and deleted by the lab).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The counted GPU resource on Kubernetes (e.g. nvidia.com/gpu on a real cluster).
+    #[arg(long, default_value = "lab.dev/gpu")]
+    pub gpu_resource: String,
+    /// Advertise --gpus of --gpu-resource on the nodes (default: on for kind, off for an existing cluster).
+    #[arg(long)]
+    pub advertise_gpus: Option<bool>,
+    /// The lab image on Kubernetes.
+    #[arg(long)]
+    pub image: Option<String>,
+    /// The image pull policy on Kubernetes (IfNotPresent, or Never for nodes without a registry).
+    #[arg(long)]
+    pub pull_policy: Option<String>,
+    /// How long to wait for training to reach a steady baseline.
+    #[arg(long, default_value = "180s", value_parser = parse_duration)]
+    pub baseline_timeout: std::time::Duration,
+    /// Print the result as JSON on stdout (progress still goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print the whole snapshot as JSON (schema: docs/status.md).
+    #[arg(long)]
+    pub json: bool,
+    /// How long to watch the job before answering (rates need two scrapes).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub window: std::time::Duration,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FaultCmd {
+    /// The catalogue: each fault with its parameters.
+    List(JsonArg),
+    /// Inject a fault and prove it took effect.
+    #[command(subcommand)]
+    Inject(InjectCmd),
+    /// Clear a fault by id (or by kind), or every fault with --all, restoring exactly what was there.
+    Clear(ClearArgs),
+    /// The faults in the ledger and their change records.
+    Status(JsonArg),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum InjectCmd {
+    /// One storage server answers every request late.
+    SlowStorage {
+        /// The storage server.
+        #[arg(long, default_value_t = 1)]
+        server: u32,
+        /// Added to every answer (e.g. 300ms, 1.5s).
+        #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+        delay: std::time::Duration,
+        /// Uniform jitter, plus or minus.
+        #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+        jitter: std::time::Duration,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One rank's CPU limit is cut in place; its template keeps the old value.
+    ThrottledRank {
+        /// The rank.
+        #[arg(long, default_value_t = 1)]
+        rank: u32,
+        /// The new CPU limit (e.g. 150m).
+        #[arg(long, default_value = "150m")]
+        cpu: Millicores,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Scale past the node's GPUs and set the world size to match: the extra rank never starts.
+    UnplaceableRank {
+        /// The new rank count (and world size).
+        #[arg(long, default_value_t = 5)]
+        ranks: u32,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ClearArgs {
+    /// The fault's id (from `lab fault status`) or its kind.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub id: Option<String>,
+    /// Clear every injected fault.
+    #[arg(long)]
+    pub all: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    /// What to scale (only `ranks`).
+    #[arg(value_parser = ["ranks"])]
+    pub what: String,
+    /// The new count.
+    pub count: u32,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCmd {
+    /// Set the world size every rank expects; running ranks restart to pick it up.
+    WorldSize { size: u32 },
+}
+
+#[derive(Debug, Args)]
+pub struct ResizeArgs {
+    /// What to resize (only `rank`).
+    #[arg(value_parser = ["rank"])]
+    pub what: String,
+    /// The rank.
+    pub rank: u32,
+    /// The new CPU limit (e.g. 400m).
+    #[arg(long)]
+    pub cpu: Millicores,
+}
+
+#[derive(Debug, Args)]
+pub struct RestartArgs {
+    /// What to restart (only `rank`).
+    #[arg(value_parser = ["rank"])]
+    pub what: String,
+    /// The rank.
+    pub rank: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// The CPU limit the template should say.
+    #[arg(long)]
+    pub cpu: Millicores,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DrillCmd {
+    /// Check drill files without running them; errors give line and column.
+    Validate { files: Vec<PathBuf> },
+    /// Run drills against the running lab; exit 0 only if every drill passed.
+    Run(DrillRunArgs),
+    /// The built-in drills.
+    List,
+}
+
+#[derive(Debug, Args)]
+pub struct DrillRunArgs {
+    /// Drill files, or names of built-in drills (slow-storage, throttled-rank, unplaceable-rank).
+    #[arg(required = true)]
+    pub files: Vec<String>,
+    /// A remediation command to run instead of the drill's own (gets LAB_INCIDENT_BUNDLE in its environment).
+    #[arg(long)]
+    pub remediate: Option<String>,
+    /// Write the JSON report here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Write a JUnit XML report here.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct IncidentArgs {
+    /// Print the bundle as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// How long to watch the job before answering.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub window: std::time::Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Keep the lab running after the demo (default: take it down).
+    #[arg(long)]
+    pub keep: bool,
+    /// Where to run the demo.
+    #[arg(long, value_enum, default_value_t = RuntimeArg::Auto)]
+    pub runtime: RuntimeArg,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    lab_model::parse_duration(s).map_err(|e| e.to_string())
+}

@@ -1,0 +1,31 @@
+//! One function per command: map the parsed flags onto the library's options, call it, print the result.
+
+mod fault;
+mod lifecycle;
+mod remediate;
+mod status;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let name = cli.name;
+    lab_runtime::state::validate_name(&name)?;
+    match cli.command {
+        Command::Up(a) => lifecycle::up(&name, a).await,
+        Command::Down(a) => lifecycle::down(&name, a.json).await,
+        Command::Status(a) => status::status(&name, a).await,
+        Command::Fault(f) => fault::run(&name, f).await,
+        Command::Scale(a) => remediate::scale(&name, a.count).await,
+        Command::Config(crate::cli::ConfigCmd::WorldSize { size }) => remediate::world_size(&name, size).await,
+        Command::Resize(a) => remediate::resize(&name, a.rank, a.cpu).await,
+        Command::Restart(a) => remediate::restart(&name, a.rank).await,
+        Command::Apply(a) => remediate::apply(&name, a.cpu).await,
+        Command::Console | Command::Drill(_) | Command::Incident(_) | Command::Demo(_) => {
+            anyhow::bail!("this command is not available in this build yet")
+        }
+        Command::Supervise { .. } => unreachable!("handled in main before the async runtime starts"),
+    }
+}

@@ -1,0 +1,79 @@
+//! How the CLI prints: one line per lifecycle step with ✓ or ✗ and its time, errors with their causes.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use lab_runtime::Progress;
+
+/// Prints steps to stderr: `… name` while it runs (on a terminal), then `✓ name  1.2s`.
+#[derive(Debug)]
+pub struct Steps {
+    tty: bool,
+    open: Mutex<Option<String>>,
+}
+
+impl Steps {
+    pub fn new() -> Self {
+        Steps { tty: std::io::stderr().is_terminal(), open: Mutex::new(None) }
+    }
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 { format!("{s:.1}s") } else { format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60) }
+}
+
+impl Progress for Steps {
+    fn step_started(&self, step: &str) {
+        if self.tty {
+            let mut e = std::io::stderr().lock();
+            let _ = write!(e, " … {step}");
+            let _ = e.flush();
+            *self.open.lock().expect("progress") = Some(step.to_string());
+        }
+    }
+
+    fn step_finished(&self, step: &str, ok: bool, elapsed: Duration, detail: Option<&str>) {
+        let mut e = std::io::stderr().lock();
+        if self.tty && self.open.lock().expect("progress").take().is_some() {
+            let _ = write!(e, "\r\x1b[2K");
+        }
+        let mark = if ok { "✓" } else { "✗" };
+        let _ = write!(e, " {mark} {step:<28} {:>6}", secs(elapsed));
+        if let Some(d) = detail {
+            let first = d.lines().next().unwrap_or("");
+            let _ = write!(e, "  {first}");
+        }
+        let _ = writeln!(e);
+    }
+
+    fn note(&self, message: &str) {
+        let mut e = std::io::stderr().lock();
+        if self.tty && self.open.lock().expect("progress").is_some() {
+            let _ = write!(e, "\r\x1b[2K");
+        }
+        let _ = writeln!(e, "   note: {message}");
+    }
+}
+
+/// An error and its causes on one line: `what failed: because: because`.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    s
+}
+
+/// Prints a value as pretty JSON on stdout.
+pub fn json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
