@@ -408,3 +408,295 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
         summary,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use lab_model::Millicores;
+    use lab_model::snapshot::{Baseline, GoldenSignal};
+    use lab_model::status::{Phase, RuntimeKind};
+    use lab_runtime::TargetKind;
+
+    use super::*;
+
+    fn status(ranks: u32, servers: u32) -> LabStatus {
+        let mut pods = Vec::new();
+        for s in 0..servers {
+            let mut p = PodStatus::new(names::storage(s), Role::StorageServer, Some(s));
+            p.phase = Phase::Running;
+            p.ready = true;
+            pods.push(p);
+        }
+        for r in 0..ranks {
+            let mut p = PodStatus::new(names::rank(r), Role::Rank, Some(r));
+            p.phase = Phase::Running;
+            p.ready = true;
+            p.resources.cpu_live = Some(Millicores(if r == 1 { 150 } else { 400 }));
+            p.resources.cpu_template = Some(Millicores(400));
+            pods.push(p);
+        }
+        LabStatus {
+            lab: "t".into(),
+            runtime: RuntimeKind::Local,
+            pods,
+            gpus_capacity: 4,
+            gpu_resource: "gpu".into(),
+            ranks_desired: ranks,
+            world_size: ranks,
+            storage_servers: servers,
+            delay_path: "proxy".into(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn target(instance: &str) -> ScrapeTarget {
+        let rank = instance.starts_with("rank");
+        ScrapeTarget {
+            instance: instance.into(),
+            kind: if rank {
+                TargetKind::Rank
+            } else {
+                TargetKind::Storage
+            },
+            index: names::index_of(instance, if rank { "rank" } else { "storage" }).unwrap_or(0),
+            address: "http://127.0.0.1:1/metrics".into(),
+        }
+    }
+
+    /// What rank `r` exports after `secs` seconds of steady training: 2 steps/s of 50 samples, reads of
+    /// `read_ms` from storage `r mod 3`, the given share of time in each phase.
+    fn rank_text(r: u32, secs: f64, read_ms: f64, phases: [f64; 3]) -> String {
+        let server = names::storage(r % 3);
+        let reads = 10.0 * secs;
+        let mut t = format!(
+            "# TYPE lab_samples_total counter\nlab_samples_total {}\nlab_steps_total {}\nlab_step {}\n",
+            100.0 * secs,
+            2.0 * secs,
+            (2.0 * secs) as u64
+        );
+        for (p, share) in ["read", "compute", "wait"].iter().zip(phases) {
+            t += &format!("lab_phase_seconds_total{{phase=\"{p}\"}} {}\n", share * secs);
+        }
+        for le in ["0.005", "0.05", "0.5", "+Inf"] {
+            let within = le == "+Inf" || read_ms / 1000.0 <= le.parse::<f64>().unwrap();
+            t += &format!(
+                "lab_storage_read_duration_seconds_bucket{{server=\"{server}\",le=\"{le}\"}} {}\n",
+                if within { reads } else { 0.0 }
+            );
+        }
+        t += &format!("lab_storage_read_duration_seconds_count{{server=\"{server}\"}} {reads}\n");
+        t += &format!(
+            "lab_cpu_periods_total {}\nlab_cpu_throttled_periods_total {}\n",
+            10.0 * secs,
+            5.0 * secs
+        );
+        t += &format!(
+            "lab_cpu_throttled_seconds_total {}\nlab_cpu_limit_cores 0.4\n",
+            0.2 * secs
+        );
+        t += "lab_rendezvous_waiting 0\nlab_world_size 4\nlab_loss 0.25\n";
+        t += "go_goroutines 12\n";
+        t
+    }
+
+    fn seaweed_text(secs: f64) -> String {
+        let mut t = String::new();
+        for (le, n) in [("0.0001", 0.0), ("0.0008", 10.0 * secs), ("+Inf", 10.0 * secs)] {
+            t += &format!("SeaweedFS_volumeServer_request_seconds_bucket{{type=\"GET\",le=\"{le}\"}} {n}\n");
+        }
+        t
+    }
+
+    fn tick(c: &mut Collector, secs: u64, slow: Option<u32>, broken: Option<&str>) -> Snapshot {
+        let mut scrapes = Vec::new();
+        for r in 0..4 {
+            let read_ms = if slow == Some(r % 3) { 300.0 } else { 3.0 };
+            let phases = if slow.is_some() {
+                [0.1, 0.2, 0.7]
+            } else {
+                [0.1, 0.7, 0.2]
+            };
+            scrapes.push((
+                target(&names::rank(r)),
+                Ok(rank_text(r, secs as f64, read_ms, phases)),
+            ));
+        }
+        for s in 0..3 {
+            scrapes.push((target(&names::storage(s)), Ok(seaweed_text(secs as f64))));
+        }
+        if let Some(b) = broken {
+            scrapes[2].1 = Err(b.to_string());
+        }
+        c.observe(
+            1_700_000_000_000 + secs * 1000,
+            status(4, 3),
+            scrapes,
+            Vec::new(),
+            Vec::new(),
+        )
+    }
+
+    #[test]
+    fn views_from_scrapes() {
+        let mut c = Collector::default();
+        let mut snap = None;
+        for s in 0..=12 {
+            snap = Some(tick(&mut c, s, None, None));
+        }
+        let snap = snap.unwrap();
+        assert!(snap.scrape_errors.is_empty(), "{:?}", snap.scrape_errors);
+        assert!(snap.alerts.is_empty(), "{:?}", snap.alerts);
+        let t = &snap.training;
+        assert!((t.samples_per_s.unwrap() - 400.0).abs() < 1e-6);
+        assert!((t.steps_per_s.unwrap() - 2.0).abs() < 1e-6);
+        assert_eq!((t.step, t.world_size, t.loss), (24, Some(4), Some(0.25)));
+        assert_eq!(t.history.len(), 13);
+        let r1 = &snap.ranks[1];
+        assert_eq!((r1.name.as_str(), r1.rank, r1.up), ("rank-1", 1, true));
+        assert_eq!(r1.server.as_deref(), Some("storage-1"));
+        assert!((r1.compute.unwrap() - 0.7).abs() < 1e-9 && (r1.wait.unwrap() - 0.2).abs() < 1e-9);
+        assert!((r1.throttled.unwrap() - 0.5).abs() < 1e-9);
+        assert_eq!(r1.cpu_limit_cores, Some(0.4));
+        assert!((r1.read_p50.unwrap() - 0.0025).abs() < 1e-9);
+        let s0 = &snap.storage[0];
+        assert_eq!(s0.readers, vec!["rank-0".to_string(), "rank-3".to_string()]);
+        assert!((s0.client_p50.unwrap() - 0.0025).abs() < 1e-9);
+        assert!((s0.server_p50.unwrap() - 0.00045).abs() < 1e-9);
+        assert!((s0.reads_per_s.unwrap() - 20.0).abs() < 1e-6);
+        assert!(!s0.outlier);
+        // Only what the rules and views read is kept.
+        let (series, _) = c.store_size();
+        assert!(series < 100, "{series}");
+    }
+
+    #[test]
+    fn garbage_and_failed_scrapes_are_errors_not_panics() {
+        let mut c = Collector::default();
+        tick(&mut c, 0, None, None);
+        let snap = c.observe(
+            1_700_000_001_000,
+            status(4, 3),
+            vec![
+                (target("rank-0"), Ok("lab_steps_total{ 12".into())),
+                (target("rank-1"), Ok("\u{0}\u{fffd}garbage".into())),
+                (target("rank-2"), Err("connection refused".into())),
+                (target("rank-3"), Ok("x".repeat(9 << 20))),
+            ],
+            Vec::new(),
+            Vec::new(),
+        );
+        assert_eq!(
+            snap.scrape_errors,
+            vec![
+                "rank-0: garbage metrics: metrics text line 1: invalid label name",
+                "rank-1: garbage metrics: metrics text line 1: invalid metric name",
+                "rank-2: connection refused",
+                "rank-3: metrics text too large (9437184 bytes)",
+            ]
+        );
+        assert!(snap.ranks.iter().all(|r| !r.up));
+        // The storage servers were not scraped this tick: their series went stale, not kept.
+        assert!(snap.storage.iter().all(|s| s.server_p50.is_none()));
+    }
+
+    #[test]
+    fn slow_storage_fires_latency_for_that_server_only() {
+        let mut c = Collector::default();
+        let mut first = None;
+        for s in 0..=40 {
+            let snap = tick(&mut c, s, (s > 20).then_some(1), None);
+            if first.is_none() && snap.alerts.iter().any(|a| a.signal == GoldenSignal::Latency) {
+                first = Some((s, snap));
+            }
+        }
+        let (at, snap) = first.expect("latency fired");
+        // Window of 10 s, for 2 s: the window must hold mostly slow reads first.
+        assert!((26..=33).contains(&at), "{at}");
+        let a = snap
+            .alerts
+            .iter()
+            .find(|a| a.signal == GoldenSignal::Latency)
+            .unwrap();
+        assert_eq!(
+            (a.rule.as_str(), a.target.as_str()),
+            ("LabStorageReadLatencyHigh", "storage-1")
+        );
+        assert_eq!(a.since_ms, 1_700_000_000_000 + (at - 2) * 1000);
+        assert!(
+            a.summary.starts_with("storage-1 read p50 ") && a.summary.ends_with("(siblings 2.5 ms)"),
+            "{}",
+            a.summary
+        );
+        assert!(snap.storage[1].outlier && !snap.storage[0].outlier);
+        // One point per tick from the second on (the first scrape alone gives no rate).
+        assert_eq!(snap.storage[1].history.len(), at as usize);
+    }
+
+    #[test]
+    fn a_restarted_rank_never_gives_negative_throughput() {
+        let mut c = Collector::default();
+        for s in 0..=12 {
+            tick(&mut c, s, None, None);
+        }
+        // rank-2 restarts: its counters start again from zero.
+        for s in 13..=16 {
+            let mut scrapes: Vec<(ScrapeTarget, Result<String, String>)> = (0..4)
+                .map(|r| {
+                    (
+                        target(&names::rank(r)),
+                        Ok(rank_text(r, s as f64, 3.0, [0.1, 0.7, 0.2])),
+                    )
+                })
+                .collect();
+            scrapes[2].1 = Ok(rank_text(2, (s - 13) as f64, 3.0, [0.1, 0.7, 0.2]));
+            let snap = c.observe(
+                1_700_000_000_000 + s * 1000,
+                status(4, 3),
+                scrapes,
+                Vec::new(),
+                Vec::new(),
+            );
+            assert!(
+                snap.training.samples_per_s.unwrap() > 300.0,
+                "{:?}",
+                snap.training.samples_per_s
+            );
+            assert!(snap.training.history.iter().all(|v| *v >= 0.0));
+        }
+    }
+
+    #[test]
+    fn a_restored_baseline_gives_percent_of_normal_and_throughput_alerts() {
+        let mut c = Collector::default();
+        c.restore_baseline(LearnedBaseline {
+            job: Baseline {
+                samples_per_s: 4000.0,
+                step_seconds: 0.05,
+                learned_at_ms: 1,
+            },
+            storage_p50: [("storage-1".to_string(), 0.003)].into_iter().collect(),
+        });
+        let mut snap = None;
+        for s in 0..=14 {
+            snap = Some(tick(&mut c, s, None, None));
+        }
+        let snap = snap.unwrap();
+        assert!((snap.training.pct_of_baseline.unwrap() - 10.0).abs() < 1e-6);
+        assert_eq!(snap.storage[1].baseline_p50, Some(0.003));
+        let a = snap
+            .alerts
+            .iter()
+            .find(|a| a.signal == GoldenSignal::Throughput)
+            .unwrap();
+        assert_eq!(a.summary, "training at 10% of normal (400 of 4000 samples/s)");
+    }
+
+    #[test]
+    fn a_failed_status_target_marks_the_rank_down_and_hides_its_gauges() {
+        let mut c = Collector::default();
+        tick(&mut c, 0, None, None);
+        let snap = tick(&mut c, 1, None, Some("no answer within 700 ms"));
+        assert_eq!(snap.scrape_errors, vec!["rank-2: no answer within 700 ms"]);
+        assert!(!snap.ranks[2].up && snap.ranks[2].cpu_limit_cores.is_none());
+        assert!(snap.ranks[1].up);
+    }
+}

@@ -36,10 +36,10 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// A latency for a person: `0.4 ms`, `3 ms`, `488 ms`, `1.25 s`.
+/// A latency for a person: `0.4 ms`, `2.5 ms`, `488 ms`, `1.25 s`.
 pub(crate) fn fmt_secs(s: f64) -> String {
     let ms = s * 1000.0;
-    if ms < 1.0 {
+    if ms < 9.95 {
         format!("{ms:.1} ms")
     } else if ms < 1000.0 {
         format!("{ms:.0} ms")
