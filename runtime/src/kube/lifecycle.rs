@@ -193,11 +193,37 @@ async fn run_up(
                 )
                 .await?;
                 check_server(&client, rec.request_timeout).await?;
+                if !kopts.advertise_gpus {
+                    check_gpus(
+                        &client,
+                        &rec.gpu_resource,
+                        opts.ranks,
+                        rec.request_timeout,
+                        progress,
+                    )
+                    .await?;
+                }
                 Ok::<_, RuntimeError>(client)
             })
             .await?
         }
     };
+    deploy(&client, opts, kopts, rec, progress, dir).await
+}
+
+/// Everything after the cluster is reachable: GPUs, storage, dataset, ranks, monitoring, baseline.
+///
+/// # Errors
+/// The first step that fails.
+pub async fn deploy(
+    client: &Client,
+    opts: &UpOptions,
+    kopts: &KubeOptions,
+    rec: &mut KubeRecord,
+    progress: &dyn Progress,
+    dir: &Path,
+) -> Result<KubeRuntime> {
+    let client = client.clone();
     let rt = KubeRuntime::with_client(opts.name.clone(), client.clone(), rec.clone());
 
     if kopts.advertise_gpus {
@@ -317,6 +343,54 @@ async fn check_server(client: &Client, deadline: Duration) -> Result<()> {
         return Err(RuntimeError::InvalidInput(format!(
             "the cluster runs Kubernetes {}.{}: the lab needs 1.33 or newer (in-place resize through pods/resize)",
             v.major, v.minor
+        )));
+    }
+    Ok(())
+}
+
+/// The nodes offer enough of the GPU resource for every rank (when the lab does not advertise it itself).
+async fn check_gpus(
+    client: &Client,
+    resource: &str,
+    ranks: u32,
+    deadline: Duration,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let list = api::within("list nodes", deadline, async {
+        nodes
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api::kube_err("list nodes", e))
+    })
+    .await;
+    let list = match list {
+        Ok(l) => l,
+        Err(e) if api::status_code(&e) == Some(403) => {
+            progress.note(&format!(
+                "nodes cannot be listed with this kubeconfig: not checking that they offer {ranks} {resource}"
+            ));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let offered: u32 = list
+        .items
+        .iter()
+        .filter_map(|n| {
+            n.status
+                .as_ref()?
+                .allocatable
+                .as_ref()?
+                .get(resource)
+                .and_then(super::status::count_of)
+        })
+        .sum();
+    if offered < ranks {
+        return Err(RuntimeError::InvalidInput(format!(
+            "the cluster's nodes offer {offered} {resource} and the lab needs {ranks} (one per rank): name the \
+             cluster's GPU resource with --gpu-resource (e.g. nvidia.com/gpu), or let the lab advertise counted \
+             GPUs with --advertise-gpus true"
         )));
     }
     Ok(())

@@ -1174,3 +1174,200 @@ async fn the_manifests_are_applied_in_order_with_server_side_apply() {
     super::api::apply_all(&client, NS, &objs).await.unwrap();
     finish(server).await;
 }
+
+fn applied(kind: &str, name: &str) -> Value {
+    json!({ "apiVersion": "v1", "kind": kind, "metadata": { "name": name, "namespace": NS } })
+}
+
+fn deployment(name: &str, available: i32) -> Value {
+    json!({ "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": name, "namespace": NS, "resourceVersion": "5" },
+        "spec": { "selector": {}, "template": {} }, "status": { "availableReplicas": available } })
+}
+
+fn job(condition: &str) -> Value {
+    json!({ "apiVersion": "batch/v1", "kind": "Job", "metadata": { "name": "seeder", "namespace": NS, "resourceVersion": "5" },
+        "spec": { "template": {} }, "status": { "conditions": [ { "type": condition, "status": "True" } ] } })
+}
+
+fn apply(path: String, kind: &'static str, name: &'static str) -> Exchange {
+    ex("PATCH", path, Reply::Json(200, applied(kind, name)))
+        .query("fieldManager=straggler-lab")
+        .query("force=true")
+        .body(move |b| {
+            assert_eq!(b["kind"], kind);
+            assert_eq!(b["metadata"]["name"], name);
+        })
+}
+
+/// Steps up to and including the seeding Job, for a lab of one storage server.
+fn storage_and_seed(seed_outcome: &str) -> Vec<Exchange> {
+    let core = |r: &str| format!("/api/v1/namespaces/{NS}/{r}");
+    let apps = |r: &str| format!("/apis/apps/v1/namespaces/{NS}/{r}");
+    vec![
+        ex(
+            "GET",
+            format!("/api/v1/namespaces/{NS}"),
+            Reply::Json(404, api_status(404, "NotFound", "namespaces not found")),
+        ),
+        apply(format!("/api/v1/namespaces/{NS}"), "Namespace", NS),
+        apply(core("configmaps/lab-config"), "ConfigMap", "lab-config"),
+        apply(core("services/storage-master"), "Service", "storage-master"),
+        apply(apps("deployments/storage-master"), "Deployment", "storage-master"),
+        apply(apps("deployments/storage-0"), "Deployment", "storage-0"),
+        watch_list(
+            apps("deployments"),
+            "storage-master",
+            "DeploymentList",
+            vec![deployment("storage-master", 1)],
+        ),
+        watch_list(
+            apps("deployments"),
+            "storage-0",
+            "DeploymentList",
+            vec![deployment("storage-0", 1)],
+        ),
+        apply(
+            format!("/apis/batch/v1/namespaces/{NS}/jobs/seeder"),
+            "Job",
+            "seeder",
+        ),
+        watch_list(
+            format!("/apis/batch/v1/namespaces/{NS}/jobs"),
+            "seeder",
+            "JobList",
+            vec![job(seed_outcome)],
+        ),
+    ]
+}
+
+fn one_rank_lab() -> (crate::UpOptions, super::KubeOptions, KubeRecord) {
+    let opts = crate::UpOptions {
+        name: "demo".into(),
+        ranks: 1,
+        storage_servers: 1,
+        gpus: 1,
+        ..Default::default()
+    };
+    let mut kopts = super::KubeOptions::existing(None);
+    kopts.namespace = Some(NS.into());
+    let mut rec = record(DelayChoice::Auto);
+    rec.ranks = 1;
+    rec.storage_servers = 1;
+    rec.created_namespace = false;
+    rec.advertised_on.clear();
+    (opts, kopts, rec)
+}
+
+#[tokio::test]
+async fn deploy_applies_every_manifest_and_waits_on_each_condition_in_order() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let (opts, kopts, mut rec) = one_rank_lab();
+    let mut script = storage_and_seed("Complete");
+    let mut r0 = rank_pod(0, "Running", "400m", "400m");
+    r0["status"]["podIP"] = json!("10.0.0.9");
+    let mut ready_sts = sts(1, "400m");
+    ready_sts["metadata"]["resourceVersion"] = json!("6");
+    ready_sts["status"] = json!({ "replicas": 1, "readyReplicas": 1 });
+    script.extend([
+        apply(
+            format!("/api/v1/namespaces/{NS}/services/rendezvous"),
+            "Service",
+            "rendezvous",
+        ),
+        apply(
+            format!("/api/v1/namespaces/{NS}/services/ranks"),
+            "Service",
+            "ranks",
+        ),
+        apply(
+            format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"),
+            "StatefulSet",
+            "rank",
+        ),
+        watch_list(
+            format!("/apis/apps/v1/namespaces/{NS}/statefulsets"),
+            "rank",
+            "StatefulSetList",
+            vec![ready_sts],
+        ),
+        // the baseline: the rank has trained a few steps
+        lab_pods(vec![r0]),
+        ex(
+            "GET",
+            format!("{}:9400/proxy/metrics", pod_path("rank-0")),
+            Reply::Text(200, "# TYPE lab_steps_total counter\nlab_steps_total 7\n"),
+        ),
+    ]);
+    let server = serve(h, script);
+    let dir = tempfile::tempdir().unwrap();
+    let rt = super::lifecycle::deploy(
+        &client,
+        &opts,
+        &kopts,
+        &mut rec,
+        &crate::lifecycle::Quiet,
+        dir.path(),
+    )
+    .await
+    .unwrap();
+    finish(server).await;
+    assert!(
+        rec.created_namespace,
+        "the lab created the namespace, so lab down deletes it"
+    );
+    assert_eq!(rt.namespace(), NS);
+    let saved: crate::state::LabRecord =
+        serde_json::from_slice(&std::fs::read(dir.path().join("lab.json")).unwrap()).unwrap();
+    assert_eq!(saved.runtime, lab_model::status::RuntimeKind::Cluster);
+    assert_eq!(saved.config["created_namespace"], true);
+}
+
+#[tokio::test]
+async fn a_failed_seeding_job_stops_the_lab_coming_up_and_says_where_to_look() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let (opts, kopts, mut rec) = one_rank_lab();
+    let server = serve(h, storage_and_seed("Failed"));
+    let dir = tempfile::tempdir().unwrap();
+    let err = super::lifecycle::deploy(
+        &client,
+        &opts,
+        &kopts,
+        &mut rec,
+        &crate::lifecycle::Quiet,
+        dir.path(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("logs job/seeder"), "{err}");
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn a_forbidden_namespace_read_stops_the_lab_coming_up() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let (opts, kopts, mut rec) = one_rank_lab();
+    let server = serve(
+        h,
+        vec![ex(
+            "GET",
+            format!("/api/v1/namespaces/{NS}"),
+            Reply::Json(403, api_status(403, "Forbidden", "cannot get namespaces")),
+        )],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let err = super::lifecycle::deploy(
+        &client,
+        &opts,
+        &kopts,
+        &mut rec,
+        &crate::lifecycle::Quiet,
+        dir.path(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(super::api::status_code(&err), Some(403), "{err}");
+    finish(server).await;
+}
