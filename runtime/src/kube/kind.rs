@@ -73,7 +73,7 @@ pub async fn preflight() -> Result<String> {
             ),
         });
     }
-    Ok(format!("docker reachable, kind v{}.{}.{}", v.0, v.1, v.2))
+    Ok(format!("kind v{}.{}.{}", v.0, v.1, v.2))
 }
 
 /// Runs a command with a deadline and returns its standard output.

@@ -1,6 +1,6 @@
 //! `lab up` and `lab down` on Kubernetes, as ordered named steps: preflight, create cluster (kind), build
 //! and load the image (kind), advertise GPUs, deploy storage, seed the dataset, deploy ranks, deploy
-//! monitoring, wait for a training baseline. A failed step tears down what was created unless `retain`.
+//! monitoring, wait for training to start (the CLI then learns the baseline). A failed step tears down what was created unless `retain`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -149,7 +149,7 @@ async fn run_up(
     let client = match kopts.mode {
         ClusterMode::Kind => {
             let detail = step(progress, "preflight", kind::preflight()).await?;
-            progress.note(&detail);
+            progress.note(&format!("Docker is reachable; {detail} is installed"));
             let cluster = rec.cluster.clone().unwrap_or_default();
             let kubeconfig = rec
                 .kubeconfig
@@ -322,7 +322,7 @@ pub async fn deploy(
     };
     step(
         progress,
-        "wait for training baseline",
+        "wait for training to start",
         wait_for_training(&rt, opts.ranks, opts.baseline_timeout),
     )
     .await?;
