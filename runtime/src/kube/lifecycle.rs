@@ -1,6 +1,7 @@
 //! `lab up` and `lab down` on Kubernetes, as ordered named steps: preflight, create cluster (kind), build
 //! and load the image (kind), advertise GPUs, deploy storage, seed the dataset, deploy ranks, deploy
-//! monitoring, wait for training to start (the CLI then learns the baseline). A failed step tears down what was created unless `retain`.
+//! monitoring, wait for training to start (the CLI then learns the baseline). A failed step tears down
+//! what was created unless `retain`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
