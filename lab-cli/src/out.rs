@@ -15,13 +15,20 @@ pub struct Steps {
 
 impl Steps {
     pub fn new() -> Self {
-        Steps { tty: std::io::stderr().is_terminal(), open: Mutex::new(None) }
+        Steps {
+            tty: std::io::stderr().is_terminal(),
+            open: Mutex::new(None),
+        }
     }
 }
 
 fn secs(d: Duration) -> String {
     let s = d.as_secs_f64();
-    if s < 60.0 { format!("{s:.1}s") } else { format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60) }
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else {
+        format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    }
 }
 
 impl Progress for Steps {

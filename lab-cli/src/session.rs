@@ -17,7 +17,9 @@ fn baseline_path(name: &str) -> PathBuf {
 
 /// The baseline learned at `lab up`, if any.
 pub fn load_baseline(name: &str) -> Option<LearnedBaseline> {
-    std::fs::read(baseline_path(name)).ok().and_then(|b| serde_json::from_slice(&b).ok())
+    std::fs::read(baseline_path(name))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
 }
 
 /// Keeps a learned baseline for later commands.
@@ -34,7 +36,12 @@ pub fn driver(name: &str, rt: Arc<dyn Runtime>) -> Driver {
     if let Some(b) = load_baseline(name) {
         collector.restore_baseline(b);
     }
-    Driver::new(rt, Arc::new(move || ledger.view()), collector, DriverConfig::default())
+    Driver::new(
+        rt,
+        Arc::new(move || ledger.view()),
+        collector,
+        DriverConfig::default(),
+    )
 }
 
 /// Watches the lab for `window` and returns the last snapshot (rates need at least two scrapes).

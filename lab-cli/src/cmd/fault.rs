@@ -35,9 +35,19 @@ fn list(json: bool) -> anyhow::Result<ExitCode> {
 
 async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
     let (fault, json) = match cmd {
-        InjectCmd::SlowStorage { server, delay, jitter, json } => {
-            (Fault::SlowStorage { server, delay, jitter }, json)
-        }
+        InjectCmd::SlowStorage {
+            server,
+            delay,
+            jitter,
+            json,
+        } => (
+            Fault::SlowStorage {
+                server,
+                delay,
+                jitter,
+            },
+            json,
+        ),
         InjectCmd::ThrottledRank { rank, cpu, json } => (Fault::ThrottledRank { rank, cpu }, json),
         InjectCmd::UnplaceableRank { ranks, json } => (Fault::UnplaceableRank { ranks }, json),
     };
@@ -74,7 +84,13 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
 async fn roll_back_interrupted(rt: &dyn lab_runtime::Runtime, ledger: &Ledger) {
     let ids: Vec<String> = ledger
         .read()
-        .map(|d| d.faults.iter().filter(|e| e.phase == FaultPhase::Injecting).map(|e| e.id.clone()).collect())
+        .map(|d| {
+            d.faults
+                .iter()
+                .filter(|e| e.phase == FaultPhase::Injecting)
+                .map(|e| e.id.clone())
+                .collect()
+        })
         .unwrap_or_default();
     for id in ids {
         match lab_faults::clear(rt, ledger, &id).await {
@@ -91,7 +107,10 @@ async fn clear(name: &str, a: ClearArgs) -> anyhow::Result<ExitCode> {
         lab_faults::clear_all(rt.as_ref(), &ledger).await?
     } else {
         let id = a.id.expect("clap requires an id without --all");
-        lab_faults::clear(rt.as_ref(), &ledger, &id).await?.into_iter().collect()
+        lab_faults::clear(rt.as_ref(), &ledger, &id)
+            .await?
+            .into_iter()
+            .collect()
     };
     if a.json {
         out::json(&cleared)?;
@@ -119,7 +138,12 @@ fn status(name: &str, json: bool) -> anyhow::Result<ExitCode> {
         println!("no fault is injected");
     }
     for e in &active {
-        println!("{:<22} {:<10} {}", e.id, format!("{:?}", e.phase).to_lowercase(), e.fault);
+        println!(
+            "{:<22} {:<10} {}",
+            e.id,
+            format!("{:?}", e.phase).to_lowercase(),
+            e.fault
+        );
         if let Some(p) = &e.proof {
             println!("{:<22} proof: {p}", "");
         }
@@ -132,4 +156,3 @@ fn status(name: &str, json: bool) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
-

@@ -29,7 +29,10 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
         baseline_timeout: a.baseline_timeout,
     };
     let (kind, reason) = if a.kubeconfig.is_some() {
-        (RuntimeKind::Cluster, "--kubeconfig names an existing cluster".to_string())
+        (
+            RuntimeKind::Cluster,
+            "--kubeconfig names an existing cluster".to_string(),
+        )
     } else {
         match a.runtime {
             RuntimeArg::Local => (RuntimeKind::Local, "--runtime local".to_string()),
@@ -44,11 +47,18 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
     eprintln!("Starting lab {name:?} on the {kind} runtime ({reason})");
     let rt: Arc<dyn Runtime> = match kind {
         RuntimeKind::Local => {
-            let lo = LocalOptions { port_base: a.port_base, ..LocalOptions::default() };
+            let lo = LocalOptions {
+                port_base: a.port_base,
+                ..LocalOptions::default()
+            };
             Arc::new(local::up(&opts, &lo, &steps).await?)
         }
         RuntimeKind::Kind | RuntimeKind::Cluster => {
-            let mut ko = if kind == RuntimeKind::Kind { KubeOptions::kind() } else { KubeOptions::existing(a.kubeconfig.clone()) };
+            let mut ko = if kind == RuntimeKind::Kind {
+                KubeOptions::kind()
+            } else {
+                KubeOptions::existing(a.kubeconfig.clone())
+            };
             ko.context = a.context.clone();
             ko.namespace = a.namespace.clone();
             ko.gpu_resource = a.gpu_resource.clone();
@@ -98,8 +108,14 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
         for n in &st.notes {
             println!("note: {n}");
         }
-        let flag = if name == "lab" { String::new() } else { format!(" --name {name}") };
-        println!("Next: lab console{flag} · lab fault inject slow-storage{flag} · lab status{flag} · lab down{flag}");
+        let flag = if name == "lab" {
+            String::new()
+        } else {
+            format!(" --name {name}")
+        };
+        println!(
+            "Next: lab console{flag} · lab fault inject slow-storage{flag} · lab status{flag} · lab down{flag}"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -114,10 +130,13 @@ pub async fn down(name: &str, json: bool) -> anyhow::Result<ExitCode> {
     {
         let ledger = lab_faults::Ledger::of_lab(name);
         let _ = step(&steps, "clear faults", async {
-            tokio::time::timeout(Duration::from_secs(120), lab_faults::clear_all(rt.as_ref(), &ledger))
-                .await
-                .context("timed out")?
-                .map_err(anyhow::Error::from)
+            tokio::time::timeout(
+                Duration::from_secs(120),
+                lab_faults::clear_all(rt.as_ref(), &ledger),
+            )
+            .await
+            .context("timed out")?
+            .map_err(anyhow::Error::from)
         })
         .await;
     }

@@ -19,7 +19,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(a) => status::status(&name, a).await,
         Command::Fault(f) => fault::run(&name, f).await,
         Command::Scale(a) => remediate::scale(&name, a.count).await,
-        Command::Config(crate::cli::ConfigCmd::WorldSize { size }) => remediate::world_size(&name, size).await,
+        Command::Config(crate::cli::ConfigCmd::WorldSize { size }) => {
+            remediate::world_size(&name, size).await
+        }
         Command::Resize(a) => remediate::resize(&name, a.rank, a.cpu).await,
         Command::Restart(a) => remediate::restart(&name, a.rank).await,
         Command::Apply(a) => remediate::apply(&name, a.cpu).await,

@@ -21,7 +21,10 @@ fn brief(s: &lab_model::Snapshot) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let (ready, total) = s.status.ready_count();
-    let pct = s.training.pct_of_baseline.map_or("?".into(), |p| format!("{p:.0}%"));
+    let pct = s
+        .training
+        .pct_of_baseline
+        .map_or("?".into(), |p| format!("{p:.0}%"));
     let _ = writeln!(o, "Kubernetes: {ready}/{total} Ready · Training: {pct} of normal");
     for p in &s.status.pods {
         let _ = writeln!(

@@ -1,6 +1,6 @@
 //! CPU limits for ranks as cgroup quotas: v1 (`cpu.cfs_quota_us` / `cpu.cfs_period_us`) or v2 (`cpu.max`).
 //!
-//! Each lab gets one parent group (`straggler-lab-<name>`) under the CPU controller's root, and each rank a
+//! Each lab gets one parent group (`straggler-lab.<name>`) under the CPU controller's root, and each rank a
 //! child (`rank-<r>`). Changing a rank's quota is the in-place resize the throttled-rank fault performs.
 //! `lab down` removes the groups, after the processes in them are gone.
 
@@ -12,6 +12,15 @@ use serde::{Deserialize, Serialize};
 
 /// The CFS period the lab uses: 100 ms, Kubernetes' default.
 pub const PERIOD_US: u64 = 100_000;
+
+/// Every lab's cgroup is named with this prefix and the lab's name (lab names have no dots, so no other
+/// group can be mistaken for a lab's).
+pub const GROUP_PREFIX: &str = "straggler-lab.";
+
+/// The cgroup name of lab `lab`.
+pub fn group_name(lab: &str) -> String {
+    format!("{GROUP_PREFIX}{lab}")
+}
 
 /// Which cgroup interface the CPU controller offers here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,7 +65,7 @@ impl Cgroups {
     pub fn create(sys: &Path, lab: &str) -> Result<Cgroups, Unavailable> {
         let (version, root) = controller_root(sys)
             .ok_or_else(|| Unavailable(format!("no cgroup CPU controller under {}", sys.display())))?;
-        let lab_root = root.join(format!("straggler-lab-{lab}"));
+        let lab_root = root.join(group_name(lab));
         fs::create_dir_all(&lab_root)
             .map_err(|e| Unavailable(format!("cannot create {}: {e}", lab_root.display())))?;
         if version == CgroupVersion::V2 {
@@ -170,7 +179,7 @@ pub fn remove_tree(root: &Path) -> Result<(), String> {
     }
 }
 
-/// Every `straggler-lab-*` group under the CPU controller of `sys`, for leak checks.
+/// Every `straggler-lab.*` group under the CPU controller of `sys`, for leak checks.
 pub fn lab_groups(sys: &Path) -> Vec<PathBuf> {
     let Some((_, root)) = controller_root(sys) else {
         return Vec::new();
@@ -178,7 +187,7 @@ pub fn lab_groups(sys: &Path) -> Vec<PathBuf> {
     fs::read_dir(root)
         .map(|rd| {
             rd.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("straggler-lab-"))
+                .filter(|e| e.file_name().to_string_lossy().starts_with(GROUP_PREFIX))
                 .map(|e| e.path())
                 .collect()
         })

@@ -567,7 +567,8 @@ impl Sup {
                         format!("-publicUrl={lo}:{}", p.proxy),
                         format!("-dir={}", vdir.display()),
                         "-max=32".into(),
-                        format!("-master={}", cfg.master()),
+                        // weed finds the master's gRPC port from `host:port.grpcPort`.
+                        format!("-master={}.{}", cfg.master(), cfg.master_grpc_port),
                         format!("-rack={}", names::storage(i)),
                         "-dataCenter=lab".into(),
                         format!("-metricsIp={lo}"),
