@@ -53,11 +53,11 @@ pub fn tc_script(delay: Option<Delay>) -> String {
 
 /// The ephemeral container that runs `script` in a storage pod's network namespace. It is the only
 /// container of the lab with NET_ADMIN, and it holds nothing else.
-pub fn delay_container(name: &str, image: &str, script: &str) -> serde_json::Value {
+pub fn delay_container(name: &str, image: &str, pull_policy: &str, script: &str) -> serde_json::Value {
     json!({
         "name": name,
         "image": image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy,
         "command": ["sh", "-c", script],
         "securityContext": {
             "runAsUser": 0,
@@ -177,7 +177,7 @@ impl KubeRuntime {
             .and_then(|s| s.ephemeral_containers.as_ref())
             .map_or(0, Vec::len);
         let cname = format!("delay-{}", taken + 1);
-        let container = delay_container(&cname, &self.rec.image, &tc_script(delay));
+        let container = delay_container(&cname, &self.rec.image, &self.rec.pull_policy, &tc_script(delay));
         let patch = json!({ "spec": { "ephemeralContainers": [container] } });
         let what = format!("add delay container {cname} to {pod_name}");
         api::within(&what, self.rec.request_timeout, async {
@@ -615,7 +615,7 @@ mod tests {
 
     #[test]
     fn only_the_delay_container_holds_net_admin() {
-        let c = delay_container("delay-1", "img:1", "true");
+        let c = delay_container("delay-1", "img:1", "Never", "true");
         assert_eq!(c["securityContext"]["capabilities"]["add"], json!(["NET_ADMIN"]));
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
         assert!(c["securityContext"].get("privileged").is_none());

@@ -51,6 +51,7 @@ pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) 
         ranks: opts.ranks,
         storage_servers: opts.storage_servers,
         seed: opts.seed,
+        gpus: opts.gpus,
         watchdog_seconds: opts.watchdog.as_secs().max(1),
         cpu: opts.cpu,
         image: kopts.image.clone(),

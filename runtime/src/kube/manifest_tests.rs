@@ -21,6 +21,7 @@ fn settings() -> Settings {
         world_size: 4,
         storage_servers: 3,
         seed: 42,
+        gpus: 4,
         watchdog_seconds: 120,
         cpu: Millicores(400),
         gpu_resource: "lab.dev/gpu".into(),
@@ -336,4 +337,32 @@ fn the_kind_config_and_options_are_sane() {
     let e = super::KubeOptions::existing(None);
     assert!(!e.advertise_gpus && !e.build_image);
     assert_eq!(e.gpu_resource, "lab.dev/gpu");
+}
+
+#[test]
+fn the_seeder_writes_shards_for_every_gpu_and_ranks_bind_the_rendezvous_locally() {
+    let objs = all_objects(&Settings {
+        gpus: 5,
+        ..settings()
+    });
+    let seeder = find(&objs, "Job", names::SEEDER);
+    let args: Vec<&str> = containers(seeder)[0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--ranks=5"), "{args:?}");
+    assert_eq!(pod_template(seeder)["spec"]["restartPolicy"], "OnFailure");
+    let rank = containers(find(&objs, "StatefulSet", names::RANKS))[0];
+    let args: Vec<&str> = rank["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    // Rank 0 cannot bind the Service's address: it listens on all of its own, and peers reach it through the Service.
+    assert!(args.contains(&"--rendezvous-bind=0.0.0.0:29500"), "{args:?}");
+    assert!(args.contains(&"--advertise=$(POD_IP)"), "{args:?}");
+    assert!(args.contains(&"--rank-from-hostname"), "{args:?}");
 }

@@ -193,6 +193,8 @@ pub struct Settings {
     pub world_size: u32,
     pub storage_servers: u32,
     pub seed: u64,
+    /// Counted GPUs: the dataset holds shards for this many ranks (at least `ranks`).
+    pub gpus: u32,
     pub watchdog_seconds: u64,
     pub cpu: lab_model::Millicores,
     pub gpu_resource: String,
@@ -211,6 +213,7 @@ impl Settings {
             .with("WORLD_SIZE", self.world_size)
             .with("STORAGE_SERVERS", self.storage_servers)
             .with("SEED", self.seed)
+            .with("SEED_RANKS", self.ranks.max(self.gpus))
             .with("WATCHDOG_SECONDS", self.watchdog_seconds)
             .with("CPU", self.cpu)
             .with("GPU_RESOURCE", &self.gpu_resource)

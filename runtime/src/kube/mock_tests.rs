@@ -73,6 +73,7 @@ fn record(delay: DelayChoice) -> KubeRecord {
         ranks: 4,
         storage_servers: 3,
         seed: 42,
+        gpus: 4,
         watchdog_seconds: 120,
         cpu: Millicores(400),
         image: "straggler-lab/lab:0.1.0".into(),

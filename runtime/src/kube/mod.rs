@@ -149,6 +149,9 @@ pub struct KubeRecord {
     pub ranks: u32,
     pub storage_servers: u32,
     pub seed: u64,
+    /// Counted GPUs the lab was sized for.
+    #[serde(default)]
+    pub gpus: u32,
     pub watchdog_seconds: u64,
     pub cpu: Millicores,
     pub image: String,
@@ -175,6 +178,7 @@ impl KubeRecord {
             world_size,
             storage_servers: self.storage_servers,
             seed: self.seed,
+            gpus: self.gpus,
             watchdog_seconds: self.watchdog_seconds,
             cpu,
             gpu_resource: self.gpu_resource.clone(),
