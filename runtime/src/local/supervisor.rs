@@ -695,6 +695,8 @@ impl Sup {
                 if !all_running
                     && let Some(e) = parts.iter().find_map(|i| i.and_then(|i| i.last_exit.clone()))
                 {
+                    // Like a pod whose container keeps exiting: still Running, not Ready, backing off.
+                    p.phase = Phase::Running;
                     p.reason = Some("CrashLoopBackOff".into());
                     p.message = Some(e);
                 }
