@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, LogParams, Patch, PatchParams};
 use lab_model::Millicores;
@@ -450,13 +451,29 @@ impl KubeRuntime {
         // The template carries the world size too, so the StatefulSet rolls its pods to the new
         // configuration, and a rolling update waits while any rank is Pending, as on any cluster.
         let sts = json!({ "spec": { "template": { "metadata": { "annotations": { obj::WORLD_SIZE_ANNOTATION: world_size.to_string() } } } } });
-        api::within("annotate the ranks' template", self.rec.request_timeout, async {
+        let patched = api::within("annotate the ranks' template", self.rec.request_timeout, async {
             self.sts_api()
                 .patch(obj::RANKS, &PatchParams::default(), &Patch::Merge(&sts))
                 .await
                 .map_err(|e| api::kube_err("record the world size in the ranks' template", e))
         })
         .await?;
+        // Wait until the controller has seen that template, so the pods deleted below come back from it
+        // rather than from the old one (which a rolling update would then replace once more).
+        if let Some(generation) = patched.metadata.generation {
+            let seen = move |s: Option<&StatefulSet>| {
+                s.and_then(|s| s.status.as_ref()?.observed_generation)
+                    .is_some_and(|g| g >= generation)
+            };
+            api::wait_for(
+                self.sts_api(),
+                obj::RANKS,
+                "the StatefulSet controller to see the new template",
+                self.rec.wait_timeout,
+                seen,
+            )
+            .await?;
+        }
         // Ranks read the world size when they start: restart the running ones now, whatever the rollout
         // does. Pending ranks read it when they start anyway.
         for p in self.lab_pods().await? {

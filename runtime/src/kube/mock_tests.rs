@@ -202,6 +202,13 @@ fn sts(replicas: u32, cpu: &str) -> Value {
     })
 }
 
+fn generation(mut v: Value, generation: i64, observed: i64) -> Value {
+    v["metadata"]["generation"] = json!(generation);
+    v["metadata"]["resourceVersion"] = json!("8");
+    v["status"] = json!({ "replicas": 4, "observedGeneration": observed });
+    v
+}
+
 fn config(ws: u32) -> Value {
     json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "lab-config", "namespace": NS },
         "data": { "world-size": ws.to_string() } })
@@ -826,8 +833,10 @@ async fn unplaceable_rank_scales_through_the_scale_subresource_and_sets_the_worl
                 .body(|b| assert_eq!(*b, json!({ "spec": { "replicas": 5 } }))),
             ex("PATCH", format!("/api/v1/namespaces/{NS}/configmaps/lab-config"), Reply::Json(200, config(5)))
                 .body(|b| assert_eq!(*b, json!({ "data": { "world-size": "5" } }))),
-            ex("PATCH", format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"), Reply::Json(200, sts(5, "400m")))
+            ex("PATCH", format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"), Reply::Json(200, generation(sts(5, "400m"), 3, 2)))
                 .body(|b| assert_eq!(b["spec"]["template"]["metadata"]["annotations"]["lab.dev/world-size"], "5")),
+            // the pods are deleted only once the controller has seen the new template
+            watch_list(format!("/apis/apps/v1/namespaces/{NS}/statefulsets"), "rank", "StatefulSetList", vec![generation(sts(5, "400m"), 3, 3)]),
             lab_pods(vec![rank_pod(0, "Running", "400m", "400m"), rank_pod(1, "Running", "400m", "400m"), terminating, pending_rank(4)]),
             ex("DELETE", pod_path("rank-0"), Reply::Json(200, rank_pod(0, "Running", "400m", "400m"))),
             ex("DELETE", pod_path("rank-1"), Reply::Json(200, rank_pod(1, "Running", "400m", "400m"))),
