@@ -90,7 +90,8 @@ pub async fn apply(client: &Client, namespace: &str, obj: &DynamicObject) -> Res
     } else {
         Api::all_with(client.clone(), &ar)
     };
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    // Strict: a field the API server does not know is a mistake in the manifests, not something to drop.
+    let pp = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
     api.patch(&name, &pp, &Patch::Apply(obj))
         .await
         .map_err(|e| kube_err(format!("apply {} {name}", ar.kind), e))?;

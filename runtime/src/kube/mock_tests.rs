@@ -1203,6 +1203,7 @@ fn apply(path: String, kind: &'static str, name: &'static str) -> Exchange {
     ex("PATCH", path, Reply::Json(200, applied(kind, name)))
         .query("fieldManager=straggler-lab")
         .query("force=true")
+        .query("fieldValidation=Strict")
         .body(move |b| {
             assert_eq!(b["kind"], kind);
             assert_eq!(b["metadata"]["name"], name);
