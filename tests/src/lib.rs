@@ -1,1 +1,284 @@
-//! Helpers for the end-to-end tests: finding the built binaries, tools, and what a lab left behind.
+//! Helpers for the end-to-end tests: running the built `lab` binary against its own state folder, and
+//! finding everything a lab left behind (processes, cgroups, listening ports) by enumerating them.
+//!
+//! The tests need the workspace's binaries built (`cargo build --workspace --bins`) and SeaweedFS
+//! (`scripts/tools.sh weed`, which sets `LAB_WEED`).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use lab_model::Snapshot;
+
+/// End-to-end labs share two cores: one at a time, whatever test binary thread asks.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The folder with the built binaries (`target/debug` or `target/release`), from this test's own path.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let deps = exe.parent().expect("deps folder");
+    let dir = deps.parent().expect("profile folder").to_path_buf();
+    for b in ["lab", "lab-rank", "lab-seeder", "lab-proxy"] {
+        assert!(
+            dir.join(b).exists(),
+            "{b} is not built in {}: run `cargo build --workspace --bins` before the end-to-end tests",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// The `weed` binary, or a failure that says how to get it.
+pub fn weed() -> PathBuf {
+    if let Some(w) = std::env::var_os("LAB_WEED").filter(|w| !w.is_empty()) {
+        return PathBuf::from(w);
+    }
+    std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("weed")).find(|p| p.exists()))
+        .expect("weed (SeaweedFS) is needed: run `eval \"$(scripts/tools.sh weed)\"` first")
+}
+
+/// A lab started by a test, with its own state folder; `Drop` takes it down if the test did not.
+#[derive(Debug)]
+pub struct Lab {
+    pub name: String,
+    pub state: tempfile::TempDir,
+    down: bool,
+}
+
+impl Lab {
+    /// A lab handle without starting anything (for tests of `lab up` failures).
+    pub fn new(name: &str) -> Lab {
+        let state = tempfile::Builder::new().prefix("lab-e2e-").tempdir().expect("temp dir");
+        Lab { name: name.to_string(), state, down: false }
+    }
+
+    /// `lab up --runtime local` with `extra` flags; panics with the output if it fails.
+    pub fn up(name: &str, extra: &[&str]) -> Lab {
+        let lab = Lab::new(name);
+        let mut args = vec!["up", "--runtime", "local"];
+        args.extend_from_slice(extra);
+        let out = lab.run(&args);
+        assert!(out.status.success(), "lab up failed:\n{}", text(&out));
+        lab
+    }
+
+    /// A `lab` command for this lab.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin_dir().join("lab"));
+        c.args(args).env("LAB_STATE_DIR", self.state.path()).env("LAB_NAME", &self.name).env("LAB_WEED", weed());
+        c
+    }
+
+    /// Runs `lab ARGS` to completion.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run lab")
+    }
+
+    /// Runs `lab ARGS` and panics unless it succeeds; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "lab {} failed:\n{}", args.join(" "), text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `lab status --json`, parsed.
+    pub fn snapshot(&self) -> Snapshot {
+        let s = self.ok(&["status", "--json"]);
+        serde_json::from_str(&s).unwrap_or_else(|e| panic!("status --json is not a snapshot ({e}):\n{s}"))
+    }
+
+    /// Polls the snapshot until `cond` holds, or panics after `deadline` with the last one.
+    pub fn wait_for(&self, what: &str, deadline: Duration, cond: impl Fn(&Snapshot) -> bool) -> Snapshot {
+        let start = Instant::now();
+        loop {
+            let s = self.snapshot();
+            if cond(&s) {
+                return s;
+            }
+            assert!(start.elapsed() < deadline, "timed out waiting for {what}; last snapshot:\n{}", summary(&s));
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// The lab's folder inside the state folder.
+    pub fn dir(&self) -> PathBuf {
+        self.state.path().join(&self.name)
+    }
+
+    /// Every port the lab's configuration and spec name (to check none is left listening).
+    pub fn ports(&self) -> BTreeSet<u16> {
+        let mut ports = BTreeSet::new();
+        for f in ["lab.json", "spec.json"] {
+            if let Ok(b) = std::fs::read(self.dir().join(f)) {
+                let v: serde_json::Value = serde_json::from_slice(&b).unwrap_or_default();
+                collect_ports(&v, &mut ports);
+            }
+        }
+        ports
+    }
+
+    /// `lab down`, asserting success.
+    pub fn down(&mut self) -> String {
+        self.down = true;
+        self.ok(&["down"])
+    }
+
+    /// What of this lab is still there: processes, cgroups, listening ports among `ports`.
+    pub fn leftovers(&self, ports: &BTreeSet<u16>) -> Vec<String> {
+        let mut left: Vec<String> = lab_processes(&self.name).into_iter().map(|p| format!("process {p}")).collect();
+        left.extend(lab_cgroups(&self.name).into_iter().map(|c| format!("cgroup {}", c.display())));
+        left.extend(listening(ports).into_iter().map(|p| format!("listening port {p}")));
+        if self.dir().exists() {
+            left.push(format!("state folder {}", self.dir().display()));
+        }
+        left
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if !self.down {
+            let _ = self.run(&["down"]);
+        }
+    }
+}
+
+fn collect_ports(v: &serde_json::Value, out: &mut BTreeSet<u16>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                if (k.contains("port") || k == "listen" || k == "metrics" || k == "proxy" || k == "control" || k == "weed" || k == "weed_grpc")
+                    && let Some(p) = v.as_u64()
+                    && let Ok(p) = u16::try_from(p)
+                {
+                    out.insert(p);
+                }
+                collect_ports(v, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| collect_ports(v, out)),
+        _ => {}
+    }
+}
+
+/// Live processes carrying `STRAGGLER_LAB=<lab>` in their environment, as `pid name`.
+pub fn lab_processes(lab: &str) -> Vec<String> {
+    let needle = format!("STRAGGLER_LAB={lab}");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z')) {
+                continue;
+            }
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            out.push(format!("{pid} {}", comm.trim()));
+        }
+    }
+    out
+}
+
+/// The lab's cgroups under any CPU controller hierarchy.
+pub fn lab_cgroups(lab: &str) -> Vec<PathBuf> {
+    let group = format!("straggler-lab.{lab}");
+    ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup"]
+        .iter()
+        .map(|root| Path::new(root).join(&group))
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// Which of `ports` have a TCP listener on this machine (IPv4 or IPv6), from /proc/net.
+pub fn listening(ports: &BTreeSet<u16>) -> Vec<u16> {
+    let mut found = BTreeSet::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(t) = std::fs::read_to_string(f) else { continue };
+        for line in t.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // st 0A is LISTEN
+            if cols.len() > 3 && cols[3] == "0A" {
+                if let Some(port) = cols[1].rsplit(':').next().and_then(|h| u16::from_str_radix(h, 16).ok())
+                    && ports.contains(&port)
+                {
+                    found.insert(port);
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// Every TCP listener's local address on this machine, as `ip:port` (IPv4 only is enough for loopback checks).
+pub fn listeners_of(pids: &[u32]) -> Vec<String> {
+    // Map socket inodes of these processes to listening sockets.
+    let mut inodes = BTreeSet::new();
+    for pid in pids {
+        if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+            for fd in rd.flatten() {
+                if let Ok(l) = std::fs::read_link(fd.path())
+                    && let Some(i) = l.to_str().and_then(|s| s.strip_prefix("socket:[")).and_then(|s| s.strip_suffix(']'))
+                {
+                    inodes.insert(i.to_string());
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(t) = std::fs::read_to_string(f) else { continue };
+        for line in t.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() > 9 && cols[3] == "0A" && inodes.contains(cols[9]) {
+                out.push(decode_addr(cols[1]));
+            }
+        }
+    }
+    out
+}
+
+fn decode_addr(hex: &str) -> String {
+    let (ip, port) = hex.split_once(':').unwrap_or((hex, "0"));
+    let port = u16::from_str_radix(port, 16).unwrap_or(0);
+    if ip.len() == 8 {
+        let n = u32::from_str_radix(ip, 16).unwrap_or(0);
+        let b = n.to_le_bytes();
+        format!("{}.{}.{}.{}:{port}", b[0], b[1], b[2], b[3])
+    } else {
+        format!("[{ip}]:{port}")
+    }
+}
+
+/// Stdout and stderr of a finished command, for failure messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A few lines of a snapshot for failure messages.
+pub fn summary(s: &Snapshot) -> String {
+    let mut o = String::new();
+    for p in &s.status.pods {
+        o.push_str(&format!("  {} {} ready={} restarts={} {:?}\n", p.name, p.phase, p.ready, p.restarts, p.reason));
+    }
+    o.push_str(&format!(
+        "  training: {:?} samples/s, {:?}% of baseline, step {}\n  alerts: {:?}\n  scrape errors: {:?}\n",
+        s.training.samples_per_s,
+        s.training.pct_of_baseline,
+        s.training.step,
+        s.alerts.iter().map(|a| &a.rule).collect::<Vec<_>>(),
+        s.scrape_errors
+    ));
+    o
+}

