@@ -1,0 +1,230 @@
+//! `lab status` as plain text: one screen with the Kubernetes-style view beside the training view, then
+//! storage, alerts and changes. A pure function of the snapshot; times are relative to the snapshot's own.
+
+use lab_model::Snapshot;
+use lab_model::status::Phase;
+
+use crate::summary::{
+    fmt_latency, fmt_opt_latency, fmt_pct, fmt_share, fmt_span, headline_text, lead_alert, split_bar,
+};
+
+const LEFT: usize = 64;
+
+fn pad(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n >= width {
+        s.chars().take(width).collect()
+    } else {
+        format!("{s}{}", " ".repeat(width - n))
+    }
+}
+
+fn kubernetes(s: &Snapshot) -> Vec<String> {
+    let st = &s.status;
+    let (ranks_ready, ranks) = st.ranks_ready();
+    let servers: Vec<_> = st
+        .pods
+        .iter()
+        .filter(|p| p.role == lab_model::Role::StorageServer)
+        .collect();
+    let servers_ready = servers.iter().filter(|p| p.is_running_ready()).count();
+    let mut out = vec![
+        format!(
+            "KUBERNETES  ranks {ranks_ready}/{ranks} Ready · storage {servers_ready}/{} Ready · GPUs {}",
+            servers.len(),
+            st.gpus_capacity
+        ),
+        format!(
+            "{:<15} {:<8} {:<5} {:<8} {:<13} {:<3} {}",
+            "NAME", "PHASE", "READY", "RESTARTS", "CPU live/spec", "GPU", "REASON"
+        ),
+    ];
+    for p in &st.pods {
+        let r = &p.resources;
+        let cpu = match (r.cpu_live, r.cpu_spec.or(r.cpu_template)) {
+            (Some(l), Some(sp)) => format!("{l}/{sp}"),
+            (Some(l), None) => l.to_string(),
+            (None, Some(sp)) => format!("-/{sp}"),
+            (None, None) => "-".into(),
+        };
+        let cpu = if r.drifted() { format!("{cpu}*") } else { cpu };
+        out.push(format!(
+            "{:<15} {:<8} {:<5} {:<8} {:<13} {:<3} {}",
+            p.name,
+            p.phase.to_string(),
+            if p.ready { "1/1" } else { "0/1" },
+            p.restarts,
+            cpu,
+            if r.gpus > 0 {
+                r.gpus.to_string()
+            } else {
+                "-".into()
+            },
+            p.reason.clone().unwrap_or_default()
+        ));
+    }
+    if st.pods.iter().any(|p| p.resources.drifted()) {
+        out.push("* live limit differs from the template".into());
+    }
+    if st.pods.iter().any(|p| p.phase == Phase::Pending) {
+        out.push(format!(
+            "world size {} · ranks asked for {}",
+            st.world_size, st.ranks_desired
+        ));
+    }
+    out
+}
+
+fn training(s: &Snapshot) -> Vec<String> {
+    let t = &s.training;
+    let throughput = match (t.samples_per_s, t.baseline) {
+        (Some(v), Some(b)) => format!(
+            "{}% of normal · {v:.0} samples/s, baseline {:.0}",
+            fmt_pct(t.pct_of_baseline.unwrap_or(0.0)),
+            b.samples_per_s
+        ),
+        (Some(v), None) => format!("{v:.0} samples/s · learning its baseline"),
+        _ => "-".into(),
+    };
+    let mut step = t.step_seconds.map_or("-".to_string(), fmt_latency);
+    if let Some(b) = t.baseline.filter(|b| b.step_seconds > 0.0) {
+        step.push_str(&format!(" (baseline {})", fmt_latency(b.step_seconds)));
+    }
+    let mut out = vec![
+        "TRAINING".to_string(),
+        format!("throughput  {throughput}"),
+        format!(
+            "step time   {step} · step {} · world size {}",
+            t.step,
+            t.world_size.map_or("-".into(), |w| w.to_string())
+        ),
+        format!(
+            "{:<7} {:<10} {:<10} {:>4} {:>7} {:>4} {:>8}  {}",
+            "RANK", "READS FROM", "SPLIT", "READ", "COMPUTE", "WAIT", "READ p50", "STATE"
+        ),
+    ];
+    for r in &s.ranks {
+        let state = if !r.up {
+            "down".to_string()
+        } else if r.waiting_for_peers {
+            "waiting for peers".to_string()
+        } else if r.throttled.is_some_and(|v| v > 0.25) {
+            format!("throttled {}", fmt_share(r.throttled))
+        } else {
+            String::new()
+        };
+        out.push(format!(
+            "{:<7} {:<10} {:<10} {:>4} {:>7} {:>4} {:>8}  {state}",
+            r.name,
+            r.server.clone().unwrap_or_else(|| "-".into()),
+            split_bar(r.read, r.compute, r.wait, r.transfer, 10),
+            fmt_share(r.read),
+            fmt_share(r.compute.map(|c| c + r.transfer.unwrap_or(0.0))),
+            fmt_share(r.wait),
+            fmt_opt_latency(r.read_p50)
+        ));
+    }
+    out
+}
+
+/// The whole of `lab status` for one snapshot.
+pub fn status_text(s: &Snapshot) -> String {
+    let mut out = String::new();
+    out.push_str(&headline_text(s));
+    out.push('\n');
+    out.push_str(&format!(
+        "lab {} · {} runtime\n\n",
+        s.status.lab, s.status.runtime
+    ));
+    let (left, right) = (kubernetes(s), training(s));
+    for i in 0..left.len().max(right.len()) {
+        let l = left.get(i).map_or("", String::as_str);
+        let r = right.get(i).map_or("", String::as_str);
+        out.push_str(format!("{} │ {r}", pad(l, LEFT)).trim_end());
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\nSTORAGE  read latency as the ranks see it\n{:<12} {:>8} {:>8} {:>8} {:>8}  {}\n",
+        "SERVER", "p50", "p99", "OWN p50", "BASELINE", "READERS"
+    ));
+    for v in &s.storage {
+        let name = if v.outlier {
+            format!("{} ▲", v.name)
+        } else {
+            v.name.clone()
+        };
+        out.push_str(&format!(
+            "{:<12} {:>8} {:>8} {:>8} {:>8}  {}\n",
+            name,
+            fmt_opt_latency(v.client_p50),
+            fmt_opt_latency(v.client_p99),
+            fmt_opt_latency(v.server_p50),
+            fmt_opt_latency(v.baseline_p50),
+            v.readers.join(",")
+        ));
+    }
+    out.push_str(&format!("\nALERTS  golden signals firing: {}\n", s.alerts.len()));
+    let mut alerts: Vec<_> = s.alerts.iter().collect();
+    alerts.sort_by_key(|a| (a.since_ms, a.rule.clone(), a.target.clone()));
+    for a in alerts {
+        let lead = lead_alert(&s.alerts).is_some_and(|l| std::ptr::eq(l, a));
+        out.push_str(&format!(
+            "{} {:<10} for {:<7} {:<28} {}\n",
+            if lead { "▶" } else { " " },
+            a.signal.to_string(),
+            fmt_span(s.at_ms.saturating_sub(a.since_ms)),
+            a.rule,
+            a.summary
+        ));
+    }
+    if !s.faults.is_empty() || !s.changes.is_empty() {
+        out.push_str("\nCHANGES\n");
+        for f in &s.faults {
+            out.push_str(&format!("  active  {} on {} ({})\n", f.kind, f.target, f.phase));
+        }
+        let mut changes: Vec<_> = s.changes.iter().collect();
+        changes.sort_by_key(|c| std::cmp::Reverse(c.at_ms));
+        for c in changes.into_iter().take(8) {
+            out.push_str(&format!(
+                "  {:>7} ago  {}\n",
+                fmt_span(s.at_ms.saturating_sub(c.at_ms)),
+                c.line()
+            ));
+        }
+    }
+    if !s.scrape_errors.is_empty() {
+        out.push_str("\nSCRAPE ERRORS\n");
+        for e in &s.scrape_errors {
+            out.push_str(&format!("  {e}\n"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixtures;
+
+    #[test]
+    fn status_text_baseline() {
+        insta::assert_snapshot!(status_text(&fixtures::healthy()));
+    }
+
+    #[test]
+    fn status_text_slow_storage() {
+        let t = status_text(&fixtures::slow_storage());
+        assert!(t.starts_with("Kubernetes: 4/4 Ready · Training: 7% of normal · storage-1 read p50 488 ms"));
+        insta::assert_snapshot!(t);
+    }
+
+    #[test]
+    fn status_text_unplaceable_rank() {
+        let t = status_text(&fixtures::unplaceable_rank());
+        assert!(
+            t.starts_with("Kubernetes: 4/5 Ready, 1 Pending (Insufficient gpu) · Training: 0% of normal"),
+            "{t}"
+        );
+        insta::assert_snapshot!(t);
+    }
+}
