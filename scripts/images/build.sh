@@ -5,7 +5,8 @@
 #   pause   straggler-lab/pause:1.0     a tiny static C program: the pod sandbox process
 #   lab     straggler-lab/lab:<version> the workspace's lab-* binaries (cargo build --release), the
 #                                       libraries they link (copied from this host), weed (SeaweedFS),
-#                                       tc from iproute2 with its libraries, and busybox for a shell
+#                                       tc from iproute2 with its libraries, and busybox (sh, wget, nc,
+#                                       httpd...; its wget -T crashes: use `timeout N wget`)
 #
 #   scripts/images/build.sh [pause|lab|all]     (default: all)
 #
@@ -96,11 +97,13 @@ build_lab() {
   weed=${LAB_WEED:-}
   if [ -z "$weed" ]; then eval "$("$root/scripts/tools.sh" weed)"; weed=$LAB_WEED; fi
   [ -x "$weed" ] || die "weed not found: run scripts/tools.sh weed"
+  # Debian's dynamic busybox, not busybox-static: the static build's shell runs its own applets before
+  # anything on PATH, so `tc` in a script would be busybox's tc (no netem), not iproute2's.
   busybox=$(command -v busybox || true)
   if [ -z "$busybox" ]; then
-    [ "$(id -u)" -eq 0 ] || die "busybox is missing: sudo apt-get install busybox-static"
-    log "installing busybox-static from Debian (once)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox-static >/dev/null
+    [ "$(id -u)" -eq 0 ] || die "busybox is missing: sudo apt-get install busybox"
+    log "installing busybox from Debian (once)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox >/dev/null
     busybox=$(command -v busybox)
   fi
   command -v tc >/dev/null || die "tc is missing: apt-get install iproute2"

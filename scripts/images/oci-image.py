@@ -58,6 +58,35 @@ def parse_spec(path):
     return entries
 
 
+def inputs_fingerprint(entries, argv):
+    """Hash of the arguments and of every source file: small files by content (they are often written
+    to a fresh temporary each build), large ones by identity (path, size, mtime, inode)."""
+    h = hashlib.sha256()
+    skip_next = False
+    for a in argv:
+        # The spec file is a fresh temporary each run; its content is covered by the entries below.
+        if skip_next:
+            skip_next = False
+            continue
+        if a == "--spec":
+            skip_next = True
+            continue
+        h.update(a.encode() + b"\0")
+    for dest in sorted(entries):
+        kind, src, mode = entries[dest]
+        if kind != "file":
+            h.update(f"{dest}\0{kind}\0{src}\0{mode}\0".encode())
+            continue
+        h.update(f"{dest}\0{kind}\0{mode}\0".encode())
+        st = os.stat(src)
+        if st.st_size < (1 << 20):
+            with open(src, "rb") as f:
+                h.update(hashlib.sha256(f.read()).digest())
+        else:
+            h.update(f"{src}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\0".encode())
+    return h.hexdigest()
+
+
 def tarinfo(name, kind):
     ti = tarfile.TarInfo(name)
     ti.type = kind
@@ -124,6 +153,18 @@ def main():
     entries = parse_spec(args.spec)
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
+
+    # Writing and hashing a 150 MB layer takes seconds: skip it when no input changed since last time.
+    fingerprint = inputs_fingerprint(entries, sys.argv[1:])
+    inputs_file = args.out + ".inputs"
+    try:
+        with open(inputs_file, encoding="utf-8") as f:
+            old_fp, old_digest = f.read().split()
+        if old_fp == fingerprint and os.path.exists(args.out):
+            print(old_digest)
+            return
+    except (FileNotFoundError, ValueError):
+        pass
     with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".layer.", delete=False) as layer:
         layer_path = layer.name
     try:
@@ -198,6 +239,8 @@ def main():
         os.replace(tmp_out, args.out)
     finally:
         os.unlink(layer_path)
+    with open(inputs_file, "w", encoding="utf-8") as f:
+        f.write(f"{fingerprint} sha256:{manifest_digest}\n")
     print(f"sha256:{manifest_digest}")
 
 
