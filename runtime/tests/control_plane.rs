@@ -1,0 +1,283 @@
+//! The Kubernetes runtime against a real control plane: a real API server, scheduler and controllers, with
+//! a Node object but no kubelet. Every manifest must be accepted by the real API server under strict field
+//! validation; the StatefulSet and Job controllers make the pods; the real scheduler binds four ranks and
+//! refuses the fifth with its own `Insufficient lab.dev/gpu` message; the fault requests (scale, world size,
+//! template apply, in-place resize, the delay container) must be accepted exactly as the lab sends them.
+//! Nothing runs in the pods (no kubelet), so what needs a running container is left to the real-node tier
+//! (scripts/k8s-e2e.sh).
+//!
+//! Run against such a cluster (cluster-admin kubeconfig; the controllers it needs are statefulset, job,
+//! deployment, replicaset, namespace, serviceaccount and podgc; the test creates and removes its own
+//! namespace and node, and the node must be the only schedulable one): `LAB_TEST_KUBECONFIG=... cargo test -p lab-runtime --test control_plane -- --ignored`.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use lab_model::Millicores;
+use lab_model::status::{LabStatus, Phase};
+use lab_runtime::kube::{self as lk, ClusterMode, DelayChoice, KubeRecord, KubeRuntime};
+use lab_runtime::{Delay, Runtime, RuntimeError};
+use serde_json::json;
+
+const GPU: &str = "lab.dev/gpu";
+
+fn record(ns: &str, wait: Duration) -> KubeRecord {
+    KubeRecord {
+        mode: ClusterMode::Existing,
+        kubeconfig: None,
+        context: None,
+        namespace: ns.to_string(),
+        created_namespace: true,
+        cluster: None,
+        gpu_resource: GPU.into(),
+        advertised_on: Vec::new(),
+        ranks: 4,
+        storage_servers: 3,
+        seed: 42,
+        gpus: 4,
+        watchdog_seconds: 120,
+        cpu: Millicores(400),
+        image: lk::DEFAULT_IMAGE.into(),
+        pull_policy: "Never".into(),
+        monitoring: true,
+        prometheus_image: lk::DEFAULT_PROMETHEUS_IMAGE.into(),
+        delay: DelayChoice::Auto,
+        wait_timeout: wait,
+        request_timeout: Duration::from_secs(10),
+    }
+}
+
+/// Polls `status()` until `cond` holds, for at most `secs`.
+async fn until(rt: &KubeRuntime, what: &str, secs: u64, cond: impl Fn(&LabStatus) -> bool) -> LabStatus {
+    let start = Instant::now();
+    loop {
+        let s = rt.status().await.expect("status");
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "timed out waiting for {what}: {s:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: set LAB_TEST_KUBECONFIG (see the module doc)"]
+async fn the_lab_against_a_real_api_server_scheduler_and_controllers() {
+    let kubeconfig = std::env::var("LAB_TEST_KUBECONFIG").expect("LAB_TEST_KUBECONFIG");
+    let client = lk::connect(
+        Some(std::path::Path::new(&kubeconfig)),
+        None,
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    let id = std::process::id();
+    let ns = format!("lab-cp-{id}");
+    let node_name = format!("cp-node-{id}");
+    let lab = "cp";
+
+    // A node the scheduler can place pods on: Ready, with room for everything but a fifth GPU.
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": node_name } }),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = json!({ "status": {
+        "capacity": { "cpu": "8", "memory": "32Gi", "pods": "110" },
+        "allocatable": { "cpu": "8", "memory": "32Gi", "pods": "110", GPU: "4" },
+        "conditions": [ { "type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test node",
+            "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z" } ],
+    } });
+    nodes
+        .patch_status(&node_name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    // A new node is tainted not-ready until its kubelet reports; this one has no kubelet.
+    let untaint = json!({ "spec": { "taints": null } });
+    nodes
+        .patch(&node_name, &PatchParams::default(), &Patch::Merge(&untaint))
+        .await
+        .unwrap();
+    // The lab's own advertisement: a status patch with a '/' in the key, accepted by the real server.
+    let patched = lk::lifecycle::advertise_gpus(&client, GPU, 4, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(patched.contains(&node_name));
+
+    // Every manifest, applied twice (the second apply changes nothing), under strict validation.
+    let rec = record(&ns, Duration::from_secs(30));
+    let settings = rec.settings(lab, 4, 4, Millicores(400));
+    let rules = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../",
+        "manifests/rules/golden-signals.yaml"
+    ))
+    .unwrap_or_else(|_| "groups: []\n".into());
+    for _ in 0..2 {
+        for objs in [
+            settings.namespace(),
+            settings.config(),
+            settings.storage(),
+            settings.seeder(),
+            settings.ranks(),
+            settings.prometheus(&rules),
+        ] {
+            lk::api::apply_all(&client, &ns, &objs.unwrap()).await.unwrap();
+        }
+    }
+    let rt = KubeRuntime::with_client(lab, client.clone(), rec.clone());
+
+    // The controllers made the pods and the scheduler bound them; nothing runs them.
+    let s = until(&rt, "four ranks bound to the node", 60, |s| {
+        s.ranks()
+            .filter(|p| p.node.as_deref() == Some(node_name.as_str()))
+            .count()
+            == 4
+    })
+    .await;
+    assert_eq!((s.world_size, s.ranks_desired, s.gpus_capacity), (4, 4, 4));
+    assert!(s.pods.iter().any(|p| p.name == "storage-master"));
+    assert!(s.pods.iter().any(|p| p.name == "seeder"));
+    for i in 0..3 {
+        assert!(
+            s.pods.iter().any(|p| p.name == format!("storage-{i}")),
+            "storage-{i}: {s:#?}"
+        );
+    }
+    let r1 = s.pods.iter().find(|p| p.name == "rank-1").unwrap();
+    assert_eq!(
+        (
+            r1.resources.cpu_spec,
+            r1.resources.cpu_template,
+            r1.resources.gpus
+        ),
+        (Some(Millicores(400)), Some(Millicores(400)), 1)
+    );
+
+    // unplaceable-rank: five ranks, four GPUs; the real scheduler says why.
+    rt.scale_ranks(5).await.unwrap();
+    let s = until(&rt, "rank-4 unschedulable", 60, |s| {
+        s.pods
+            .iter()
+            .any(|p| p.name == "rank-4" && p.phase == Phase::Pending && p.reason.is_some())
+    })
+    .await;
+    let r4 = s.pods.iter().find(|p| p.name == "rank-4").unwrap();
+    assert_eq!(r4.reason.as_deref(), Some("Insufficient lab.dev/gpu"), "{r4:#?}");
+    let msg = r4.message.as_deref().unwrap();
+    assert!(
+        msg.contains("nodes are available") && msg.contains("Insufficient lab.dev/gpu"),
+        "{msg}"
+    );
+    eprintln!("the scheduler says: {msg}");
+    assert_eq!(s.ranks_desired, 5);
+
+    rt.set_world_size(5).await.unwrap();
+    assert_eq!(rt.status().await.unwrap().world_size, 5);
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let template_ws = |s: &StatefulSet| {
+        s.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()["lab.dev/world-size"]
+            .clone()
+    };
+    assert_eq!(template_ws(&sts.get("rank").await.unwrap()), "5");
+
+    // Re-applying the template keeps the live replicas and world size: only the CPU is the caller's.
+    rt.apply_template(Millicores(400)).await.unwrap();
+    let live = sts.get("rank").await.unwrap();
+    assert_eq!(live.spec.as_ref().unwrap().replicas, Some(5));
+    assert_eq!(template_ws(&live), "5");
+
+    // throttled-rank: the resize subresource takes the lab's patch; the pod spec says 150m, the template
+    // 400m. No kubelet applies it, so the wait for the applied limit times out here.
+    let short = KubeRuntime::with_client(lab, client.clone(), record(&ns, Duration::from_secs(3)));
+    let err = short.resize_rank(1, Millicores(150)).await.unwrap_err();
+    assert!(matches!(err, RuntimeError::Timeout { .. }), "{err}");
+    let l = rt.cpu_limits(1).await.unwrap();
+    assert_eq!(
+        (l.spec, l.template, l.live),
+        (Some(Millicores(150)), Millicores(400), None)
+    );
+
+    // slow-storage: the delay container (NET_ADMIN, nothing else) is accepted as an ephemeral container.
+    let err = short
+        .set_storage_delay(
+            1,
+            Some(Delay {
+                delay: Duration::from_millis(300),
+                jitter: Duration::ZERO,
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::Timeout { .. }), "{err}");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let storage1 = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=storage-server,lab.dev/index=1"))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    let eph = storage1
+        .spec
+        .as_ref()
+        .unwrap()
+        .ephemeral_containers
+        .clone()
+        .unwrap();
+    assert_eq!(eph[0].name, "delay-1");
+    let caps = eph[0]
+        .security_context
+        .as_ref()
+        .unwrap()
+        .capabilities
+        .as_ref()
+        .unwrap();
+    assert_eq!(caps.add.as_deref(), Some(&["NET_ADMIN".to_string()][..]));
+    let s = rt.status().await.unwrap();
+    let st1 = s.pods.iter().find(|p| p.name == "storage-1").unwrap();
+    assert!(
+        st1.containers.iter().any(|c| c.starts_with("delay-1 (ephemeral")
+            && c.contains("tc qdisc replace dev eth0 root netem delay 300ms")),
+        "{:?}",
+        st1.containers
+    );
+
+    // Back to four, then remove everything: the node first, so the pods bound to it can go.
+    rt.scale_ranks(4).await.unwrap();
+    rt.set_world_size(4).await.unwrap();
+    nodes.delete(&node_name, &DeleteParams::default()).await.unwrap();
+    for p in pods.list(&ListParams::default()).await.unwrap().items {
+        let _ = pods
+            .delete(
+                p.metadata.name.as_deref().unwrap(),
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
+    }
+    let mut rm = record(&ns, Duration::from_secs(60));
+    rm.advertised_on.clear();
+    lk::lifecycle::remove_objects(&client, &rm, lab).await.unwrap();
+}
