@@ -10,7 +10,8 @@
 #
 #   scripts/images/build.sh [pause|lab|all]     (default: all)
 #
-# Prints one line per image on stdout: "<reference> <archive> <manifest digest>". The archives go to
+# Prints one line per image on stdout: "<reference> <archive> <manifest digest> <reference as containerd
+# stores it>". Pods use the short reference with imagePullPolicy: Never. The archives go to
 # ${LAB_CACHE:-~/.cache/straggler-lab}/images. Layers are written deterministically (sorted entries,
 # fixed times and owners), so rebuilding the same binaries gives the same digest.
 # Environment: LAB_CACHE, LAB_IMAGE_VERSION (default: the workspace version), LAB_WEED.
@@ -20,7 +21,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 CACHE=${LAB_CACHE:-$HOME/.cache/straggler-lab}
 OUT="$CACHE/images"
-PAUSE_REF=docker.io/straggler-lab/pause:1.0
+PAUSE_REF=straggler-lab/pause:1.0
 
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -57,7 +58,7 @@ build_pause() {
     --entrypoint '["/pause"]' --user 65535:65535 --label org.opencontainers.image.title=straggler-lab-pause)
   rm -rf "$work"
   log "pause image $PAUSE_REF $digest"
-  echo "$PAUSE_REF $OUT/pause.oci.tar $digest"
+  echo "$PAUSE_REF $OUT/pause.oci.tar $digest $(python3 "$here/oci-image.py" --normalize "$PAUSE_REF")"
 }
 
 # The lab-* binaries of the workspace (the `lab` CLI itself stays on the host).
@@ -75,7 +76,7 @@ for p in m["packages"]:
 build_lab() {
   local version ref work spec digest target bins=() built=() b busybox weed
   version=${LAB_IMAGE_VERSION:-$(workspace_version)}
-  ref="docker.io/straggler-lab/lab:$version"
+  ref="straggler-lab/lab:$version"
   mapfile -t lines < <(lab_binaries)
   target=${lines[0]}
   bins=("${lines[@]:1}")
@@ -136,7 +137,7 @@ build_lab() {
     --label "straggler-lab.binaries=${built[*]}")
   rm -rf "$work"
   log "lab image $ref $digest (binaries: ${built[*]}, weed, tc, busybox)"
-  echo "$ref $OUT/lab-$version.oci.tar $digest"
+  echo "$ref $OUT/lab-$version.oci.tar $digest $(python3 "$here/oci-image.py" --normalize "$ref")"
 }
 
 what=${1:-all}

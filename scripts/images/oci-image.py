@@ -7,6 +7,7 @@ inputs twice gives the same manifest digest (which is how the node decides wheth
 
 Usage: oci-image.py --spec SPEC --name REF --out FILE [--entrypoint JSON] [--cmd JSON] [--env K=V]...
           [--user U] [--workdir D] [--label K=V]...
+       oci-image.py --normalize REF       prints the reference the way containerd stores it
 
 SPEC has one entry a line:
     file <path-in-image> <source-file> [octal-mode]
@@ -26,6 +27,19 @@ import tempfile
 
 FIXED_MTIME = 0
 CREATED = "1970-01-01T00:00:00Z"
+
+
+def normalize(ref):
+    """The fully qualified form containerd stores and the kubelet asks for: a reference without a
+    domain gets the reference grammar's default domain (and "library/" when it has one component),
+    and one without a tag gets ":latest"."""
+    first, _, rest = ref.partition("/")
+    if not rest or ("." not in first and ":" not in first and first != "localhost"):
+        ref = ("docker.io/library/" if not rest else "docker.io/") + ref
+    last = ref.rsplit("/", 1)[-1]
+    if ":" not in last and "@" not in last:
+        ref += ":latest"
+    return ref
 
 
 def parse_spec(path):
@@ -139,9 +153,10 @@ def add_bytes(tar, name, data):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--spec", required=True)
-    ap.add_argument("--name", required=True, help="full reference, e.g. docker.io/straggler-lab/lab:0.1.0")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--normalize", default=None, metavar="REF")
+    ap.add_argument("--spec")
+    ap.add_argument("--name", help="image reference, e.g. straggler-lab/lab:0.1.0")
+    ap.add_argument("--out")
     ap.add_argument("--entrypoint", default=None, help="JSON list")
     ap.add_argument("--cmd", default=None, help="JSON list")
     ap.add_argument("--env", action="append", default=[])
@@ -149,6 +164,12 @@ def main():
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--label", action="append", default=[])
     args = ap.parse_args()
+    if args.normalize:
+        print(normalize(args.normalize))
+        return
+    if not (args.spec and args.name and args.out):
+        ap.error("--spec, --name and --out are required")
+    args.name = normalize(args.name)
 
     entries = parse_spec(args.spec)
     out_dir = os.path.dirname(os.path.abspath(args.out))

@@ -116,7 +116,9 @@ if [ ! -x "$OUT/etcd" ]; then
   mkdir -p "$work/etcd" && cd "$work/etcd"
   go mod init lab.local/etcdbuild >/dev/null 2>&1
   go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
-  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3
+  # etcd's version is a constant; only the commit is a build-time variable.
+  CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$ETCD_VERSION" \
+    -o "$OUT/etcd.tmp" go.etcd.io/etcd/server/v3
   mv "$OUT/etcd.tmp" "$OUT/etcd"
   record etcd "$(( $(date +%s) - t0 ))"
 fi

@@ -18,7 +18,6 @@ if [ ! -d "$S" ]; then
   exit 0
 fi
 say "k8s-node down: state in $S"
-BIN=$(cat "$S/bin-dir" 2>/dev/null || true)
 failed=0
 
 # --- workloads first, through Kubernetes, so the kubelet and CNI tear down what they set up -----------
@@ -71,13 +70,13 @@ stop_containerd() {
 # Shims and container processes can outlive containerd: they are ours when their command line names
 # this node's containerd socket, or when they sit in this node's cgroup.
 kill_leftovers() {
-  local pid found=0 f
-  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-    [ -r "/proc/$pid/cmdline" ] || continue
-    if tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -qxF "$SOCK"; then
-      echo "    shim $pid ($(tr '\0' ' ' < "/proc/$pid/cmdline" | cut -c1-60)...)"
+  local pid f p
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    [ -r "$p/cmdline" ] || continue
+    if { tr '\0' '\n' < "/proc/$pid/cmdline" | grep -qxF "$SOCK"; } 2>/dev/null; then
+      echo "    shim $pid ($( { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | cut -c1-60)...)"
       stop_pid "$pid" 5
-      found=1
     fi
   done
   for _ in $(seq 1 20); do
@@ -91,7 +90,6 @@ kill_leftovers() {
     echo "    processes left in /$CGROUP_NAME: $pids"
     # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null
-    found=1
     sleep 0.5
   done
   # Shim sockets live in containerd's fixed /run/containerd/s, named by a hash of this node's socket

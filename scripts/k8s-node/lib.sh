@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # the variables are used by the scripts that source this file
 # Shared by up.sh, down.sh, status.sh and selftest.sh: the node's parameters, where its state lives, and
 # the helpers that start, find and stop its processes by recorded PID. Sourced, not run.
 #

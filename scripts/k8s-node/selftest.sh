@@ -23,6 +23,7 @@ if [ -d "$S" ]; then
 fi
 
 failures=0
+quiet() { "$@" >/dev/null 2>&1; }
 check() { # check <description> <command...>
   local what=$1 t
   shift
@@ -49,9 +50,7 @@ snapshot() { # snapshot <dir>: what down.sh must give back
 snapshot "$before"
 
 NS=selftest
-GPU_KEY=${GPU_RESOURCE//./\\.}
 LAB_IMAGE=""
-pods_pids=""
 
 cleanup() {
   if [ -d "$S" ]; then
@@ -69,8 +68,7 @@ if [ ! -f "$S/images.txt" ]; then
   say "selftest: FAIL (the node did not come up)"
   exit 1
 fi
-LAB_IMAGE=$(awk '$1 ~ /\/lab:/ { sub(/^docker\.io\//, "", $1); print $1 }' "$S/images.txt")
-quiet() { "$@" >/dev/null 2>&1; }
+LAB_IMAGE=$(awk '$1 ~ /\/lab:/ {print $1}' "$S/images.txt")
 check "status.sh says up" quiet "$K8S_NODE_DIR/status.sh"
 kc create namespace "$NS" >/dev/null
 
@@ -98,11 +96,16 @@ is_running() { [ "$(phase "$1")" = Running ]; }
 
 # --- the lab image runs and holds a GPU ---------------------------------------------------------------
 say "== pods of the lab image with $GPU_RESOURCE"
-gpu_pod gpu-1 "weed version; lab-proxy --help >/dev/null && echo lab-proxy-ok; exec sleep 3600"
+gpu_pod gpu-1 "weed version; lab-proxy --help >/dev/null && echo lab-proxy-ok; tc -V; exec sleep 3600"
 check "gpu-1 (lab image, 1 GPU, cpu limit 400m) Running" wait_for 90 is_running gpu-1
-logs_ok() { local l; l=$(kc -n "$NS" logs gpu-1 2>/dev/null); grep -q '^version ' <<<"$l" && grep -q lab-proxy-ok <<<"$l"; }
-check "gpu-1 ran weed version and lab-proxy --help" wait_for 20 logs_ok
-say "    $(kc -n "$NS" logs gpu-1 2>/dev/null | head -n 1)"
+logs_ok() {
+  local l
+  l=$(kc -n "$NS" logs gpu-1 2>/dev/null)
+  grep -q '^version ' <<<"$l" && grep -q lab-proxy-ok <<<"$l" && grep -q 'iproute2' <<<"$l"
+}
+check "gpu-1 ran weed version, lab-proxy --help and iproute2's tc" wait_for 20 logs_ok
+say "    $(kc -n "$NS" logs gpu-1 2>/dev/null | grep -m1 '^version ')"
+say "    $(kc -n "$NS" logs gpu-1 2>/dev/null | grep -m1 'iproute2')"
 for i in 2 3 4; do gpu_pod "gpu-$i" "exec sleep 3600"; done
 all_four() { is_running gpu-2 && is_running gpu-3 && is_running gpu-4; }
 check "gpu-2..gpu-4 Running (4 of 4 GPUs taken)" wait_for 90 all_four
@@ -118,7 +121,7 @@ check "gpu-5 still Pending" test "$(phase gpu-5)" = Pending
 # --- in-place resize ------------------------------------------------------------------------------------
 say "== in-place resize of gpu-1's CPU limit (pods/resize)"
 container_cgroup() {
-  local cid uid
+  local cid
   cid=$(kc -n "$NS" get pod gpu-1 -o jsonpath='{.status.containerStatuses[0].containerID}')
   cid=${cid#containerd://}
   if [ "$(cat "$S/cgroup-version")" = 2 ]; then
@@ -137,7 +140,7 @@ check "cgroup quota before the resize is 40000 (400m)" test "$(quota "$CG")" = 4
 restarts_before=$(kc -n "$NS" get pod gpu-1 -o jsonpath='{.status.containerStatuses[0].restartCount}')
 check "kubectl patch --subresource resize accepted" \
   kc -n "$NS" patch pod gpu-1 --subresource resize \
-  -p '{"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"150m"}}}]}}'
+  -p '{"spec":{"containers":[{"name":"main","resources":{"limits":{"cpu":"150m"}}}]}}' -o name
 status_limit() { [ "$(kc -n "$NS" get pod gpu-1 -o jsonpath='{.status.containerStatuses[0].resources.limits.cpu}')" = 150m ]; }
 check "pod status resources show limits.cpu 150m" wait_for 30 status_limit
 quota_is() { [ "$(quota "$CG")" = "$1" ]; }
@@ -177,7 +180,7 @@ spec:
       httpGet: {path: /cluster/status, port: 9333}
       periodSeconds: 1
 EOF
-check "SeaweedFS master pod Ready" kc -n "$NS" wait --for=condition=Ready pod/seaweed-master --timeout=90s
+check "SeaweedFS master pod Ready" quiet kc -n "$NS" wait --for=condition=Ready pod/seaweed-master --timeout=90s
 SVC_IP=$(kc -n "$NS" get service seaweed-master -o jsonpath='{.spec.clusterIP}')
 host_reach() { curl -fsS --max-time 3 "http://$SVC_IP:9333/cluster/status" | grep -q '"IsLeader":true'; }
 check "host reaches the master through ClusterIP $SVC_IP" wait_for 30 host_reach
@@ -215,15 +218,15 @@ say "== down"
 pids=""
 for f in "$PIDS"/*.pid; do pids+=" $(awk '{print $1}' "$f")"; done
 for d in $(cgroup_dirs); do pids+=" $(find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | tr '\n' ' ')"; done
-for p in $(ls /proc | grep -E '^[0-9]+$'); do
-  tr '\0' '\n' < "/proc/$p/cmdline" 2>/dev/null | grep -qxF "$SOCK" && pids+=" $p"
+for p in /proc/[0-9]*; do
+  { tr '\0' '\n' < "$p/cmdline" | grep -qxF "$SOCK"; } 2>/dev/null && pids+=" ${p#/proc/}"
 done
 pids=$(echo "$pids" | xargs -n1 | sort -un | xargs)
 say "    $(echo "$pids" | wc -w) processes of the node before down"
 state_dir=$S
 check "down.sh exits 0" "$K8S_NODE_DIR/down.sh"
 alive=""
-for p in $pids; do [ -d "/proc/$p" ] && alive+=" $p($(tr '\0' ' ' < "/proc/$p/cmdline" | cut -c1-40))"; done
+for p in $pids; do [ -d "/proc/$p" ] && alive+=" $p($( { tr '\0' ' ' < "/proc/$p/cmdline"; } 2>/dev/null | cut -c1-40))"; done
 check "no process of the node left" test -z "$alive"
 [ -z "$alive" ] || say "    still alive:$alive"
 check "no mount under the state directory" test -z "$(awk -v s="$state_dir" 'index($5, s) == 1' /proc/self/mountinfo)"

@@ -47,7 +47,7 @@ build_binaries() {
 build_images() {
   "$LAB_ROOT/scripts/images/build.sh" all > "$S/images.txt" 2>>"$LOGS/images.log" \
     || { tail -n 20 "$LOGS/images.log" >&2; return 1; }
-  PAUSE_IMAGE=$(awk '$1 ~ /\/pause:/ {print $1}' "$S/images.txt")
+  PAUSE_IMAGE=$(awk '$1 ~ /\/pause:/ {print $4}' "$S/images.txt")
   [ -n "$PAUSE_IMAGE" ]
 }
 
@@ -345,18 +345,18 @@ EOF
 }
 
 import_images() {
-  local ref tar digest have
-  while read -r ref tar digest; do
+  local short tar digest ref have
+  while read -r short tar digest ref; do
     have=$(ctr_ images ls "name==$ref" 2>/dev/null | awk 'NR > 1 {print $3}')
     if [ "$have" = "$digest" ]; then
-      echo "    $ref already imported ($digest)"
+      echo "    $short already imported ($digest)"
       continue
     fi
     ctr_ images import --platform linux/amd64 "$tar" >>"$LOGS/images.log" 2>&1 \
       || { echo "importing $tar failed; see $LOGS/images.log" >&2; return 1; }
     have=$(ctr_ images ls "name==$ref" | awk 'NR > 1 {print $3}')
     [ "$have" = "$digest" ] || { echo "$ref imported as '$have', expected $digest" >&2; return 1; }
-    echo "    imported $ref ($digest)"
+    echo "    imported $short ($digest)"
   done < "$S/images.txt"
 }
 
@@ -474,7 +474,7 @@ step "host packages (containerd, runc, CNI plugins, iptables, conntrack)" instal
 step "Kubernetes and etcd binaries (cache: $CACHE)" build_binaries
 BIN=$(cat "$S/bin-dir")
 step "images built offline (pause, lab)" build_images
-PAUSE_IMAGE=$(awk '$1 ~ /\/pause:/ {print $1}' "$S/images.txt")
+PAUSE_IMAGE=$(awk '$1 ~ /\/pause:/ {print $4}' "$S/images.txt")
 step "host state recorded for down.sh" save_host_state
 step "host checks (bridge name free, cgroup layout)" check_host
 step "certificates and service-account keys" make_pki
