@@ -46,16 +46,33 @@ pub async fn preflight() -> Result<String> {
             "cannot connect to the Docker API ({e}): install Docker and start it, or use --runtime local"
         ),
     })?;
+    check_docker(&docker).await?;
+    check_kind("kind").await
+}
+
+/// The Docker daemon behind `docker` answers a ping.
+///
+/// # Errors
+/// [`RuntimeError::MissingTool`] saying how to start it.
+pub async fn check_docker(docker: &Docker) -> Result<()> {
     let ping = tokio::time::timeout(Duration::from_secs(10), docker.ping()).await;
-    if !matches!(ping, Ok(Ok(_))) {
-        return Err(RuntimeError::MissingTool {
-            tool: "docker".into(),
-            hint: "the Docker daemon does not answer: start Docker (Docker Desktop, or `sudo systemctl start docker`), \
-                   or use --runtime local"
-                .into(),
-        });
+    if matches!(ping, Ok(Ok(_))) {
+        return Ok(());
     }
-    let out = run("kind", &["version"], Duration::from_secs(20)).await.map_err(|_| RuntimeError::MissingTool {
+    Err(RuntimeError::MissingTool {
+        tool: "docker".into(),
+        hint: "the Docker daemon does not answer: start Docker (Docker Desktop, or `sudo systemctl start docker`), \
+               or use --runtime local"
+            .into(),
+    })
+}
+
+/// `program` (kind) runs and is at least [`MIN_KIND`]; returns `kind vX.Y.Z`.
+///
+/// # Errors
+/// [`RuntimeError::MissingTool`] saying how to install or upgrade it.
+pub async fn check_kind(program: &str) -> Result<String> {
+    let out = run(program, &["version"], Duration::from_secs(20)).await.map_err(|_| RuntimeError::MissingTool {
         tool: "kind".into(),
         hint: format!(
             "install kind v{}.{}.{} or newer (`go install sigs.k8s.io/kind@v0.30.0`, or a release binary), or use --runtime local",
@@ -273,6 +290,35 @@ mod tests {
         );
         assert_eq!(parse_kind_version("nonsense"), None);
         assert!(parse_kind_version("kind v0.29.0 go1.24").unwrap() < MIN_KIND);
+    }
+
+    #[tokio::test]
+    async fn a_docker_daemon_that_does_not_answer_says_how_to_start_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("docker.sock");
+        // A socket file nobody listens on any more: what a stopped daemon leaves behind.
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        let docker =
+            Docker::connect_with_unix(sock.to_str().unwrap(), 2, bollard::API_DEFAULT_VERSION).unwrap();
+        let err = check_docker(&docker).await.unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::MissingTool { ref tool, .. } if tool == "docker"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("start Docker"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_kind_says_how_to_install_it() {
+        let err = check_kind("/nonexistent/kind").await.unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::MissingTool { ref tool, .. } if tool == "kind"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("go install sigs.k8s.io/kind@v0.30.0"),
+            "{err}"
+        );
     }
 
     #[test]
