@@ -1,0 +1,790 @@
+//! The decisions of a drill, as pure functions of snapshots: is the lab steady (and at what baseline), has
+//! the fault been detected, is the job back, how many steps were lost.
+//!
+//! Every tracker takes snapshots one at a time and reads the time from the snapshot itself, so a test can
+//! replay a synthetic sequence and get the same verdicts a live run would.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use lab_model::Snapshot;
+use lab_model::snapshot::{Baseline, GoldenSignal};
+use lab_model::status::Phase;
+use serde::Serialize;
+
+use crate::spec::{Expect, Verify};
+
+/// Where a tracker stands after a snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome<T> {
+    /// Not decided yet; the text says what is awaited.
+    Pending(String),
+    /// Decided: what was seen.
+    Done(T),
+    /// Decided against: why.
+    Failed(String),
+}
+
+/// The job's normal, measured just before the drill injects anything.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PreFault {
+    /// Mean samples per second over the window.
+    pub samples_per_s: f64,
+    /// Median step time over the window, seconds.
+    pub step_seconds: f64,
+    /// How long the window was, seconds.
+    pub window_s: f64,
+    /// The baseline the lab learned at `lab up`, for comparison.
+    pub learned: Option<Baseline>,
+}
+
+impl PreFault {
+    /// Throughput as a percentage of this baseline.
+    pub fn pct(&self, samples_per_s: f64) -> f64 {
+        if self.samples_per_s > 0.0 {
+            100.0 * samples_per_s / self.samples_per_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// How far the throughput of a steady window may wander (relative standard deviation).
+pub const STEADY_MAX_VARIATION: f64 = 0.12;
+
+/// Finds a window over which the lab is steady: every rank Running and Ready and training, no golden
+/// signal firing, and throughput that does not wander.
+#[derive(Debug)]
+pub struct SteadyWindow {
+    window_ms: u64,
+    points: VecDeque<(u64, Option<f64>, Option<f64>)>,
+}
+
+impl SteadyWindow {
+    /// A window of `window_ms`.
+    pub fn new(window_ms: u64) -> Self {
+        SteadyWindow {
+            window_ms,
+            points: VecDeque::new(),
+        }
+    }
+
+    /// Adds a snapshot; `Done` once the last window was steady.
+    pub fn push(&mut self, s: &Snapshot) -> Outcome<PreFault> {
+        let t = &s.training;
+        self.points.push_back((s.at_ms, t.samples_per_s, t.step_seconds));
+        while self
+            .points
+            .front()
+            .is_some_and(|(at, ..)| s.at_ms.saturating_sub(*at) > self.window_ms)
+        {
+            self.points.pop_front();
+        }
+        // Anything wrong now restarts the window: the lab must be steady over all of it.
+        if let Some(why) = unsteady_now(s) {
+            self.points.clear();
+            return Outcome::Pending(why);
+        }
+        let covered = self
+            .points
+            .front()
+            .map_or(0, |(at, ..)| s.at_ms.saturating_sub(*at));
+        // Snapshots come about once a second: a window is covered when its first point is a tick from its start.
+        if covered + 1_000 < self.window_ms {
+            return Outcome::Pending(format!(
+                "measuring the baseline ({:.0} of {:.0} s)",
+                covered as f64 / 1000.0,
+                self.window_ms as f64 / 1000.0
+            ));
+        }
+        let samples: Vec<f64> = self.points.iter().filter_map(|p| p.1).collect();
+        let steps: Vec<f64> = self.points.iter().filter_map(|p| p.2).collect();
+        if samples.len() < 3 || steps.len() < 3 {
+            return Outcome::Pending("too few measurements in the window".into());
+        }
+        let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+        let var = samples.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / samples.len() as f64;
+        let cv = var.sqrt() / mean;
+        if cv > STEADY_MAX_VARIATION {
+            let (lo, hi) = min_max(&samples);
+            return Outcome::Pending(format!(
+                "throughput still wanders between {lo:.0} and {hi:.0} samples/s"
+            ));
+        }
+        Outcome::Done(PreFault {
+            samples_per_s: mean,
+            step_seconds: median(&steps),
+            window_s: self.window_ms as f64 / 1000.0,
+            learned: t.baseline,
+        })
+    }
+}
+
+/// Why the lab is not steady in this snapshot, if it is not.
+pub fn unsteady_now(s: &Snapshot) -> Option<String> {
+    let st = &s.status;
+    let (ready, total) = st.ranks_ready();
+    if total == 0 {
+        return Some("no ranks reported yet".into());
+    }
+    if ready != total || total != st.ranks_desired as usize {
+        return Some(format!(
+            "{ready}/{total} ranks Running and Ready ({} asked for)",
+            st.ranks_desired
+        ));
+    }
+    if let Some(a) = s.alerts.first() {
+        return Some(format!("{} is firing: {}", a.rule, a.summary));
+    }
+    match (s.training.samples_per_s, s.training.step_seconds) {
+        (Some(v), Some(_)) if v > 0.0 => None,
+        _ => Some("the job is not training".into()),
+    }
+}
+
+/// A signal seen after the injection.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Seen {
+    /// What: the golden signal's name, or `throughput-drop`.
+    pub what: String,
+    /// When, ms since the Unix epoch.
+    pub at_ms: u64,
+    /// The alert's rule and target, or the measured drop.
+    pub detail: String,
+}
+
+/// What the expect step saw.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Detection {
+    /// When every expectation was first met, ms since the Unix epoch.
+    pub at_ms: u64,
+    pub seen: Vec<Seen>,
+    /// Ranks Running and Ready over the step: the fewest seen, out of how many.
+    pub ranks_ready_min: Option<(usize, usize)>,
+}
+
+/// Watches for the expected signals after an injection.
+#[derive(Debug)]
+pub struct ExpectTracker {
+    spec: Expect,
+    started_ms: u64,
+    ready_from_ms: u64,
+    baseline: PreFault,
+    fired: BTreeMap<GoldenSignal, Seen>,
+    drop: Option<Seen>,
+    lowest_pct: Option<f64>,
+    ready_min: Option<(usize, usize)>,
+    met_at: Option<u64>,
+}
+
+impl ExpectTracker {
+    /// Expectations counted from `started_ms` (the start of the injection); Ready is held to account from
+    /// `ready_from_ms` (the end of the injection: a fault may restart ranks on its way in).
+    pub fn new(spec: Expect, baseline: PreFault, started_ms: u64, ready_from_ms: u64) -> Self {
+        ExpectTracker {
+            spec,
+            started_ms,
+            ready_from_ms,
+            baseline,
+            fired: BTreeMap::new(),
+            drop: None,
+            lowest_pct: None,
+            ready_min: None,
+            met_at: None,
+        }
+    }
+
+    /// The lowest throughput seen, as a percentage of the pre-fault baseline.
+    pub fn lowest_pct(&self) -> Option<f64> {
+        self.lowest_pct
+    }
+
+    /// Adds a snapshot.
+    pub fn push(&mut self, s: &Snapshot) -> Outcome<Detection> {
+        if s.at_ms < self.started_ms {
+            return Outcome::Pending("waiting for the injection".into());
+        }
+        let elapsed = s.at_ms - self.started_ms;
+        for a in &s.alerts {
+            if self.spec.signals.contains(&a.signal) && !self.fired.contains_key(&a.signal) {
+                self.fired.insert(
+                    a.signal,
+                    Seen {
+                        what: a.signal.to_string(),
+                        at_ms: s.at_ms,
+                        detail: format!("{} on {}: {}", a.rule, a.target, a.summary),
+                    },
+                );
+            }
+        }
+        if let Some(v) = s.training.samples_per_s {
+            let pct = self.baseline.pct(v);
+            self.lowest_pct = Some(self.lowest_pct.map_or(pct, |l: f64| l.min(pct)));
+            if let Some(limit) = self.spec.throughput_below_pct
+                && pct < limit
+                && self.drop.is_none()
+            {
+                self.drop = Some(Seen {
+                    what: "throughput-drop".into(),
+                    at_ms: s.at_ms,
+                    detail: format!(
+                        "throughput {pct:.0}% of the pre-fault baseline ({v:.0} of {:.0} samples/s), under {limit:.0}%",
+                        self.baseline.samples_per_s
+                    ),
+                });
+            }
+        }
+        if s.at_ms >= self.ready_from_ms
+            && let Some(want) = self.spec.ranks_ready
+        {
+            let (ready, total) = s.status.ranks_ready();
+            if self.ready_min.is_none_or(|(r, _)| ready < r) {
+                self.ready_min = Some((ready, total));
+            }
+            if ready < want as usize {
+                return Outcome::Failed(format!(
+                    "Kubernetes' view changed {:.0} s after the injection: {ready}/{total} ranks Running and Ready, the drill expects {want} to stay Ready ({})",
+                    elapsed as f64 / 1000.0,
+                    not_ready(s)
+                ));
+            }
+        }
+        let missing = self.missing();
+        if missing.is_empty() {
+            let at = *self.met_at.get_or_insert(s.at_ms);
+            if s.at_ms.saturating_sub(at) >= self.spec.hold.as_millis() as u64 {
+                return Outcome::Done(self.detection(at));
+            }
+            return Outcome::Pending("detected; watching the fault's effect".into());
+        }
+        if elapsed > self.spec.within.as_millis() as u64 {
+            return Outcome::Failed(format!(
+                "not detected within {:.0} s of the injection: {}",
+                self.spec.within.as_secs_f64(),
+                self.describe_missing(&missing, s)
+            ));
+        }
+        Outcome::Pending(format!("waiting for: {}", missing.join(", ")))
+    }
+
+    fn missing(&self) -> Vec<String> {
+        let mut m: Vec<String> = self
+            .spec
+            .signals
+            .iter()
+            .filter(|g| !self.fired.contains_key(g))
+            .map(|g| format!("{g} alert"))
+            .collect();
+        if let Some(limit) = self.spec.throughput_below_pct
+            && self.drop.is_none()
+        {
+            m.push(format!("throughput under {limit:.0}%"));
+        }
+        m
+    }
+
+    fn describe_missing(&self, missing: &[String], s: &Snapshot) -> String {
+        let firing: Vec<String> = s.alerts.iter().map(|a| a.rule.clone()).collect();
+        let mut out = format!("missing {}", missing.join(", "));
+        out.push_str(&format!(
+            " (firing now: {}",
+            if firing.is_empty() {
+                "nothing".to_string()
+            } else {
+                firing.join(", ")
+            }
+        ));
+        if let Some(l) = self.lowest_pct {
+            out.push_str(&format!("; lowest throughput {l:.0}% of the pre-fault baseline"));
+        }
+        out.push(')');
+        out
+    }
+
+    fn detection(&self, at_ms: u64) -> Detection {
+        let mut seen: Vec<Seen> = self.fired.values().cloned().collect();
+        seen.extend(self.drop.clone());
+        seen.sort_by_key(|s| s.at_ms);
+        Detection {
+            at_ms,
+            seen,
+            ranks_ready_min: self.ready_min,
+        }
+    }
+}
+
+fn not_ready(s: &Snapshot) -> String {
+    let list: Vec<String> = s
+        .status
+        .ranks()
+        .filter(|p| !p.is_running_ready())
+        .map(|p| {
+            let mut t = format!("{} {}", p.name, p.phase);
+            if p.phase == Phase::Running {
+                t.push_str(", not Ready");
+            }
+            if let Some(r) = &p.reason {
+                t.push_str(&format!(": {r}"));
+            }
+            t
+        })
+        .collect();
+    if list.is_empty() {
+        "every rank present is Ready".into()
+    } else {
+        list.join("; ")
+    }
+}
+
+/// The job back at its baseline.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recovery {
+    /// When the run of good steps that passed began, ms since the Unix epoch.
+    pub back_at_ms: u64,
+    /// When the run reached its length.
+    pub verified_at_ms: u64,
+    /// Steps in the run.
+    pub steps: u64,
+    /// Throughput at the end, percent of the pre-fault baseline.
+    pub pct: f64,
+    /// Step time at the end, seconds.
+    pub step_seconds: f64,
+}
+
+/// Decides whether the job's own signals are back: throughput and step time within a tolerance of the
+/// pre-fault baseline for a number of consecutive training steps, reached before a deadline.
+#[derive(Debug)]
+pub struct RecoveryTracker {
+    from_ms: u64,
+    deadline_ms: u64,
+    tolerance: f64,
+    steps: u64,
+    baseline: PreFault,
+    run: Option<(u64, u64)>,
+    best: u64,
+    last: String,
+}
+
+impl RecoveryTracker {
+    /// Counting from `from_ms` (the end of the remediation).
+    pub fn new(spec: &Verify, baseline: PreFault, from_ms: u64) -> Self {
+        RecoveryTracker {
+            from_ms,
+            deadline_ms: spec.deadline.as_millis() as u64,
+            tolerance: spec.within_pct / 100.0,
+            steps: spec.consecutive_steps,
+            baseline,
+            run: None,
+            best: 0,
+            last: "no measurement yet".into(),
+        }
+    }
+
+    /// Whether a snapshot's throughput and step time are within the tolerance, and how they read.
+    fn judge(&self, s: &Snapshot) -> (bool, String) {
+        let b = &self.baseline;
+        let t = &s.training;
+        let thr = t.samples_per_s.map(|v| (v, b.pct(v)));
+        let thr_ok = thr.is_some_and(|(v, _)| v >= b.samples_per_s * (1.0 - self.tolerance));
+        let step_ok = t
+            .step_seconds
+            .is_some_and(|v| v <= b.step_seconds * (1.0 + self.tolerance));
+        let text = format!(
+            "throughput {} of the pre-fault baseline ({} of {:.0} samples/s), step time {} (baseline {})",
+            thr.map_or("unknown".into(), |(_, p)| format!("{p:.0}%")),
+            thr.map_or("?".into(), |(v, _)| format!("{v:.0}")),
+            b.samples_per_s,
+            t.step_seconds.map_or("unknown".into(), fmt_s),
+            fmt_s(b.step_seconds),
+        );
+        (thr_ok && step_ok, text)
+    }
+
+    /// Adds a snapshot.
+    pub fn push(&mut self, s: &Snapshot) -> Outcome<Recovery> {
+        if s.at_ms < self.from_ms {
+            return Outcome::Pending("waiting for the remediation to end".into());
+        }
+        let step = job_step(s);
+        let (ok, text) = self.judge(s);
+        self.last = text;
+        match (ok, step) {
+            (true, Some(step)) => {
+                let (since, first) = match self.run {
+                    // A step counter that went back means the job restarted: a new run begins.
+                    Some((since, first)) if step >= first => (since, first),
+                    _ => (s.at_ms, step),
+                };
+                self.run = Some((since, first));
+                let done = step - first;
+                self.best = self.best.max(done);
+                if done >= self.steps {
+                    let t = &s.training;
+                    return Outcome::Done(Recovery {
+                        back_at_ms: since,
+                        verified_at_ms: s.at_ms,
+                        steps: done,
+                        pct: t.samples_per_s.map_or(0.0, |v| self.baseline.pct(v)),
+                        step_seconds: t.step_seconds.unwrap_or(0.0),
+                    });
+                }
+            }
+            _ => self.run = None,
+        }
+        if s.at_ms - self.from_ms > self.deadline_ms {
+            return Outcome::Failed(format!(
+                "the job is not back {:.0} s after the remediation: {}; the longest run within {:.0}% was {} of {} steps",
+                self.deadline_ms as f64 / 1000.0,
+                self.last,
+                self.tolerance * 100.0,
+                self.best,
+                self.steps
+            ));
+        }
+        let progress = self
+            .run
+            .and_then(|(_, first)| step.map(|s| s.saturating_sub(first)))
+            .unwrap_or(0);
+        Outcome::Pending(format!(
+            "{}; {progress} of {} steps in a row",
+            self.last, self.steps
+        ))
+    }
+}
+
+/// The job's step: the highest any rank reports, `None` when no rank reports one.
+pub fn job_step(s: &Snapshot) -> Option<u64> {
+    s.ranks.iter().filter_map(|r| r.step).max()
+}
+
+/// Counts training steps lost: every time the job's step goes back (a restart from a checkpoint), the
+/// steps between the highest reached and where it resumed were lost.
+#[derive(Debug, Default)]
+pub struct StepsLost {
+    high: Option<u64>,
+    lost: u64,
+    counter_first: Option<u64>,
+    counter_last: u64,
+}
+
+impl StepsLost {
+    /// Adds a snapshot.
+    pub fn push(&mut self, s: &Snapshot) {
+        if let Some(step) = job_step(s) {
+            match self.high {
+                // Ranks of a synchronous job are at most a step apart; one step back is a rank not scraped.
+                Some(h) if step + 1 < h => {
+                    self.lost += h - step;
+                    self.high = Some(step);
+                }
+                Some(h) if step > h => self.high = Some(step),
+                None => self.high = Some(step),
+                _ => {}
+            }
+        }
+        let c = s.training.steps_lost;
+        self.counter_first.get_or_insert(c);
+        self.counter_last = c;
+    }
+
+    /// Steps lost: from the step going back, or from the job's own counter, whichever saw more.
+    pub fn lost(&self) -> u64 {
+        let counted = self
+            .counter_first
+            .map_or(0, |f| self.counter_last.saturating_sub(f));
+        self.lost.max(counted)
+    }
+}
+
+/// Seconds as a person reads a step time: `310 ms`, `4.30 s`.
+pub fn fmt_s(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.0} ms", s * 1000.0)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::time::Duration;
+
+    use lab_model::snapshot::{Alert, RankView, Training};
+    use lab_model::status::{LabStatus, PodStatus, Role, RuntimeKind};
+
+    use super::*;
+
+    pub const T0: u64 = 1_700_000_000_000;
+
+    /// A healthy four-rank lab at `t` seconds: `samples` per second, `step_s` per step, at step `step`.
+    pub fn snap(t: u64, samples: Option<f64>, step_s: Option<f64>, step: u64) -> Snapshot {
+        let mut pods = Vec::new();
+        for r in 0..4 {
+            let mut p = PodStatus::new(lab_model::names::rank(r), Role::Rank, Some(r));
+            p.phase = Phase::Running;
+            p.ready = true;
+            pods.push(p);
+        }
+        Snapshot {
+            at_ms: T0 + t * 1000,
+            status: LabStatus {
+                lab: "t".into(),
+                runtime: RuntimeKind::Local,
+                pods,
+                gpus_capacity: 4,
+                gpu_resource: "gpu".into(),
+                ranks_desired: 4,
+                world_size: 4,
+                storage_servers: 3,
+                delay_path: "proxy".into(),
+                notes: vec![],
+            },
+            training: Training {
+                samples_per_s: samples,
+                step_seconds: step_s,
+                step,
+                ..Default::default()
+            },
+            ranks: (0..4)
+                .map(|r| RankView {
+                    rank: r,
+                    name: lab_model::names::rank(r),
+                    step: Some(step),
+                    up: true,
+                    ..Default::default()
+                })
+                .collect(),
+            storage: vec![],
+            alerts: vec![],
+            changes: vec![],
+            faults: vec![],
+            scrape_errors: vec![],
+        }
+    }
+
+    pub fn alert(s: &mut Snapshot, signal: GoldenSignal, rule: &str) {
+        s.alerts.push(Alert {
+            signal,
+            rule: rule.into(),
+            target: "job".into(),
+            since_ms: s.at_ms,
+            value: 1.0,
+            summary: format!("{rule} fired"),
+        });
+    }
+
+    pub fn base() -> PreFault {
+        PreFault {
+            samples_per_s: 400.0,
+            step_seconds: 0.3,
+            window_s: 20.0,
+            learned: None,
+        }
+    }
+
+    #[test]
+    fn a_steady_window_gives_the_baseline() {
+        let mut w = SteadyWindow::new(10_000);
+        let mut out = Outcome::Pending(String::new());
+        for t in 0..=10 {
+            let v = if t % 2 == 0 { 390.0 } else { 410.0 };
+            out = w.push(&snap(t, Some(v), Some(0.3), t * 3));
+            if t < 9 {
+                assert!(matches!(out, Outcome::Pending(_)), "{t}: {out:?}");
+            }
+        }
+        let Outcome::Done(b) = out else { panic!("{out:?}") };
+        assert!((b.samples_per_s - 400.0).abs() < 2.0, "{b:?}");
+        assert_eq!(b.step_seconds, 0.3);
+    }
+
+    #[test]
+    fn a_firing_alert_or_a_rank_not_ready_restarts_the_window() {
+        let mut w = SteadyWindow::new(5_000);
+        for t in 0..5 {
+            w.push(&snap(t, Some(400.0), Some(0.3), t));
+        }
+        let mut s = snap(5, Some(400.0), Some(0.3), 5);
+        alert(&mut s, GoldenSignal::Throughput, "LabTrainingThroughputLow");
+        assert!(matches!(w.push(&s), Outcome::Pending(m) if m.contains("LabTrainingThroughputLow")));
+        let mut s = snap(6, Some(400.0), Some(0.3), 6);
+        s.status.pods[2].ready = false;
+        assert!(matches!(w.push(&s), Outcome::Pending(m) if m.contains("3/4")));
+        // The window starts over: five more good seconds are needed.
+        for t in 7..11 {
+            assert!(matches!(w.push(&snap(t, Some(400.0), Some(0.3), t)), Outcome::Pending(_)), "{t}");
+        }
+        assert!(matches!(w.push(&snap(12, Some(400.0), Some(0.3), 12)), Outcome::Done(_)));
+    }
+
+    #[test]
+    fn a_wandering_rate_is_not_steady() {
+        let mut w = SteadyWindow::new(5_000);
+        let mut last = Outcome::Pending(String::new());
+        for t in 0..8 {
+            let v = if t % 2 == 0 { 200.0 } else { 400.0 };
+            last = w.push(&snap(t, Some(v), Some(0.3), t));
+        }
+        assert!(matches!(last, Outcome::Pending(m) if m.contains("wanders")));
+    }
+
+    fn expect(signals: Vec<GoldenSignal>, below: Option<f64>, ready: Option<u32>) -> Expect {
+        Expect {
+            within: Duration::from_secs(30),
+            signals,
+            throughput_below_pct: below,
+            ranks_ready: ready,
+            hold: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn detection_needs_every_signal_and_the_drop() {
+        let mut e = ExpectTracker::new(
+            expect(vec![GoldenSignal::Latency], Some(50.0), Some(4)),
+            base(),
+            T0,
+            T0 + 2_000,
+        );
+        assert!(matches!(e.push(&snap(1, Some(380.0), Some(0.3), 1)), Outcome::Pending(_)));
+        let mut s = snap(5, Some(300.0), Some(0.5), 2);
+        alert(&mut s, GoldenSignal::Latency, "LabStorageReadLatencyHigh");
+        assert!(matches!(e.push(&s), Outcome::Pending(m) if m.contains("throughput under 50%")));
+        let Outcome::Done(d) = e.push(&snap(8, Some(36.0), Some(3.0), 3)) else { panic!() };
+        assert_eq!(d.at_ms, T0 + 8_000);
+        assert_eq!(d.seen.len(), 2);
+        assert_eq!(d.seen[0].what, "latency");
+        assert!(d.seen[1].detail.contains("9%"), "{:?}", d.seen[1]);
+        assert_eq!(d.ranks_ready_min, Some((4, 4)));
+    }
+
+    #[test]
+    fn a_hold_keeps_watching_after_detection() {
+        let mut spec = expect(vec![], Some(50.0), None);
+        spec.hold = Duration::from_secs(5);
+        let mut e = ExpectTracker::new(spec, base(), T0, T0);
+        assert!(matches!(e.push(&snap(2, Some(40.0), Some(3.0), 1)), Outcome::Pending(_)));
+        assert!(matches!(e.push(&snap(4, Some(20.0), Some(3.0), 1)), Outcome::Pending(_)));
+        let Outcome::Done(d) = e.push(&snap(7, Some(30.0), Some(3.0), 2)) else { panic!() };
+        assert_eq!(d.at_ms, T0 + 2_000, "detection is when it was met, not when the hold ended");
+        assert_eq!(e.lowest_pct(), Some(5.0));
+    }
+
+    #[test]
+    fn no_detection_in_time_fails_with_what_was_missing() {
+        let mut e = ExpectTracker::new(
+            expect(vec![GoldenSignal::Saturation], Some(50.0), None),
+            base(),
+            T0,
+            T0,
+        );
+        for t in 1..=30 {
+            assert!(matches!(e.push(&snap(t, Some(300.0), Some(0.4), t)), Outcome::Pending(_)));
+        }
+        let Outcome::Failed(why) = e.push(&snap(31, Some(300.0), Some(0.4), 31)) else { panic!() };
+        assert!(why.contains("missing saturation alert, throughput under 50%"), "{why}");
+        assert!(why.contains("lowest throughput 75%"), "{why}");
+    }
+
+    #[test]
+    fn ready_dropping_fails_the_expectation_but_not_during_the_injection() {
+        let mut e = ExpectTracker::new(expect(vec![GoldenSignal::Throughput], None, Some(4)), base(), T0, T0 + 5_000);
+        let mut s = snap(2, Some(100.0), None, 1);
+        s.status.pods[1].ready = false;
+        assert!(matches!(e.push(&s), Outcome::Pending(_)), "a fault may restart ranks while it goes in");
+        let mut s = snap(6, Some(100.0), None, 1);
+        s.status.pods[1].ready = false;
+        s.status.pods[1].reason = Some("CrashLoopBackOff".into());
+        let Outcome::Failed(why) = e.push(&s) else { panic!() };
+        assert!(why.contains("3/4 ranks") && why.contains("rank-1 Running, not Ready: CrashLoopBackOff"), "{why}");
+    }
+
+    fn verify(pct: f64, steps: u64, deadline: u64) -> Verify {
+        Verify {
+            within_pct: pct,
+            consecutive_steps: steps,
+            deadline: Duration::from_secs(deadline),
+        }
+    }
+
+    #[test]
+    fn recovery_needs_consecutive_good_steps() {
+        let mut r = RecoveryTracker::new(&verify(20.0, 10, 60), base(), T0);
+        assert!(matches!(r.push(&snap(1, Some(100.0), Some(1.0), 100)), Outcome::Pending(_)));
+        assert!(matches!(r.push(&snap(2, Some(350.0), Some(0.32), 103)), Outcome::Pending(_)));
+        assert!(matches!(r.push(&snap(3, Some(360.0), Some(0.31), 106)), Outcome::Pending(_)));
+        // One bad tick breaks the run.
+        assert!(matches!(r.push(&snap(4, Some(200.0), Some(0.31), 109)), Outcome::Pending(_)));
+        assert!(matches!(r.push(&snap(5, Some(390.0), Some(0.3), 112)), Outcome::Pending(_)));
+        assert!(matches!(r.push(&snap(7, Some(395.0), Some(0.3), 118)), Outcome::Pending(_)));
+        let Outcome::Done(rec) = r.push(&snap(8, Some(420.0), Some(0.29), 122)) else { panic!() };
+        assert_eq!(rec.back_at_ms, T0 + 5_000);
+        assert_eq!(rec.steps, 10);
+        assert!((rec.pct - 105.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_restart_from_a_checkpoint_starts_the_run_over() {
+        let mut r = RecoveryTracker::new(&verify(20.0, 5, 60), base(), T0);
+        r.push(&snap(1, Some(400.0), Some(0.3), 100));
+        r.push(&snap(2, Some(400.0), Some(0.3), 103));
+        assert!(matches!(r.push(&snap(3, Some(400.0), Some(0.3), 90)), Outcome::Pending(_)));
+        assert!(matches!(r.push(&snap(4, Some(400.0), Some(0.3), 94)), Outcome::Pending(_)));
+        assert!(matches!(r.push(&snap(5, Some(400.0), Some(0.3), 95)), Outcome::Done(_)));
+    }
+
+    #[test]
+    fn a_stalled_job_fails_verification_with_its_figures() {
+        let mut r = RecoveryTracker::new(&verify(20.0, 30, 10), base(), T0);
+        for t in 0..=10 {
+            assert!(matches!(r.push(&snap(t, Some(0.0), None, 500)), Outcome::Pending(_)), "{t}");
+        }
+        let Outcome::Failed(why) = r.push(&snap(11, Some(0.0), None, 500)) else { panic!() };
+        assert!(why.contains("not back 10 s after the remediation"), "{why}");
+        assert!(why.contains("throughput 0% of the pre-fault baseline (0 of 400 samples/s), step time unknown"), "{why}");
+        assert!(why.contains("0 of 30 steps"), "{why}");
+    }
+
+    #[test]
+    fn ready_alone_is_not_recovery() {
+        // Every rank Ready, no alert firing, but the job trains at half its rate: not back.
+        let mut r = RecoveryTracker::new(&verify(20.0, 5, 5), base(), T0);
+        let mut last = Outcome::Pending(String::new());
+        for t in 0..=6 {
+            last = r.push(&snap(t, Some(200.0), Some(0.6), 100 + t * 2));
+        }
+        assert!(matches!(last, Outcome::Failed(_)), "{last:?}");
+    }
+
+    #[test]
+    fn steps_lost_from_going_back_to_a_checkpoint() {
+        let mut l = StepsLost::default();
+        for (t, step) in [(0, 100), (1, 103), (2, 102), (3, 106), (4, 80), (5, 84), (6, 0)] {
+            let mut s = snap(t, Some(1.0), Some(0.3), step);
+            if step == 0 {
+                for r in &mut s.ranks {
+                    r.step = None;
+                }
+            }
+            l.push(&s);
+        }
+        assert_eq!(l.lost(), 26, "106 → 80; a one-step dip and no report at all are not losses");
+    }
+}

@@ -1,0 +1,734 @@
+//! The drill file: its schema, its defaults, and the parser that gives every error a line and a column.
+//!
+//! A drill is YAML (schema in `docs/drills.md`). Unknown keys are errors, and so are steps in an order that
+//! cannot be run (a verify with no remediation before it, a remediation never verified). Checks that need
+//! the surrounding values run inside the deserializer of the mapping they concern, so that the parser
+//! reports them at that mapping's position rather than at the top of the file.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use lab_faults::{Fault, FaultKind};
+use lab_model::quantity::format_duration;
+use lab_model::snapshot::GoldenSignal;
+use lab_model::status::RuntimeKind;
+use lab_model::{Millicores, parse_duration};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+
+use crate::error::SpecError;
+
+/// A parsed, checked drill.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Drill {
+    /// `slow-storage`: lowercase letters, digits and `-`.
+    pub name: String,
+    pub description: Option<String>,
+    /// The dataset seed the lab must have been started with (`lab up --seed`), so a run can be replayed.
+    pub seed: u64,
+    /// What the lab must be to run this drill.
+    pub runtime: Requirements,
+    /// How long to watch the lab before measuring the baseline (rates settle, a previous drill's cleanup ends).
+    #[serde(with = "secs")]
+    pub warmup: Duration,
+    /// The window over which the pre-fault baseline is measured; the lab must be steady over it.
+    #[serde(with = "secs")]
+    pub baseline: Duration,
+    /// How long the steady state may take to come back after the drill's own cleanup.
+    #[serde(with = "secs")]
+    pub cleanup_deadline: Duration,
+    pub steps: Vec<Step>,
+}
+
+/// What the lab must be for the drill to mean anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Requirements {
+    /// The runtimes it can run on (default: any).
+    #[serde(default = "all_runtimes")]
+    pub kinds: Vec<RuntimeKind>,
+    /// The number of ranks the lab must run.
+    #[serde(default)]
+    pub ranks: Option<u32>,
+    /// The number of storage servers.
+    #[serde(default)]
+    pub storage_servers: Option<u32>,
+    /// The counted GPUs of the node.
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    /// Whether ranks' CPU limits must be enforced (cgroups writable).
+    #[serde(default)]
+    pub cpu_limits: bool,
+}
+
+fn all_runtimes() -> Vec<RuntimeKind> {
+    vec![RuntimeKind::Local, RuntimeKind::Kind, RuntimeKind::Cluster]
+}
+
+impl Default for Requirements {
+    fn default() -> Self {
+        Requirements {
+            kinds: all_runtimes(),
+            ranks: None,
+            storage_servers: None,
+            gpus: None,
+            cpu_limits: false,
+        }
+    }
+}
+
+/// One step of a drill.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Step {
+    /// Inject a fault (and prove it took effect).
+    Inject(Fault),
+    /// Expect the golden signals to catch it.
+    Expect(Expect),
+    /// Remediate: a command, or the lab's own clear.
+    Remediate(Remediate),
+    /// Verify the job is back to its pre-fault baseline on its own signals.
+    Verify(Verify),
+}
+
+impl Step {
+    /// The step's key in the file.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Step::Inject(_) => "inject",
+            Step::Expect(_) => "expect",
+            Step::Remediate(_) => "remediate",
+            Step::Verify(_) => "verify",
+        }
+    }
+}
+
+/// What must be seen after the injection, and within how long.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Expect {
+    /// Deadline from the start of the injection.
+    #[serde(with = "secs")]
+    pub within: Duration,
+    /// Golden signals that must fire (any rule of that signal).
+    pub signals: Vec<GoldenSignal>,
+    /// The job's throughput must drop below this percentage of the pre-fault baseline.
+    pub throughput_below_pct: Option<f64>,
+    /// At least this many ranks must stay Running and Ready the whole time (Kubernetes sees nothing wrong).
+    pub ranks_ready: Option<u32>,
+    /// After detection, keep watching this long before going on (measures the fault's steady effect).
+    #[serde(with = "secs")]
+    pub hold: Duration,
+}
+
+/// How the drill remediates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Remediate {
+    /// A shell command (`sh -c`); `None` is the lab's own clear of what the drill injected.
+    pub command: Option<String>,
+    /// How long the command may run before it is stopped (and the drill fails).
+    #[serde(with = "secs")]
+    pub timeout: Duration,
+}
+
+/// What "recovered" means: the job's own signals, never Ready and never the fault being gone.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verify {
+    /// Throughput at least, and step time at most, this many percent away from the pre-fault baseline.
+    pub within_pct: f64,
+    /// ... for this many training steps in a row.
+    pub consecutive_steps: u64,
+    /// ... reached within this long after the remediation ended.
+    #[serde(with = "secs")]
+    pub deadline: Duration,
+}
+
+/// Defaults a drill file may leave out.
+pub mod defaults {
+    use std::time::Duration;
+
+    pub const WARMUP: Duration = Duration::from_secs(10);
+    pub const BASELINE: Duration = Duration::from_secs(20);
+    pub const CLEANUP_DEADLINE: Duration = Duration::from_secs(180);
+    pub const EXPECT_WITHIN: Duration = Duration::from_secs(60);
+    pub const REMEDIATE_TIMEOUT: Duration = Duration::from_secs(300);
+    pub const VERIFY_WITHIN_PCT: f64 = 20.0;
+    pub const VERIFY_STEPS: u64 = 30;
+    pub const VERIFY_DEADLINE: Duration = Duration::from_secs(180);
+}
+
+/// Parses and checks a drill file's text.
+///
+/// # Errors
+/// [`SpecError`] with the line and column of the offending value.
+pub fn parse(text: &str) -> Result<Drill, SpecError> {
+    match serde_norway::from_str::<Checked<RawDrill>>(text) {
+        Ok(Checked(d)) => Ok(d),
+        Err(e) => Err(spec_error(&e)),
+    }
+}
+
+fn spec_error(e: &serde_norway::Error) -> SpecError {
+    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+    let mut message = e.to_string();
+    // The parser appends the position to its message; it is in `line` and `column` already.
+    if let Some(i) = message.rfind(" at line ") {
+        message.truncate(i);
+    }
+    if message.is_empty() || message == "EOF while parsing a value" {
+        message = "the file is empty: a drill needs at least `name`, `seed` and `steps`".into();
+    }
+    SpecError {
+        line,
+        column,
+        message,
+    }
+}
+
+/// A value checked after its mapping was read, inside the parser's call for that mapping.
+trait Check: Sized {
+    type Out;
+    fn check(self) -> Result<Self::Out, String>;
+}
+
+struct Checked<T: Check>(T::Out);
+
+impl<'de, T> Deserialize<'de> for Checked<T>
+where
+    T: Check + Deserialize<'de>,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Check + Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = T::Out;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping of keys to values")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T::Out, A::Error> {
+                let raw = T::deserialize(MapAccessDeserializer::new(map))?;
+                raw.check().map_err(de::Error::custom)
+            }
+        }
+        d.deserialize_map(V::<T>(PhantomData)).map(Checked)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDrill {
+    #[serde(deserialize_with = "name")]
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    seed: u64,
+    #[serde(default)]
+    runtime: Requirements,
+    #[serde(default, deserialize_with = "opt_duration")]
+    warmup: Option<Duration>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    baseline: Option<Duration>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    cleanup_deadline: Option<Duration>,
+    #[serde(deserialize_with = "steps")]
+    steps: Vec<Step>,
+}
+
+impl Check for RawDrill {
+    type Out = Drill;
+    fn check(self) -> Result<Drill, String> {
+        let baseline = self.baseline.unwrap_or(defaults::BASELINE);
+        if baseline < Duration::from_secs(5) {
+            return Err(format!(
+                "baseline: {} is too short to measure a steady rate: use at least 5s",
+                format_duration(baseline)
+            ));
+        }
+        if self.runtime.kinds.is_empty() {
+            return Err("runtime.kinds: list at least one of local, kind, cluster".into());
+        }
+        Ok(Drill {
+            name: self.name,
+            description: self.description,
+            seed: self.seed,
+            runtime: self.runtime,
+            warmup: self.warmup.unwrap_or(defaults::WARMUP),
+            baseline,
+            cleanup_deadline: self.cleanup_deadline.unwrap_or(defaults::CLEANUP_DEADLINE),
+            steps: self.steps,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInject {
+    kind: FaultKind,
+    #[serde(default)]
+    server: Option<u32>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    delay: Option<Duration>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    jitter: Option<Duration>,
+    #[serde(default)]
+    rank: Option<u32>,
+    #[serde(default, deserialize_with = "opt_cpu")]
+    cpu: Option<Millicores>,
+    #[serde(default)]
+    ranks: Option<u32>,
+}
+
+impl Check for RawInject {
+    type Out = Fault;
+    fn check(self) -> Result<Fault, String> {
+        let given: Vec<&str> = [
+            ("server", self.server.is_some()),
+            ("delay", self.delay.is_some()),
+            ("jitter", self.jitter.is_some()),
+            ("rank", self.rank.is_some()),
+            ("cpu", self.cpu.is_some()),
+            ("ranks", self.ranks.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect();
+        let takes: &[&str] = match self.kind {
+            FaultKind::SlowStorage => &["server", "delay", "jitter"],
+            FaultKind::ThrottledRank => &["rank", "cpu"],
+            FaultKind::UnplaceableRank => &["ranks"],
+        };
+        if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
+            return Err(format!(
+                "`{bad}` does not apply to {}: it takes {}",
+                self.kind,
+                takes.join(", ")
+            ));
+        }
+        let fault = match self.kind.default_fault() {
+            Fault::SlowStorage {
+                server,
+                delay,
+                jitter,
+            } => Fault::SlowStorage {
+                server: self.server.unwrap_or(server),
+                delay: self.delay.unwrap_or(delay),
+                jitter: self.jitter.unwrap_or(jitter),
+            },
+            Fault::ThrottledRank { rank, cpu } => Fault::ThrottledRank {
+                rank: self.rank.unwrap_or(rank),
+                cpu: self.cpu.unwrap_or(cpu),
+            },
+            Fault::UnplaceableRank { ranks } => Fault::UnplaceableRank {
+                ranks: self.ranks.unwrap_or(ranks),
+            },
+        };
+        fault.validate().map_err(|e| e.to_string().replace("--", ""))?;
+        Ok(fault)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpect {
+    #[serde(default, deserialize_with = "opt_duration")]
+    within: Option<Duration>,
+    #[serde(default)]
+    signals: Vec<GoldenSignal>,
+    #[serde(default, deserialize_with = "opt_pct")]
+    throughput_below_pct: Option<f64>,
+    #[serde(default)]
+    ranks_ready: Option<u32>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    hold: Option<Duration>,
+}
+
+impl Check for RawExpect {
+    type Out = Expect;
+    fn check(self) -> Result<Expect, String> {
+        if self.signals.is_empty() && self.throughput_below_pct.is_none() {
+            return Err(
+                "an expect step needs something to detect: `signals` (latency, throughput, errors, saturation) and/or `throughput_below_pct`"
+                    .into(),
+            );
+        }
+        let unique: BTreeSet<_> = self.signals.iter().collect();
+        if unique.len() != self.signals.len() {
+            return Err("signals: a signal is listed twice".into());
+        }
+        let within = self.within.unwrap_or(defaults::EXPECT_WITHIN);
+        if within.is_zero() {
+            return Err("within: must be more than 0 (e.g. 60s)".into());
+        }
+        Ok(Expect {
+            within,
+            signals: self.signals,
+            throughput_below_pct: self.throughput_below_pct,
+            ranks_ready: self.ranks_ready,
+            hold: self.hold.unwrap_or(Duration::ZERO),
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRemediate {
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    timeout: Option<Duration>,
+}
+
+impl Check for RawRemediate {
+    type Out = Remediate;
+    fn check(self) -> Result<Remediate, String> {
+        if self.command.as_deref().is_some_and(|c| c.trim().is_empty()) {
+            return Err("command: is empty; leave it out to use the lab's own clear".into());
+        }
+        let timeout = self.timeout.unwrap_or(defaults::REMEDIATE_TIMEOUT);
+        if timeout.is_zero() {
+            return Err("timeout: must be more than 0 (e.g. 120s)".into());
+        }
+        Ok(Remediate {
+            command: self.command,
+            timeout,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVerify {
+    #[serde(default, deserialize_with = "opt_pct")]
+    within_pct: Option<f64>,
+    #[serde(default)]
+    consecutive_steps: Option<u64>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    deadline: Option<Duration>,
+}
+
+impl Check for RawVerify {
+    type Out = Verify;
+    fn check(self) -> Result<Verify, String> {
+        let consecutive_steps = self.consecutive_steps.unwrap_or(defaults::VERIFY_STEPS);
+        if consecutive_steps == 0 {
+            return Err("consecutive_steps: must be at least 1".into());
+        }
+        let deadline = self.deadline.unwrap_or(defaults::VERIFY_DEADLINE);
+        if deadline.is_zero() {
+            return Err("deadline: must be more than 0 (e.g. 180s)".into());
+        }
+        Ok(Verify {
+            within_pct: self.within_pct.unwrap_or(defaults::VERIFY_WITHIN_PCT),
+            consecutive_steps,
+            deadline,
+        })
+    }
+}
+
+const STEP_KEYS: &str = "inject, expect, remediate or verify";
+
+/// Reads one step, checking it against the steps before it.
+struct StepSeed<'a> {
+    prior: &'a [Step],
+}
+
+impl<'de> DeserializeSeed<'de> for StepSeed<'_> {
+    type Value = Step;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Step, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for StepSeed<'_> {
+    type Value = Step;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a step: a mapping with one key, {STEP_KEYS}")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Step, A::Error> {
+        let Some(key) = map.next_key::<String>()? else {
+            return Err(de::Error::custom(format!("an empty step: give one of {STEP_KEYS}")));
+        };
+        let step = match key.as_str() {
+            "inject" => Step::Inject(map.next_value::<Checked<RawInject>>()?.0),
+            "expect" => Step::Expect(map.next_value::<Checked<RawExpect>>()?.0),
+            "remediate" => Step::Remediate(map.next_value::<Option<Checked<RawRemediate>>>()?.map_or(
+                Remediate {
+                    command: None,
+                    timeout: defaults::REMEDIATE_TIMEOUT,
+                },
+                |c| c.0,
+            )),
+            "verify" => Step::Verify(map.next_value::<Option<Checked<RawVerify>>>()?.map_or(
+                Verify {
+                    within_pct: defaults::VERIFY_WITHIN_PCT,
+                    consecutive_steps: defaults::VERIFY_STEPS,
+                    deadline: defaults::VERIFY_DEADLINE,
+                },
+                |c| c.0,
+            )),
+            other => {
+                return Err(de::Error::custom(format!(
+                    "unknown step `{other}`: a step is one of {STEP_KEYS}"
+                )));
+            }
+        };
+        if let Some(extra) = map.next_key::<String>()? {
+            return Err(de::Error::custom(format!(
+                "a step has exactly one key, but `{key}` is followed by `{extra}`: start another step with `- {extra}:`"
+            )));
+        }
+        order_error(self.prior, &step).map_or(Ok(step), |e| Err(de::Error::custom(e)))
+    }
+}
+
+/// Why `step` cannot follow `prior`, if it cannot.
+fn order_error(prior: &[Step], step: &Step) -> Option<String> {
+    if prior.is_empty() && !matches!(step, Step::Inject(_)) {
+        return Some(format!(
+            "the first step must be `inject` (found `{}`): a drill starts by injecting a fault",
+            step.key()
+        ));
+    }
+    let last_fix = prior
+        .iter()
+        .rev()
+        .find(|s| matches!(s, Step::Remediate(_) | Step::Verify(_)));
+    match step {
+        Step::Inject(f) => prior.iter().find_map(|s| match s {
+            Step::Inject(g) if g.kind() == f.kind() => Some(format!(
+                "{} is injected twice: the lab holds one fault of each kind at a time",
+                f.kind()
+            )),
+            _ => None,
+        }),
+        Step::Verify(_) if !matches!(last_fix, Some(Step::Remediate(_))) => Some(
+            "a `verify` step must follow a `remediate` step: there is nothing to verify yet".into(),
+        ),
+        Step::Remediate(_) if matches!(last_fix, Some(Step::Remediate(_))) => Some(
+            "two remediations in a row: verify the first one (a `verify` step) before the next".into(),
+        ),
+        _ => None,
+    }
+}
+
+fn steps<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Step>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Vec<Step>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "a list of steps, each one of {STEP_KEYS}")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Step>, A::Error> {
+            let mut out: Vec<Step> = Vec::new();
+            while let Some(step) = seq.next_element_seed(StepSeed { prior: &out })? {
+                out.push(step);
+            }
+            if out.is_empty() {
+                return Err(de::Error::custom(
+                    "no steps: a drill needs at least inject, remediate and verify",
+                ));
+            }
+            match out
+                .iter()
+                .rev()
+                .find(|s| matches!(s, Step::Remediate(_) | Step::Verify(_)))
+            {
+                None => Err(de::Error::custom(
+                    "no `remediate` step: a drill must remediate and then verify the job is back",
+                )),
+                Some(Step::Remediate(_)) => Err(de::Error::custom(
+                    "the last `remediate` step is never verified: add a `verify` step after it",
+                )),
+                _ => Ok(out),
+            }
+        }
+    }
+    d.deserialize_seq(V)
+}
+
+fn name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a drill name of lowercase letters, digits and '-'")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+            let ok = !v.is_empty()
+                && v.len() <= 64
+                && v.starts_with(|c: char| c.is_ascii_lowercase())
+                && v.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            if ok {
+                Ok(v.to_string())
+            } else {
+                Err(E::custom(format!(
+                    "drill name {v:?} is not valid: use 1-64 lowercase letters, digits and '-', starting with a letter"
+                )))
+            }
+        }
+    }
+    d.deserialize_str(V)
+}
+
+fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = Duration;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a duration with a unit, such as 300ms, 60s or 2m")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
+            parse_duration(v).map_err(|_| {
+                E::custom(format!(
+                    "{v:?} is not a duration: write a number and a unit, such as 300ms, 60s or 2m"
+                ))
+            })
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Duration, E> {
+            Err(E::custom(format!(
+                "{v} has no unit: write {v}s or {v}ms (the unit matters too much to guess)"
+            )))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Duration, E> {
+            Err(E::custom(format!("{v} is not a duration: write one such as 60s")))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Duration, E> {
+            Err(E::custom(format!(
+                "{v} has no unit: write {v}s or {v}ms (the unit matters too much to guess)"
+            )))
+        }
+    }
+    d.deserialize_any(V).map(Some)
+}
+
+fn opt_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Millicores>, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = Millicores;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a CPU quantity such as 150m or 0.4")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Millicores, E> {
+            v.parse()
+                .map_err(|_| E::custom(format!("{v:?} is not a CPU quantity: write one such as 150m or 0.4")))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Millicores, E> {
+            self.visit_str(&v.to_string())
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Millicores, E> {
+            self.visit_str(&v.to_string())
+        }
+    }
+    d.deserialize_any(V).map(Some)
+}
+
+fn opt_pct<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = f64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a percentage between 0 and 100 (a number, without %)")
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<f64, E> {
+            if v.is_finite() && v > 0.0 && v < 100.0 {
+                Ok(v)
+            } else {
+                Err(E::custom(format!(
+                    "{v} is not a percentage between 0 and 100 (exclusive)"
+                )))
+            }
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<f64, E> {
+            self.visit_f64(v as f64)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<f64, E> {
+            self.visit_f64(v as f64)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<f64, E> {
+            Err(E::custom(format!(
+                "{v:?} is not a number: write the percentage as a plain number, e.g. 50"
+            )))
+        }
+    }
+    d.deserialize_any(V).map(Some)
+}
+
+/// Durations in reports and the parsed form, as seconds.
+mod secs {
+    use std::time::Duration;
+
+    use serde::Serializer;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "\
+name: mini
+seed: 42
+steps:
+  - inject:
+      kind: slow-storage
+  - remediate:
+  - verify:
+";
+
+    #[test]
+    fn a_minimal_drill_takes_the_defaults() {
+        let d = parse(MINIMAL).unwrap();
+        assert_eq!(d.name, "mini");
+        assert_eq!(d.warmup, defaults::WARMUP);
+        assert_eq!(d.runtime, Requirements::default());
+        assert_eq!(d.steps.len(), 3);
+        assert_eq!(d.steps[0], Step::Inject(FaultKind::SlowStorage.default_fault()));
+        assert_eq!(
+            d.steps[1],
+            Step::Remediate(Remediate {
+                command: None,
+                timeout: defaults::REMEDIATE_TIMEOUT
+            })
+        );
+    }
+
+    fn err(text: &str) -> SpecError {
+        parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_at_their_line() {
+        let e = err("name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      servr: 2\n  - remediate:\n  - verify:\n");
+        assert_eq!(e.line, 6, "{e}");
+        assert!(e.message.contains("unknown field `servr`"), "{e}");
+        assert!(e.message.starts_with("steps[0].inject"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_point_at_the_value() {
+        let e = err("name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      delay: 300\n  - remediate:\n  - verify:\n");
+        assert_eq!((e.line, e.column), (6, 14), "{e}");
+        assert!(e.message.contains("has no unit"), "{e}");
+    }
+
+    #[test]
+    fn order_errors_point_at_the_step() {
+        let e = err("name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n  - verify:\n");
+        assert_eq!(e.line, 6, "{e}");
+        assert!(e.message.contains("must follow a `remediate`"), "{e}");
+    }
+
+    #[test]
+    fn fields_of_another_fault_are_refused() {
+        let e = err("name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      rank: 2\n  - remediate:\n  - verify:\n");
+        assert_eq!(e.line, 5, "{e}");
+        assert!(e.message.contains("`rank` does not apply to slow-storage"), "{e}");
+    }
+}
