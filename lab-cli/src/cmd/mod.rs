@@ -1,5 +1,6 @@
 //! One function per command: map the parsed flags onto the library's options, call it, print the result.
 
+mod console;
 mod fault;
 mod lifecycle;
 mod remediate;
@@ -25,7 +26,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Resize(a) => remediate::resize(&name, a.rank, a.cpu).await,
         Command::Restart(a) => remediate::restart(&name, a.rank).await,
         Command::Apply(a) => remediate::apply(&name, a.cpu).await,
-        Command::Console | Command::Drill(_) | Command::Incident(_) | Command::Demo(_) => {
+        Command::Console => console::console(&name).await,
+        Command::Drill(_) | Command::Incident(_) | Command::Demo(_) => {
             anyhow::bail!("this command is not available in this build yet")
         }
         Command::Supervise { .. } => unreachable!("handled in main before the async runtime starts"),
