@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Benchmark: time from injecting each fault to the first alert of the right golden signal, on a live
+# local lab, median over several runs; then the console's CPU and memory while it runs.
+#
+#   scripts/bench-alerts.sh                 # 5 runs per fault
+#   RUNS=3 PROFILE=debug scripts/bench-alerts.sh
+#
+# The lab is watched by the same collector the console runs (the `watch` example of lab-telemetry, which
+# learns its own baseline first); the time is from the start of `lab fault inject` to the first tick whose
+# snapshot shows the expected alert firing. Between runs the fault is cleared and the job must be back at
+# baseline (no alert for 5 ticks, throughput >= 85%) before the next injection. The lab, its state folder,
+# the watcher and the console are this script's own and are removed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-5}
+PROFILE=${PROFILE:-release}
+NAME=${NAME:-bench-alerts-$$}
+CONSOLE_SECONDS=${CONSOLE_SECONDS:-60}
+T0=$(date +%s)
+say() { printf '[bench +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
+die() { say "FAILED: $*"; exit 1; }
+now_ms() { date +%s%3N; }
+
+command -v jq >/dev/null || die "jq is needed: apt-get install jq"
+eval "$(scripts/tools.sh weed tmux)"
+
+say "building ($PROFILE)"
+flag=(); [ "$PROFILE" = release ] && flag=(--release)
+cargo build "${flag[@]}" --locked --workspace --bins >&2
+cargo build "${flag[@]}" --locked -p lab-telemetry --example watch >&2
+bin="$PWD/target/$PROFILE"
+
+work=$(mktemp -d)
+export LAB_STATE_DIR="$work/state"
+mkdir -p "$LAB_STATE_DIR"
+ticks="$work/ticks.jsonl"
+watcher=""
+tmux_sock="bench-alerts-$$"
+lab() { "$bin/lab" --name "$NAME" "$@"; }
+
+cleanup() {
+  set +e
+  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
+  tmux -L "$tmux_sock" kill-server 2>/dev/null
+  lab fault clear --all >/dev/null 2>&1
+  lab down >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+say "lab up --runtime local"
+lab up --runtime local >&2 || die "lab up"
+
+"$bin/examples/watch" --name "$NAME" >"$ticks" 2>"$work/watch.err" &
+watcher=$!
+
+last() { tail -n "${1:-1}" "$ticks" 2>/dev/null; }
+
+wait_for() { # wait_for <what> <seconds> <jq filter over the last N lines, slurped> [N]
+  local what=$1 deadline=$(( $(date +%s) + $2 )) filter=$3 n=${4:-1}
+  until last "$n" | jq -s -e "length >= $n and ($filter)" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || { last 3 >&2; die "timed out waiting for $what"; }
+    sleep 0.2
+  done
+}
+
+say "waiting for the watcher's baseline"
+wait_for "a learned baseline" 240 'all(.baseline != null)'
+say "baseline $(last | jq -r '.baseline | floor') samples/s"
+
+healthy() { wait_for "the job back at baseline" 420 'all(.alerts == [] and (.pct // 0) >= 85)' 5; }
+
+# first_alert <t0> <signal> <seconds>: ms from t0 to the first tick at or after t0 showing <signal> firing
+# with a since-time after t0.
+first_alert() {
+  local t0=$1 signal=$2 deadline=$(( $(date +%s) + $3 )) hit
+  while :; do
+    hit=$(jq -c --argjson t0 "$t0" --arg s "$signal" \
+      'select(.at_ms >= $t0 and any(.alerts[]; .signal == $s and .since_ms >= $t0)) | .at_ms - $t0' "$ticks" 2>/dev/null | head -n 1)
+    if [ -n "$hit" ]; then echo "$hit"; return 0; fi
+    [ "$(date +%s)" -lt "$deadline" ] || { echo "timeout"; return 0; }
+    sleep 0.2
+  done
+}
+
+median() { sort -n | awk '{a[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
+declare -A expect=([slow-storage]=latency [throttled-rank]=saturation [unplaceable-rank]=throughput)
+results="$work/results"
+: >"$results"
+for fault in slow-storage throttled-rank unplaceable-rank; do
+  for run in $(seq 1 "$RUNS"); do
+    healthy
+    t0=$(now_ms)
+    lab fault inject "$fault" >"$work/inject.out" 2>&1 || { cat "$work/inject.out" >&2; die "inject $fault"; }
+    for signal in latency throughput errors saturation; do
+      if [ "$signal" = "${expect[$fault]}" ]; then wait_s=120; else wait_s=1; fi
+      echo "$fault $signal $(first_alert "$t0" "$signal" "$wait_s")" >>"$results"
+    done
+    say "$fault run $run: ${expect[$fault]} after $(grep "^$fault ${expect[$fault]} " "$results" | tail -n 1 | cut -d' ' -f3) ms"
+    lab fault clear --all >/dev/null 2>&1 || die "clear $fault"
+  done
+done
+
+echo
+echo "Inject → first alert, median of $RUNS runs (ms; the seed took about 3 minutes)"
+printf '%-18s %-11s %8s %8s %8s   %s\n' fault signal median min max "other signals (median ms, where they fired)"
+for fault in slow-storage throttled-rank unplaceable-rank; do
+  sig=${expect[$fault]}
+  vals=$(grep "^$fault $sig " "$results" | cut -d' ' -f3 | grep -v timeout || true)
+  misses=$(grep -c "^$fault $sig timeout" "$results" || true)
+  others=""
+  for s in latency throughput errors saturation; do
+    [ "$s" = "$sig" ] && continue
+    v=$(grep "^$fault $s " "$results" | cut -d' ' -f3 | grep -v timeout || true)
+    [ -n "$v" ] && others="$others $s=$(echo "$v" | median)"
+  done
+  printf '%-18s %-11s %8s %8s %8s  %s\n' "$fault" "$sig" "$(echo "$vals" | median)" \
+    "$(echo "$vals" | sort -n | head -n 1)" "$(echo "$vals" | sort -n | tail -n 1)" \
+    "${others:- none}$( [ "${misses:-0}" -gt 0 ] && echo " ($misses runs without the alert)")"
+done
+
+# The console, live, for CONSOLE_SECONDS: CPU share and memory of its process.
+echo
+healthy
+tmux -L "$tmux_sock" new-session -d -x 160 -y 50 "env LAB_STATE_DIR='$LAB_STATE_DIR' '$bin/lab' --name '$NAME' console"
+sleep 3
+pane=$(tmux -L "$tmux_sock" capture-pane -p)
+if ! grep -q "Kubernetes:" <<<"$pane"; then
+  echo "console: not measured, \`lab console\` did not show its screen:"; echo "$pane" | head -n 5
+  exit 0
+fi
+pid=$(tmux -L "$tmux_sock" display-message -p '#{pane_pid}')
+hz=$(getconf CLK_TCK)
+cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+c0=$(cpu); s0=$(now_ms)
+sleep $(( CONSOLE_SECONDS / 2 ))
+tmux -L "$tmux_sock" send-keys s   # inject slow-storage from the console halfway through
+sleep $(( CONSOLE_SECONDS - CONSOLE_SECONDS / 2 ))
+c1=$(cpu); s1=$(now_ms)
+rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status"); hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+tmux -L "$tmux_sock" send-keys q
+awk -v c=$(( c1 - c0 )) -v hz="$hz" -v ms=$(( s1 - s0 )) -v rss="$rss" -v hwm="$hwm" 'BEGIN {
+  printf "console over %.0f s (slow-storage injected halfway): CPU %.1f%% of one core, RSS %.1f MiB (peak %.1f MiB)\n",
+    ms / 1000, 100 * (c / hz) / (ms / 1000), rss / 1024, hwm / 1024 }'
