@@ -27,7 +27,10 @@ pub const STORAGE_READ_DURATION: &str = "lab_storage_read_duration_seconds";
 pub const STORAGE_READ_ERRORS: &str = "lab_storage_read_errors_total";
 /// Counter, label `server`: payload bytes read.
 pub const STORAGE_READ_BYTES: &str = "lab_storage_read_bytes_total";
-/// Counter, label `kind` = `timeout` | `protocol` | `peer_closed`: errors at the collective or rendezvous.
+/// Counter, label `kind` = `timeout` | `protocol` | `peer_closed` | `world_size` | `config` | `mismatch`:
+/// errors at the collective or rendezvous (`world_size`: a rank announced another world size; `config`:
+/// another dataset, model size or a rank number out of range; `mismatch`: a peer at another step, or models
+/// that diverged).
 pub const COLLECTIVE_ERRORS: &str = "lab_collective_errors_total";
 /// Gauge: the world size this rank was told to expect.
 pub const WORLD_SIZE: &str = "lab_world_size";
@@ -51,6 +54,12 @@ pub const CPU_THROTTLED_PERIODS: &str = "lab_cpu_throttled_periods_total";
 pub const CPU_THROTTLED_SECONDS: &str = "lab_cpu_throttled_seconds_total";
 /// Gauge: the CPU limit of this rank's cgroup in cores (absent when unlimited or unreadable).
 pub const CPU_LIMIT_CORES: &str = "lab_cpu_limit_cores";
+/// Counter, label `server`: rows of training data whose checksum the rank verified after reading them.
+pub const STORAGE_CHECKSUMS_VERIFIED: &str = "lab_storage_checksums_verified_total";
+/// Gauge: CRC32 of the model's parameters after the last step (equal on every rank at the same step).
+pub const MODEL_CHECKSUM: &str = "lab_model_checksum";
+/// Counter: checkpoint or progress writes that failed (rank 0).
+pub const CHECKPOINT_WRITE_ERRORS: &str = "lab_checkpoint_write_errors_total";
 /// Gauge with labels `rank`, `world_size`, `server`: always 1; identifies the rank and the server it reads.
 pub const RANK_INFO: &str = "lab_rank_info";
 

@@ -1,1 +1,37 @@
-//! The training job: rank and seeder binaries, the ring all-reduce, the SeaweedFS client and the dataset.
+//! The training job: the `lab-rank` and `lab-seeder` binaries and the library they are made of.
+//!
+//! A rank reads its batches from SeaweedFS ([`storage`], [`dataset`]), computes a gradient ([`model`]),
+//! sums it with its peers over a TCP ring ([`allreduce`], after [`rendezvous`]), checkpoints
+//! ([`checkpoint`]), and exports what it does ([`metrics`], [`serve`], [`cgroup`]); [`rank`] ties these
+//! together and [`seeder`] writes the dataset they read.
+
+pub mod allreduce;
+pub mod cgroup;
+pub mod checkpoint;
+pub mod dataset;
+pub mod error;
+pub mod http;
+pub mod metrics;
+pub mod model;
+pub mod rank;
+pub mod rendezvous;
+pub mod seeder;
+pub mod serve;
+pub mod storage;
+
+pub use error::{Result, WorkloadError};
+
+/// An error and its sources on one line: `outer: cause: root cause`.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cur = c.source();
+    }
+    s
+}

@@ -1,0 +1,202 @@
+//! `lab-rank`: one rank of the lab's synchronous data-parallel training job.
+//!
+//! Flags map onto [`RankOptions`]; everything else happens in [`lab_workloads::rank::run`].
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use lab_workloads::error_chain;
+use lab_workloads::rank::{self, RankOptions};
+
+/// One rank of the lab's training job: reads its batches from SeaweedFS, computes a gradient, sums it with
+/// its peers in a TCP ring all-reduce, and checkpoints (rank 0).
+///
+/// Every flag can also be set through the environment variable named in brackets. The metrics endpoint
+/// (/metrics, /readyz, /healthz) starts first and /readyz answers 200 from then on, even while the rank
+/// waits for peers or is stalled: readiness says the process is up, not that the job makes progress.
+///
+/// Exit codes: 0 after --max-steps, 2 bad flags or data shape, 3 watchdog timeout (at rendezvous, at the
+/// all-reduce, or reading data), 4 a peer went away, misbehaved or disagreed, 5 storage failure.
+#[derive(Debug, Parser)]
+#[command(name = "lab-rank", version, max_term_width = 110)]
+struct Cli {
+    /// This rank, 0 to world size − 1. Rank 0 hosts the rendezvous and writes checkpoints.
+    #[arg(
+        long,
+        env = "LAB_RANK",
+        required_unless_present = "rank_from_hostname",
+        conflicts_with = "rank_from_hostname"
+    )]
+    rank: Option<u32>,
+
+    /// Take the rank from the host name's trailing number: a StatefulSet pod `ranks-3` is rank 3.
+    #[arg(long, env = "LAB_RANK_FROM_HOSTNAME")]
+    rank_from_hostname: bool,
+
+    /// The number of ranks the job needs; no rank takes a step until all of them have joined.
+    #[arg(long, env = "LAB_WORLD_SIZE")]
+    world_size: u32,
+
+    /// The SeaweedFS master, HOST:PORT.
+    #[arg(long, env = "LAB_MASTER")]
+    master: String,
+
+    /// Rank 0's rendezvous address, HOST:PORT: rank 0 listens there, the others connect (the name is
+    /// resolved again on every attempt, so a DNS name or Service IP works).
+    #[arg(long, env = "LAB_RENDEZVOUS")]
+    rendezvous: String,
+
+    /// What rank 0 binds for the rendezvous [default: the --rendezvous address, or all interfaces on
+    /// its port when that address is not local].
+    #[arg(long, env = "LAB_RENDEZVOUS_BIND")]
+    rendezvous_bind: Option<String>,
+
+    /// Where this rank listens for its ring neighbour, ADDR:PORT (port 0: any free port; the actual
+    /// port is announced at rendezvous).
+    #[arg(long, env = "LAB_LISTEN", default_value = "0.0.0.0:0")]
+    listen: String,
+
+    /// The host name or IP other ranks reach this rank's ring listener on [default: the local address
+    /// of this rank's connection to the rendezvous].
+    #[arg(long, env = "LAB_ADVERTISE")]
+    advertise: Option<String>,
+
+    /// Where the metrics endpoint listens, ADDR:PORT.
+    #[arg(long, env = "LAB_METRICS_LISTEN", default_value = "0.0.0.0:9400")]
+    metrics_listen: String,
+
+    /// The dataset to train on, as seeded by lab-seeder.
+    #[arg(long, env = "LAB_DATASET", default_value = "lab-train")]
+    dataset: String,
+
+    /// Samples per step on this rank (one HTTP range read of this many rows).
+    #[arg(long, env = "LAB_BATCH_SIZE", default_value_t = 128)]
+    batch_size: u32,
+
+    /// Model parameters, which is also the length of the gradient every step all-reduces.
+    #[arg(long, env = "LAB_MODEL_SIZE", default_value_t = 8192)]
+    model_size: usize,
+
+    /// SGD learning rate.
+    #[arg(long, env = "LAB_LEARNING_RATE", default_value_t = 0.5)]
+    learning_rate: f32,
+
+    /// Rank 0 writes a checkpoint every this many steps (0: never).
+    #[arg(long, env = "LAB_CHECKPOINT_EVERY", default_value_t = 100)]
+    checkpoint_every: u64,
+
+    /// The longest a rank waits at rendezvous, at the all-reduce, or for its data before it exits
+    /// non-zero so that the job restarts from its checkpoint (like NCCL's watchdog). E.g. 120s, 2m.
+    #[arg(long, env = "LAB_WATCHDOG_TIMEOUT", default_value = "120s", value_parser = duration)]
+    watchdog_timeout: Duration,
+
+    /// Timeout of one storage request (connect, or each read and write on the connection).
+    #[arg(long, env = "LAB_STORAGE_TIMEOUT", default_value = "30s", value_parser = duration)]
+    storage_timeout: Duration,
+
+    /// Stop after this many steps and print a JSON summary (0: train forever).
+    #[arg(long, env = "LAB_MAX_STEPS", default_value_t = 0)]
+    max_steps: u64,
+
+    /// Log a line every this many steps (0: never).
+    #[arg(long, env = "LAB_LOG_EVERY", default_value_t = 100)]
+    log_every: u64,
+
+    /// SO_SNDBUF/SO_RCVBUF of the ring connections in bytes [default: the kernel's auto-tuning].
+    #[arg(long, env = "LAB_SOCKET_BUFFER")]
+    socket_buffer: Option<usize>,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    lab_model::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// The trailing number of a host name: `ranks-3` → 3, `ranks-3.ranks.lab.svc` → 3.
+fn rank_from_hostname(name: &str) -> Option<u32> {
+    let short = name.split('.').next()?;
+    let (_, n) = short.rsplit_once('-')?;
+    n.parse().ok()
+}
+
+fn options(cli: Cli) -> anyhow::Result<RankOptions> {
+    let rank = match (cli.rank, cli.rank_from_hostname) {
+        (Some(r), _) => r,
+        (None, true) => {
+            let name = match std::env::var("HOSTNAME") {
+                Ok(h) if !h.is_empty() => h,
+                _ => nix::unistd::gethostname()
+                    .context("cannot read the host name for --rank-from-hostname")?
+                    .to_string_lossy()
+                    .into_owned(),
+            };
+            rank_from_hostname(&name).with_context(|| {
+                format!("--rank-from-hostname: host name {name:?} does not end in -<number> (like ranks-3)")
+            })?
+        }
+        (None, false) => bail!("give --rank (LAB_RANK) or --rank-from-hostname"),
+    };
+    Ok(RankOptions {
+        rank,
+        world_size: cli.world_size,
+        master: cli.master,
+        rendezvous: cli.rendezvous,
+        rendezvous_bind: cli.rendezvous_bind,
+        listen: cli.listen,
+        advertise: cli.advertise,
+        metrics_listen: cli.metrics_listen,
+        dataset: cli.dataset,
+        batch_size: cli.batch_size,
+        model_size: cli.model_size,
+        learning_rate: cli.learning_rate,
+        checkpoint_every: cli.checkpoint_every,
+        watchdog_timeout: cli.watchdog_timeout,
+        storage_timeout: cli.storage_timeout,
+        max_steps: cli.max_steps,
+        log_every: cli.log_every,
+        socket_buffer: cli.socket_buffer,
+    })
+}
+
+fn main() -> ExitCode {
+    let opts = match options(Cli::parse()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("lab-rank: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match rank::run(&opts) {
+        Ok(summary) => {
+            println!("{}", serde_json::to_string(&summary).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("rank {}: {}", opts.rank, error_chain(&e));
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_from_statefulset_host_names() {
+        assert_eq!(rank_from_hostname("ranks-3"), Some(3));
+        assert_eq!(
+            rank_from_hostname("lab-ranks-12.ranks.lab.svc.cluster.local"),
+            Some(12)
+        );
+        assert_eq!(rank_from_hostname("ranks"), None);
+        assert_eq!(rank_from_hostname("ranks-x"), None);
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,112 @@
+//! The rank's HTTP endpoint: `/metrics` (Prometheus text), `/readyz` and `/healthz`.
+//!
+//! It starts before anything else the rank does and answers `/readyz` with 200 from then on, whatever the
+//! training is doing: readiness means "the process is up", exactly what hides a stalled job from
+//! Kubernetes, which is what the lab is built to show. Each connection gets its own short-lived thread, so
+//! a slow scraper cannot hold up another.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::error::{Result, WorkloadError};
+use crate::metrics::Registry;
+
+/// Called before every `/metrics` answer, to refresh values read on demand (the cgroup's CPU counters).
+pub type Refresh = Arc<dyn Fn(&Registry) + Send + Sync>;
+
+const MAX_CONNECTIONS: usize = 32;
+
+/// Binds `addr` and serves the endpoints on a background thread for the life of the process.
+///
+/// # Errors
+/// [`WorkloadError::Connect`] when the address cannot be bound (in use, or not an address of this host).
+pub fn spawn(addr: &str, registry: Arc<Registry>, refresh: Refresh) -> Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).map_err(|source| WorkloadError::Connect {
+        what: "metrics listen address (bind)".into(),
+        addr: addr.to_string(),
+        source,
+    })?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| WorkloadError::io("metrics listener", addr, e, Duration::ZERO))?;
+    let open = Arc::new(AtomicUsize::new(0));
+    std::thread::Builder::new()
+        .name("metrics-http".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                if open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+                    drop(stream);
+                    continue;
+                }
+                open.fetch_add(1, Ordering::Relaxed);
+                let (registry, refresh, open) = (registry.clone(), refresh.clone(), open.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .spawn(move || {
+                        let _ = handle(stream, &registry, &refresh);
+                        open.fetch_sub(1, Ordering::Relaxed);
+                    });
+                if spawned.is_err() {
+                    // Out of threads: the scrape fails, the rank goes on.
+                }
+            }
+        })
+        .map_err(|e| WorkloadError::io("metrics server thread", addr, e, Duration::ZERO))?;
+    Ok(local)
+}
+
+fn handle(stream: TcpStream, registry: &Registry, refresh: &Refresh) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut request_line = String::new();
+    reader.by_ref().take(8192).read_line(&mut request_line)?;
+    loop {
+        let mut line = String::new();
+        let n = reader.by_ref().take(8192).read_line(&mut line)?;
+        if n == 0 || line == "\r\n" || line == "\n" {
+            break;
+        }
+    }
+    let mut parts = request_line.split_whitespace();
+    let method = parts.next().unwrap_or_default();
+    let target = parts.next().unwrap_or_default();
+    let path = target.split('?').next().unwrap_or_default();
+    let (status, content_type, body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => {
+            refresh(registry);
+            (
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                registry.encode(),
+            )
+        }
+        ("GET" | "HEAD", "/readyz" | "/healthz") => {
+            ("200 OK", "text/plain; charset=utf-8", "ok\n".to_string())
+        }
+        ("GET" | "HEAD", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: try /metrics, /readyz or /healthz\n".into(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET and HEAD\n".to_string(),
+        ),
+    };
+    let mut out = stream;
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    if method != "HEAD" {
+        out.write_all(body.as_bytes())?;
+    }
+    out.flush()
+}
