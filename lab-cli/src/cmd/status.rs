@@ -7,6 +7,8 @@ use crate::{out, session};
 
 pub async fn status(name: &str, a: StatusArgs) -> anyhow::Result<ExitCode> {
     let rt = lab_runtime::open::open(name).await?;
+    // A lab whose runtime does not answer is reported as such, not as an empty screen.
+    rt.status().await?;
     let snap = session::snapshot(name, rt, a.window).await;
     if a.json {
         out::json(&snap)?;
