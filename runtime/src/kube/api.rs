@@ -127,27 +127,46 @@ where
 
 /// Waits until `cond` holds for object `name`, for at most `deadline`.
 ///
+/// A watch that breaks (a connection reset, an API server restart) is started again until the deadline;
+/// an answer that will not change by waiting (forbidden, not found as a resource) ends the wait at once.
+///
 /// # Errors
-/// [`RuntimeError::Timeout`] naming `what`, or the watch failing (e.g. forbidden).
+/// [`RuntimeError::Timeout`] naming `what`, or the watch being refused.
 pub async fn wait_for<K>(
     api: Api<K>,
     name: &str,
     what: &str,
     deadline: Duration,
-    cond: impl Condition<K>,
+    cond: impl Condition<K> + Clone,
 ) -> Result<Option<K>>
 where
     K: Clone + std::fmt::Debug + Send + DeserializeOwned + Resource + 'static,
 {
+    use kube::runtime::wait::Error as WaitError;
+    use kube::runtime::watcher::Error as WatchError;
     let fut = async {
-        await_condition(api, name, cond).await.map_err(|e| match e {
-            kube::runtime::wait::Error::ProbeFailed(kube::runtime::watcher::Error::InitialListFailed(e))
-            | kube::runtime::wait::Error::ProbeFailed(kube::runtime::watcher::Error::WatchStartFailed(e))
-            | kube::runtime::wait::Error::ProbeFailed(kube::runtime::watcher::Error::WatchFailed(e)) => {
-                kube_err(format!("watch {what}"), e)
+        loop {
+            let e = match await_condition(api.clone(), name, cond.clone()).await {
+                Ok(obj) => return Ok(obj),
+                Err(WaitError::ProbeFailed(e)) => e,
+            };
+            let fatal = match &e {
+                WatchError::InitialListFailed(kube::Error::Api(s))
+                | WatchError::WatchStartFailed(kube::Error::Api(s))
+                | WatchError::WatchFailed(kube::Error::Api(s)) => matches!(s.code, 401 | 403 | 404 | 405),
+                _ => false,
+            };
+            if fatal {
+                return Err(match e {
+                    WatchError::InitialListFailed(e)
+                    | WatchError::WatchStartFailed(e)
+                    | WatchError::WatchFailed(e) => kube_err(format!("watch {what}"), e),
+                    other => RuntimeError::Kube(format!("watch {what}: {other}")),
+                });
             }
-            other => RuntimeError::Kube(format!("watch {what}: {other}")),
-        })
+            tracing::debug!(what, error = %e, "watch broke; watching again");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     };
     within(what, deadline, fut).await
 }

@@ -1382,3 +1382,55 @@ async fn a_forbidden_namespace_read_stops_the_lab_coming_up() {
     assert_eq!(super::api::status_code(&err), Some(403), "{err}");
     finish(server).await;
 }
+
+#[tokio::test]
+async fn a_broken_watch_is_started_again_and_a_forbidden_one_ends_the_wait() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "PATCH",
+                format!("{}/resize", pod_path("rank-1")),
+                Reply::Json(200, rank_pod(1, "Running", "400m", "150m")),
+            ),
+            // the API server restarts under the watch: a 500, then the answer
+            ex(
+                "GET",
+                pods_path(),
+                Reply::Json(500, api_status(500, "InternalError", "etcd leader changed")),
+            )
+            .query("fieldSelector=metadata.name%3Drank-1"),
+            watch_list(
+                pods_path(),
+                "rank-1",
+                "PodList",
+                vec![rank_pod(1, "Running", "150m", "150m")],
+            ),
+            // the next resize's watch is refused: no point in waiting
+            ex(
+                "PATCH",
+                format!("{}/resize", pod_path("rank-2")),
+                Reply::Json(200, rank_pod(2, "Running", "400m", "150m")),
+            ),
+            ex(
+                "GET",
+                pods_path(),
+                Reply::Json(
+                    403,
+                    api_status(403, "Forbidden", "pods is forbidden: cannot watch"),
+                ),
+            )
+            .query("fieldSelector=metadata.name%3Drank-2"),
+        ],
+    );
+    rt.resize_rank(1, Millicores(150)).await.unwrap();
+    let start = std::time::Instant::now();
+    let err = rt.resize_rank(2, Millicores(150)).await.unwrap_err();
+    assert_eq!(super::api::status_code(&err), Some(403), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "a forbidden watch must not wait out the deadline"
+    );
+    finish(server).await;
+}

@@ -298,7 +298,9 @@ pub async fn connect(
             ))
         })?,
     };
-    config.read_timeout = Some(timeout);
+    // No read timeout of the client's own: a watch is quiet for as long as nothing changes, and every
+    // request and wait of the lab has its own deadline.
+    config.read_timeout = None;
     config.connect_timeout = Some(timeout.min(Duration::from_secs(10)));
     Client::try_from(config).map_err(|e| api::kube_err("create a client", e))
 }
