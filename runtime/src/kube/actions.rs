@@ -356,7 +356,8 @@ impl KubeRuntime {
         let name = names::rank(rank);
         let patch = json!({ "spec": { "containers": [ {
             "name": obj::RANK_CONTAINER,
-            "resources": { "requests": { "cpu": cpu.to_string() }, "limits": { "cpu": cpu.to_string() } },
+            // The limit is the fault; the request only follows it down when it would exceed it.
+            "resources": { "requests": { "cpu": super::manifests::cpu_request(cpu).to_string() }, "limits": { "cpu": cpu.to_string() } },
         } ] } });
         let what = format!("resize {name} to {cpu}");
         api::within(&what, self.rec.request_timeout, async {

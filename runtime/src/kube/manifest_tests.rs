@@ -173,9 +173,10 @@ fn ranks_ask_for_cpu_and_one_gpu_and_probe_readyz() {
     let c = containers(sts)[0];
     assert_eq!(c["name"], names::RANK_CONTAINER);
     for side in ["requests", "limits"] {
-        assert_eq!(c["resources"][side]["cpu"], "400m");
         assert_eq!(c["resources"][side]["nvidia.com/gpu"], "1");
     }
+    assert_eq!(c["resources"]["limits"]["cpu"], "400m");
+    assert_eq!(c["resources"]["requests"]["cpu"], "100m");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], "metrics");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
@@ -365,4 +366,26 @@ fn the_seeder_writes_shards_for_every_gpu_and_ranks_bind_the_rendezvous_locally(
     assert!(args.contains(&"--rendezvous-bind=0.0.0.0:29500"), "{args:?}");
     assert!(args.contains(&"--advertise=$(POD_IP)"), "{args:?}");
     assert!(args.contains(&"--rank-from-hostname"), "{args:?}");
+}
+
+#[test]
+fn on_a_two_core_node_the_gpus_not_the_cpus_decide_how_many_ranks_fit() {
+    // Five ranks (one more than the GPUs) and everything else must fit in 2 CPUs of requests, or the
+    // fifth rank would be refused for CPU instead of for its GPU.
+    let objs = all_objects(&Settings {
+        ranks: 5,
+        ..settings()
+    });
+    let milli = |q: &Value| -> u32 { q.as_str().map_or(0, |s| s.parse::<Millicores>().unwrap().0) };
+    let mut total = 0;
+    for w in workloads(&objs) {
+        let replicas = w.data["spec"]["replicas"].as_u64().unwrap_or(1) as u32;
+        if kind_of(w) == "Job" || w.metadata.name.as_deref() == Some("prometheus") {
+            continue; // the seeder has finished by then; Prometheus runs on kind only
+        }
+        for c in containers(w) {
+            total += replicas * milli(&c["resources"]["requests"]["cpu"]);
+        }
+    }
+    assert!(total <= 1500, "requests add up to {total}m");
 }

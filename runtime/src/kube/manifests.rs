@@ -181,6 +181,14 @@ pub fn api_resource(obj: &DynamicObject) -> Result<(ApiResource, bool)> {
     Ok((ApiResource::from_gvk_with_plural(&gvk, plural), namespaced))
 }
 
+/// What a rank asks the scheduler for: at most 100m, so that GPUs, not CPUs, limit how many ranks fit.
+pub const RANK_CPU_REQUEST: lab_model::Millicores = lab_model::Millicores(100);
+
+/// A rank's CPU request for CPU limit `cpu` (a request may not exceed its limit).
+pub fn cpu_request(cpu: lab_model::Millicores) -> lab_model::Millicores {
+    cpu.min(RANK_CPU_REQUEST)
+}
+
 /// Everything that decides what the manifests say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -216,6 +224,7 @@ impl Settings {
             .with("SEED_RANKS", self.ranks.max(self.gpus))
             .with("WATCHDOG_SECONDS", self.watchdog_seconds)
             .with("CPU", self.cpu)
+            .with("CPU_REQUEST", cpu_request(self.cpu))
             .with("GPU_RESOURCE", &self.gpu_resource)
     }
 

@@ -690,7 +690,7 @@ async fn throttled_rank_resizes_in_place_through_the_resize_subresource() {
                 let c = &b["spec"]["containers"][0];
                 assert_eq!(c["name"], "rank");
                 assert_eq!(c["resources"]["limits"]["cpu"], "150m");
-                assert_eq!(c["resources"]["requests"]["cpu"], "150m");
+                assert_eq!(c["resources"]["requests"]["cpu"], "100m");
             }),
             watch_list(
                 pods_path(),
