@@ -198,6 +198,11 @@ impl ExpectTracker {
         self.lowest_pct
     }
 
+    /// When every expectation was first met, if they have been.
+    pub fn met_at(&self) -> Option<u64> {
+        self.met_at
+    }
+
     /// Adds a snapshot.
     pub fn push(&mut self, s: &Snapshot) -> Outcome<Detection> {
         if s.at_ms < self.started_ms {
@@ -518,8 +523,9 @@ fn median(v: &[f64]) -> f64 {
 }
 
 fn min_max(v: &[f64]) -> (f64, f64) {
-    v.iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
+    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(*x), hi.max(*x))
+    })
 }
 
 #[cfg(test)]
@@ -629,9 +635,15 @@ pub(crate) mod tests {
         assert!(matches!(w.push(&s), Outcome::Pending(m) if m.contains("3/4")));
         // The window starts over: five more good seconds are needed.
         for t in 7..11 {
-            assert!(matches!(w.push(&snap(t, Some(400.0), Some(0.3), t)), Outcome::Pending(_)), "{t}");
+            assert!(
+                matches!(w.push(&snap(t, Some(400.0), Some(0.3), t)), Outcome::Pending(_)),
+                "{t}"
+            );
         }
-        assert!(matches!(w.push(&snap(12, Some(400.0), Some(0.3), 12)), Outcome::Done(_)));
+        assert!(matches!(
+            w.push(&snap(12, Some(400.0), Some(0.3), 12)),
+            Outcome::Done(_)
+        ));
     }
 
     #[test]
@@ -663,11 +675,16 @@ pub(crate) mod tests {
             T0,
             T0 + 2_000,
         );
-        assert!(matches!(e.push(&snap(1, Some(380.0), Some(0.3), 1)), Outcome::Pending(_)));
+        assert!(matches!(
+            e.push(&snap(1, Some(380.0), Some(0.3), 1)),
+            Outcome::Pending(_)
+        ));
         let mut s = snap(5, Some(300.0), Some(0.5), 2);
         alert(&mut s, GoldenSignal::Latency, "LabStorageReadLatencyHigh");
         assert!(matches!(e.push(&s), Outcome::Pending(m) if m.contains("throughput under 50%")));
-        let Outcome::Done(d) = e.push(&snap(8, Some(36.0), Some(3.0), 3)) else { panic!() };
+        let Outcome::Done(d) = e.push(&snap(8, Some(36.0), Some(3.0), 3)) else {
+            panic!()
+        };
         assert_eq!(d.at_ms, T0 + 8_000);
         assert_eq!(d.seen.len(), 2);
         assert_eq!(d.seen[0].what, "latency");
@@ -680,10 +697,22 @@ pub(crate) mod tests {
         let mut spec = expect(vec![], Some(50.0), None);
         spec.hold = Duration::from_secs(5);
         let mut e = ExpectTracker::new(spec, base(), T0, T0);
-        assert!(matches!(e.push(&snap(2, Some(40.0), Some(3.0), 1)), Outcome::Pending(_)));
-        assert!(matches!(e.push(&snap(4, Some(20.0), Some(3.0), 1)), Outcome::Pending(_)));
-        let Outcome::Done(d) = e.push(&snap(7, Some(30.0), Some(3.0), 2)) else { panic!() };
-        assert_eq!(d.at_ms, T0 + 2_000, "detection is when it was met, not when the hold ended");
+        assert!(matches!(
+            e.push(&snap(2, Some(40.0), Some(3.0), 1)),
+            Outcome::Pending(_)
+        ));
+        assert!(matches!(
+            e.push(&snap(4, Some(20.0), Some(3.0), 1)),
+            Outcome::Pending(_)
+        ));
+        let Outcome::Done(d) = e.push(&snap(7, Some(30.0), Some(3.0), 2)) else {
+            panic!()
+        };
+        assert_eq!(
+            d.at_ms,
+            T0 + 2_000,
+            "detection is when it was met, not when the hold ended"
+        );
         assert_eq!(e.lowest_pct(), Some(5.0));
     }
 
@@ -696,24 +725,45 @@ pub(crate) mod tests {
             T0,
         );
         for t in 1..=30 {
-            assert!(matches!(e.push(&snap(t, Some(300.0), Some(0.4), t)), Outcome::Pending(_)));
+            assert!(matches!(
+                e.push(&snap(t, Some(300.0), Some(0.4), t)),
+                Outcome::Pending(_)
+            ));
         }
-        let Outcome::Failed(why) = e.push(&snap(31, Some(300.0), Some(0.4), 31)) else { panic!() };
-        assert!(why.contains("missing saturation alert, throughput under 50%"), "{why}");
+        let Outcome::Failed(why) = e.push(&snap(31, Some(300.0), Some(0.4), 31)) else {
+            panic!()
+        };
+        assert!(
+            why.contains("missing saturation alert, throughput under 50%"),
+            "{why}"
+        );
         assert!(why.contains("lowest throughput 75%"), "{why}");
     }
 
     #[test]
     fn ready_dropping_fails_the_expectation_but_not_during_the_injection() {
-        let mut e = ExpectTracker::new(expect(vec![GoldenSignal::Throughput], None, Some(4)), base(), T0, T0 + 5_000);
+        let mut e = ExpectTracker::new(
+            expect(vec![GoldenSignal::Throughput], None, Some(4)),
+            base(),
+            T0,
+            T0 + 5_000,
+        );
         let mut s = snap(2, Some(100.0), None, 1);
         s.status.pods[1].ready = false;
-        assert!(matches!(e.push(&s), Outcome::Pending(_)), "a fault may restart ranks while it goes in");
+        assert!(
+            matches!(e.push(&s), Outcome::Pending(_)),
+            "a fault may restart ranks while it goes in"
+        );
         let mut s = snap(6, Some(100.0), None, 1);
         s.status.pods[1].ready = false;
         s.status.pods[1].reason = Some("CrashLoopBackOff".into());
-        let Outcome::Failed(why) = e.push(&s) else { panic!() };
-        assert!(why.contains("3/4 ranks") && why.contains("rank-1 Running, not Ready: CrashLoopBackOff"), "{why}");
+        let Outcome::Failed(why) = e.push(&s) else {
+            panic!()
+        };
+        assert!(
+            why.contains("3/4 ranks") && why.contains("rank-1 Running, not Ready: CrashLoopBackOff"),
+            "{why}"
+        );
     }
 
     fn verify(pct: f64, steps: u64, deadline: u64) -> Verify {
@@ -727,14 +777,34 @@ pub(crate) mod tests {
     #[test]
     fn recovery_needs_consecutive_good_steps() {
         let mut r = RecoveryTracker::new(&verify(20.0, 10, 60), base(), T0);
-        assert!(matches!(r.push(&snap(1, Some(100.0), Some(1.0), 100)), Outcome::Pending(_)));
-        assert!(matches!(r.push(&snap(2, Some(350.0), Some(0.32), 103)), Outcome::Pending(_)));
-        assert!(matches!(r.push(&snap(3, Some(360.0), Some(0.31), 106)), Outcome::Pending(_)));
+        assert!(matches!(
+            r.push(&snap(1, Some(100.0), Some(1.0), 100)),
+            Outcome::Pending(_)
+        ));
+        assert!(matches!(
+            r.push(&snap(2, Some(350.0), Some(0.32), 103)),
+            Outcome::Pending(_)
+        ));
+        assert!(matches!(
+            r.push(&snap(3, Some(360.0), Some(0.31), 106)),
+            Outcome::Pending(_)
+        ));
         // One bad tick breaks the run.
-        assert!(matches!(r.push(&snap(4, Some(200.0), Some(0.31), 109)), Outcome::Pending(_)));
-        assert!(matches!(r.push(&snap(5, Some(390.0), Some(0.3), 112)), Outcome::Pending(_)));
-        assert!(matches!(r.push(&snap(7, Some(395.0), Some(0.3), 118)), Outcome::Pending(_)));
-        let Outcome::Done(rec) = r.push(&snap(8, Some(420.0), Some(0.29), 122)) else { panic!() };
+        assert!(matches!(
+            r.push(&snap(4, Some(200.0), Some(0.31), 109)),
+            Outcome::Pending(_)
+        ));
+        assert!(matches!(
+            r.push(&snap(5, Some(390.0), Some(0.3), 112)),
+            Outcome::Pending(_)
+        ));
+        assert!(matches!(
+            r.push(&snap(7, Some(395.0), Some(0.3), 118)),
+            Outcome::Pending(_)
+        ));
+        let Outcome::Done(rec) = r.push(&snap(8, Some(420.0), Some(0.29), 122)) else {
+            panic!()
+        };
         assert_eq!(rec.back_at_ms, T0 + 5_000);
         assert_eq!(rec.steps, 10);
         assert!((rec.pct - 105.0).abs() < 1e-9);
@@ -745,20 +815,37 @@ pub(crate) mod tests {
         let mut r = RecoveryTracker::new(&verify(20.0, 5, 60), base(), T0);
         r.push(&snap(1, Some(400.0), Some(0.3), 100));
         r.push(&snap(2, Some(400.0), Some(0.3), 103));
-        assert!(matches!(r.push(&snap(3, Some(400.0), Some(0.3), 90)), Outcome::Pending(_)));
-        assert!(matches!(r.push(&snap(4, Some(400.0), Some(0.3), 94)), Outcome::Pending(_)));
-        assert!(matches!(r.push(&snap(5, Some(400.0), Some(0.3), 95)), Outcome::Done(_)));
+        assert!(matches!(
+            r.push(&snap(3, Some(400.0), Some(0.3), 90)),
+            Outcome::Pending(_)
+        ));
+        assert!(matches!(
+            r.push(&snap(4, Some(400.0), Some(0.3), 94)),
+            Outcome::Pending(_)
+        ));
+        assert!(matches!(
+            r.push(&snap(5, Some(400.0), Some(0.3), 95)),
+            Outcome::Done(_)
+        ));
     }
 
     #[test]
     fn a_stalled_job_fails_verification_with_its_figures() {
         let mut r = RecoveryTracker::new(&verify(20.0, 30, 10), base(), T0);
         for t in 0..=10 {
-            assert!(matches!(r.push(&snap(t, Some(0.0), None, 500)), Outcome::Pending(_)), "{t}");
+            assert!(
+                matches!(r.push(&snap(t, Some(0.0), None, 500)), Outcome::Pending(_)),
+                "{t}"
+            );
         }
-        let Outcome::Failed(why) = r.push(&snap(11, Some(0.0), None, 500)) else { panic!() };
+        let Outcome::Failed(why) = r.push(&snap(11, Some(0.0), None, 500)) else {
+            panic!()
+        };
         assert!(why.contains("not back 10 s after the remediation"), "{why}");
-        assert!(why.contains("throughput 0% of the pre-fault baseline (0 of 400 samples/s), step time unknown"), "{why}");
+        assert!(
+            why.contains("throughput 0% of the pre-fault baseline (0 of 400 samples/s), step time unknown"),
+            "{why}"
+        );
         assert!(why.contains("0 of 30 steps"), "{why}");
     }
 
@@ -785,6 +872,10 @@ pub(crate) mod tests {
             }
             l.push(&s);
         }
-        assert_eq!(l.lost(), 26, "106 → 80; a one-step dip and no report at all are not losses");
+        assert_eq!(
+            l.lost(),
+            26,
+            "106 → 80; a one-step dip and no report at all are not losses"
+        );
     }
 }

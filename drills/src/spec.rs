@@ -449,7 +449,9 @@ impl<'de> Visitor<'de> for StepSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Step, A::Error> {
         let Some(key) = map.next_key::<String>()? else {
-            return Err(de::Error::custom(format!("an empty step: give one of {STEP_KEYS}")));
+            return Err(de::Error::custom(format!(
+                "an empty step: give one of {STEP_KEYS}"
+            )));
         };
         let step = match key.as_str() {
             "inject" => Step::Inject(map.next_value::<Checked<RawInject>>()?.0),
@@ -504,12 +506,12 @@ fn order_error(prior: &[Step], step: &Step) -> Option<String> {
             )),
             _ => None,
         }),
-        Step::Verify(_) if !matches!(last_fix, Some(Step::Remediate(_))) => Some(
-            "a `verify` step must follow a `remediate` step: there is nothing to verify yet".into(),
-        ),
-        Step::Remediate(_) if matches!(last_fix, Some(Step::Remediate(_))) => Some(
-            "two remediations in a row: verify the first one (a `verify` step) before the next".into(),
-        ),
+        Step::Verify(_) if !matches!(last_fix, Some(Step::Remediate(_))) => {
+            Some("a `verify` step must follow a `remediate` step: there is nothing to verify yet".into())
+        }
+        Step::Remediate(_) if matches!(last_fix, Some(Step::Remediate(_))) => {
+            Some("two remediations in a row: verify the first one (a `verify` step) before the next".into())
+        }
         _ => None,
     }
 }
@@ -613,8 +615,11 @@ fn opt_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Millicores>, D::Err
             f.write_str("a CPU quantity such as 150m or 0.4")
         }
         fn visit_str<E: de::Error>(self, v: &str) -> Result<Millicores, E> {
-            v.parse()
-                .map_err(|_| E::custom(format!("{v:?} is not a CPU quantity: write one such as 150m or 0.4")))
+            v.parse().map_err(|_| {
+                E::custom(format!(
+                    "{v:?} is not a CPU quantity: write one such as 150m or 0.4"
+                ))
+            })
         }
         fn visit_u64<E: de::Error>(self, v: u64) -> Result<Millicores, E> {
             self.visit_str(&v.to_string())
@@ -705,7 +710,9 @@ steps:
 
     #[test]
     fn unknown_keys_are_errors_at_their_line() {
-        let e = err("name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      servr: 2\n  - remediate:\n  - verify:\n");
+        let e = err(
+            "name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      servr: 2\n  - remediate:\n  - verify:\n",
+        );
         assert_eq!(e.line, 6, "{e}");
         assert!(e.message.contains("unknown field `servr`"), "{e}");
         assert!(e.message.starts_with("steps[0].inject"), "{e}");
@@ -713,7 +720,9 @@ steps:
 
     #[test]
     fn bad_values_point_at_the_value() {
-        let e = err("name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      delay: 300\n  - remediate:\n  - verify:\n");
+        let e = err(
+            "name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      delay: 300\n  - remediate:\n  - verify:\n",
+        );
         assert_eq!((e.line, e.column), (6, 14), "{e}");
         assert!(e.message.contains("has no unit"), "{e}");
     }
@@ -727,7 +736,9 @@ steps:
 
     #[test]
     fn fields_of_another_fault_are_refused() {
-        let e = err("name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      rank: 2\n  - remediate:\n  - verify:\n");
+        let e = err(
+            "name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      rank: 2\n  - remediate:\n  - verify:\n",
+        );
         assert_eq!(e.line, 5, "{e}");
         assert!(e.message.contains("`rank` does not apply to slow-storage"), "{e}");
     }

@@ -1,0 +1,123 @@
+//! The built-in drills, one per fault of the seed story, embedded from `drills/builtin/*.yaml`, and finding
+//! a drill by name or by path.
+
+use std::path::Path;
+
+use crate::error::DrillError;
+use crate::spec::{self, Drill};
+
+/// `(name, text)` of every built-in drill, in the seed story's order.
+pub const BUILTIN: [(&str, &str); 3] = [
+    ("slow-storage", include_str!("../builtin/slow-storage.yaml")),
+    ("throttled-rank", include_str!("../builtin/throttled-rank.yaml")),
+    (
+        "unplaceable-rank",
+        include_str!("../builtin/unplaceable-rank.yaml"),
+    ),
+];
+
+/// A drill and where it came from (`builtin:slow-storage`, or the file's path).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    pub origin: String,
+    pub drill: Drill,
+}
+
+/// The built-in drill `name`, parsed.
+///
+/// # Errors
+/// [`DrillError::NotFound`] for an unknown name; [`DrillError::Spec`] if the embedded file is broken (a
+/// unit test keeps that from shipping).
+pub fn builtin(name: &str) -> Result<Loaded, DrillError> {
+    let (n, text) = BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(|| DrillError::NotFound(name.to_string()))?;
+    let origin = format!("builtin:{n}");
+    let drill = spec::parse(text).map_err(|spec| DrillError::Spec {
+        origin: origin.clone(),
+        spec,
+    })?;
+    Ok(Loaded { origin, drill })
+}
+
+/// Every built-in drill, parsed.
+///
+/// # Errors
+/// As [`builtin`].
+pub fn all() -> Result<Vec<Loaded>, DrillError> {
+    BUILTIN.iter().map(|(n, _)| builtin(n)).collect()
+}
+
+/// Reads and checks the drill file at `path`.
+///
+/// # Errors
+/// [`DrillError::Read`] or [`DrillError::Spec`] (printed as `FILE:LINE:COL: message`).
+pub fn load_file(path: &Path) -> Result<Loaded, DrillError> {
+    let text = std::fs::read_to_string(path).map_err(|source| DrillError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let origin = path.display().to_string();
+    let drill = spec::parse(&text).map_err(|spec| DrillError::Spec {
+        origin: origin.clone(),
+        spec,
+    })?;
+    Ok(Loaded { origin, drill })
+}
+
+/// A drill by path when such a file exists, else a built-in drill by name.
+///
+/// # Errors
+/// As [`load_file`] and [`builtin`].
+pub fn resolve(arg: &str) -> Result<Loaded, DrillError> {
+    let p = Path::new(arg);
+    if p.exists() {
+        return load_file(p);
+    }
+    match builtin(arg) {
+        Err(DrillError::NotFound(_))
+            if arg.ends_with(".yaml") || arg.ends_with(".yml") || arg.contains('/') =>
+        {
+            Err(DrillError::Read {
+                path: p.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            })
+        }
+        r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_faults::FaultKind;
+
+    use super::*;
+    use crate::spec::Step;
+
+    #[test]
+    fn every_builtin_parses_and_injects_its_own_fault() {
+        let all = all().unwrap();
+        assert_eq!(all.len(), FaultKind::ALL.len());
+        for (l, kind) in all.iter().zip(FaultKind::ALL) {
+            assert_eq!(l.drill.name, kind.name());
+            assert_eq!(l.origin, format!("builtin:{}", kind.name()));
+            assert!(matches!(&l.drill.steps[0], Step::Inject(f) if f.kind() == kind));
+            assert!(matches!(l.drill.steps.last(), Some(Step::Verify(_))));
+            // The lab's own clear is the default remediation of a built-in drill.
+            assert!(
+                l.drill
+                    .steps
+                    .iter()
+                    .any(|s| matches!(s, Step::Remediate(r) if r.command.is_none()))
+            );
+        }
+    }
+
+    #[test]
+    fn names_and_paths() {
+        assert_eq!(resolve("slow-storage").unwrap().drill.name, "slow-storage");
+        assert!(matches!(resolve("slow-disk"), Err(DrillError::NotFound(_))));
+        assert!(matches!(resolve("nope/x.yaml"), Err(DrillError::Read { .. })));
+    }
+}

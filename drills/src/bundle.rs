@@ -1,0 +1,739 @@
+//! The incident bundle: what an on-call engineer, or an agent under test, gets to read about the lab right
+//! now — the wiring map, the change log, the golden signals firing, and per-dependency latency.
+//!
+//! It is built from one snapshot and shows evidence the way a real system would: pods with their
+//! containers and their live resources against spec and template, the rank → storage edges the metrics
+//! name, an audit log of changes (who, what, where, when, before → after). It never names the injected
+//! fault as the answer: no ledger ids, no fault kinds, nothing that says a change was an injection.
+
+use std::fmt::Write as _;
+
+use lab_model::Snapshot;
+use lab_model::change::ChangeSource;
+use lab_model::snapshot::GoldenSignal;
+use lab_model::status::{Phase, Role};
+use serde::Serialize;
+
+use crate::judge::fmt_s;
+
+/// How far back the change log and the signals reach.
+pub const LOOKBACK_MS: u64 = 3 * 60 * 60 * 1000;
+
+/// The format's identifier, versioned.
+pub const FORMAT: &str = "straggler-lab.incident/v1";
+
+/// The whole bundle (schema in `docs/incident.md`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Bundle {
+    pub format: &'static str,
+    pub lab: String,
+    pub runtime: String,
+    /// When the bundle was made (RFC 3339, UTC) and in ms since the Unix epoch.
+    pub generated_at: String,
+    pub generated_at_ms: u64,
+    /// One line each: what Kubernetes says and what the job says.
+    pub kubernetes: String,
+    pub training_line: String,
+    pub signals_firing: Vec<Signal>,
+    /// One line per dependency that moved, e.g. `storage-1 went from 2.0 ms to 414 ms while its two
+    /// siblings stayed at 2.0 ms`.
+    pub latency_summary: Vec<String>,
+    pub dependencies: Vec<Dependency>,
+    pub training: TrainingView,
+    pub wiring: Wiring,
+    /// Changes to the lab in the last three hours, oldest first.
+    pub changes: Vec<AuditEntry>,
+}
+
+/// A golden-signal alert that is firing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Signal {
+    pub signal: GoldenSignal,
+    pub rule: String,
+    pub target: String,
+    pub since: String,
+    pub since_ms: u64,
+    /// Seconds it has held, at the time of the bundle.
+    pub for_s: f64,
+    pub value: f64,
+    pub summary: String,
+}
+
+/// One storage server as its readers see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Dependency {
+    pub name: String,
+    /// The ranks that read from it (from the metrics' `server` label).
+    pub readers: Vec<String>,
+    /// Read p50 the ranks saw when the job's baseline was learned, ms.
+    pub baseline_p50_ms: Option<f64>,
+    /// Read p50 and p99 the ranks see now, ms.
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// Request p50 as the storage server itself measures it, ms.
+    pub own_p50_ms: Option<f64>,
+    pub reads_per_s: Option<f64>,
+    pub errors_per_s: Option<f64>,
+    /// Whether its latency stands out from its siblings'.
+    pub stands_out: bool,
+}
+
+/// The job's own signals.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrainingView {
+    pub samples_per_s: Option<f64>,
+    pub baseline_samples_per_s: Option<f64>,
+    pub pct_of_baseline: Option<f64>,
+    pub step_seconds: Option<f64>,
+    pub baseline_step_seconds: Option<f64>,
+    pub step: u64,
+    pub steps_lost: u64,
+    pub checkpoint_step: Option<u64>,
+    /// The world size the ranks report, against the job's configuration and the replicas asked for.
+    pub world_size_reported: Option<u32>,
+    pub world_size_configured: u32,
+    pub ranks_desired: u32,
+    pub ranks: Vec<RankTime>,
+}
+
+/// Where one rank's time goes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RankTime {
+    pub name: String,
+    pub reads_from: Option<String>,
+    pub up: bool,
+    /// Share of wall time per phase over the recent window (0..1).
+    pub read: Option<f64>,
+    pub compute: Option<f64>,
+    pub wait: Option<f64>,
+    pub transfer: Option<f64>,
+    pub step_seconds: Option<f64>,
+    pub read_p50_ms: Option<f64>,
+    /// Share of CFS periods throttled (0..1).
+    pub throttled: Option<f64>,
+    pub cpu_limit_cores: Option<f64>,
+    pub waiting_for_peers: bool,
+    pub step: Option<u64>,
+}
+
+/// The wiring map: every pod with its containers and resources, and the edges between pods.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Wiring {
+    pub pods: Vec<Pod>,
+    pub edges: Vec<Edge>,
+    pub gpus_capacity: u32,
+    pub gpu_resource: String,
+}
+
+/// One pod (or, on the local runtime, the supervised process group that stands for it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pod {
+    pub name: String,
+    pub role: Role,
+    pub phase: Phase,
+    pub ready: bool,
+    pub restarts: u32,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub node: Option<String>,
+    /// Every container in the pod, including any added to it after it started.
+    pub containers: Vec<String>,
+    pub cpu_live: Option<String>,
+    pub cpu_spec: Option<String>,
+    pub cpu_template: Option<String>,
+    /// True when the live limit differs from the workload's template (changed in place).
+    pub differs_from_template: bool,
+    pub gpus: u32,
+}
+
+/// A directed edge of the wiring map.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Edge {
+    pub from: String,
+    pub to: String,
+    /// `reads-from` (a rank → its storage server).
+    pub relation: String,
+    /// Where the edge was learned.
+    pub source: String,
+}
+
+/// One change, as an audit log shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditEntry {
+    pub time: String,
+    pub at_ms: u64,
+    /// Who made it: `operator` for changes made with the lab's commands (a person, a script or an agent —
+    /// they share the credential), `lab-lifecycle` for `lab up` and `lab down`.
+    pub who: String,
+    /// The object changed: `rank-1`, `storage-1`, `ranks`, `job config`.
+    #[serde(rename = "where")]
+    pub target: String,
+    pub what: String,
+    pub before: String,
+    pub after: String,
+    pub detail: Option<String>,
+}
+
+/// Words that would name an injection rather than show evidence; a detail carrying one is left out.
+const TELLING: [&str; 4] = ["fault", "inject", "cleared", "drill"];
+
+fn evidence_only(s: &str) -> Option<String> {
+    let l = s.to_lowercase();
+    (!TELLING.iter().any(|w| l.contains(w))).then(|| s.to_string())
+}
+
+/// RFC 3339 in UTC with milliseconds, from ms since the Unix epoch.
+pub fn rfc3339(ms: u64) -> String {
+    let nanos = i128::from(ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// A latency for a person: `0.4 ms`, `2.9 ms`, `414 ms`, `1.25 s`.
+pub fn fmt_ms(ms: f64) -> String {
+    if ms < 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.2} s", ms / 1000.0)
+    }
+}
+
+fn ms(s: Option<f64>) -> Option<f64> {
+    s.filter(|v| v.is_finite()).map(|v| v * 1000.0)
+}
+
+impl Bundle {
+    /// The bundle for the lab as `s` shows it.
+    pub fn from_snapshot(s: &Snapshot) -> Bundle {
+        let st = &s.status;
+        let since = s.at_ms.saturating_sub(LOOKBACK_MS);
+        let signals_firing = s
+            .alerts
+            .iter()
+            .map(|a| Signal {
+                signal: a.signal,
+                rule: a.rule.clone(),
+                target: a.target.clone(),
+                since: rfc3339(a.since_ms),
+                since_ms: a.since_ms,
+                for_s: s.at_ms.saturating_sub(a.since_ms) as f64 / 1000.0,
+                value: a.value,
+                summary: a.summary.clone(),
+            })
+            .collect();
+        let dependencies: Vec<Dependency> = s
+            .storage
+            .iter()
+            .map(|v| Dependency {
+                name: v.name.clone(),
+                readers: v.readers.clone(),
+                baseline_p50_ms: ms(v.baseline_p50),
+                p50_ms: ms(v.client_p50),
+                p99_ms: ms(v.client_p99),
+                own_p50_ms: ms(v.server_p50),
+                reads_per_s: v.reads_per_s,
+                errors_per_s: v.errors_per_s,
+                stands_out: v.outlier,
+            })
+            .collect();
+        let t = &s.training;
+        let training = TrainingView {
+            samples_per_s: t.samples_per_s,
+            baseline_samples_per_s: t.baseline.map(|b| b.samples_per_s),
+            pct_of_baseline: t.pct_of_baseline,
+            step_seconds: t.step_seconds,
+            baseline_step_seconds: t.baseline.map(|b| b.step_seconds),
+            step: t.step,
+            steps_lost: t.steps_lost,
+            checkpoint_step: t.checkpoint_step,
+            world_size_reported: t.world_size,
+            world_size_configured: st.world_size,
+            ranks_desired: st.ranks_desired,
+            ranks: s
+                .ranks
+                .iter()
+                .map(|r| RankTime {
+                    name: r.name.clone(),
+                    reads_from: r.server.clone(),
+                    up: r.up,
+                    read: r.read,
+                    compute: r.compute,
+                    wait: r.wait,
+                    transfer: r.transfer,
+                    step_seconds: r.step_seconds,
+                    read_p50_ms: ms(r.read_p50),
+                    throttled: r.throttled,
+                    cpu_limit_cores: r.cpu_limit_cores,
+                    waiting_for_peers: r.waiting_for_peers,
+                    step: r.step,
+                })
+                .collect(),
+        };
+        let pods = st
+            .pods
+            .iter()
+            .map(|p| Pod {
+                name: p.name.clone(),
+                role: p.role,
+                phase: p.phase,
+                ready: p.ready,
+                restarts: p.restarts,
+                reason: p.reason.as_deref().and_then(evidence_only),
+                message: p.message.as_deref().and_then(evidence_only),
+                node: p.node.clone(),
+                containers: p.containers.clone(),
+                cpu_live: p.resources.cpu_live.map(|m| m.to_string()),
+                cpu_spec: p.resources.cpu_spec.map(|m| m.to_string()),
+                cpu_template: p.resources.cpu_template.map(|m| m.to_string()),
+                differs_from_template: p.resources.drifted(),
+                gpus: p.resources.gpus,
+            })
+            .collect();
+        let mut edges: Vec<Edge> = s
+            .ranks
+            .iter()
+            .filter_map(|r| {
+                r.server.as_ref().map(|srv| Edge {
+                    from: r.name.clone(),
+                    to: srv.clone(),
+                    relation: "reads-from".into(),
+                    source: format!("metric label `{}`", lab_model::metrics::LABEL_SERVER),
+                })
+            })
+            .collect();
+        // A rank that is not scraped right now still shows as a reader of its server.
+        for v in &s.storage {
+            for r in &v.readers {
+                if !edges.iter().any(|e| &e.from == r && e.to == v.name) {
+                    edges.push(Edge {
+                        from: r.clone(),
+                        to: v.name.clone(),
+                        relation: "reads-from".into(),
+                        source: format!("metric label `{}`", lab_model::metrics::LABEL_SERVER),
+                    });
+                }
+            }
+        }
+        edges.sort_by(|a, b| (&a.from, &a.to).cmp(&(&b.from, &b.to)));
+        let mut changes: Vec<AuditEntry> = s
+            .changes
+            .iter()
+            .filter(|c| c.at_ms >= since)
+            .map(|c| AuditEntry {
+                time: rfc3339(c.at_ms),
+                at_ms: c.at_ms,
+                who: match c.source {
+                    ChangeSource::Lifecycle => "lab-lifecycle".into(),
+                    ChangeSource::Fault | ChangeSource::Remediation => "operator".into(),
+                },
+                target: c.target.clone(),
+                what: c.what.clone(),
+                before: c.before.clone(),
+                after: c.after.clone(),
+                detail: c.note.as_deref().and_then(evidence_only),
+            })
+            .collect();
+        changes.sort_by_key(|c| c.at_ms);
+        let (ready, total) = st.ranks_ready();
+        let pending = st.ranks().filter(|p| p.phase == Phase::Pending).count();
+        let mut kubernetes = format!("{ready}/{total} ranks Running and Ready");
+        if pending > 0 {
+            kubernetes.push_str(&format!(", {pending} Pending"));
+        }
+        let servers: Vec<_> = st.pods.iter().filter(|p| p.role == Role::StorageServer).collect();
+        kubernetes.push_str(&format!(
+            "; storage {}/{} Ready",
+            servers.iter().filter(|p| p.is_running_ready()).count(),
+            servers.len()
+        ));
+        let training_line = match (t.pct_of_baseline, t.samples_per_s) {
+            (Some(p), Some(v)) => format!(
+                "training at {p:.0}% of normal ({v:.0} of {:.0} samples/s), step time {}",
+                t.baseline.map_or(0.0, |b| b.samples_per_s),
+                t.step_seconds.map_or("unknown".into(), fmt_s)
+            ),
+            (_, Some(v)) => format!("training at {v:.0} samples/s (no baseline learned)"),
+            _ => "no training figures".into(),
+        };
+        Bundle {
+            format: FORMAT,
+            lab: st.lab.clone(),
+            runtime: st.runtime.to_string(),
+            generated_at: rfc3339(s.at_ms),
+            generated_at_ms: s.at_ms,
+            kubernetes,
+            training_line,
+            signals_firing,
+            latency_summary: latency_summary(&dependencies),
+            dependencies,
+            training,
+            wiring: Wiring {
+                pods,
+                edges,
+                gpus_capacity: st.gpus_capacity,
+                gpu_resource: st.gpu_resource.clone(),
+            },
+            changes,
+        }
+    }
+
+    /// The bundle as text for a person.
+    pub fn text(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "INCIDENT  lab {:?} · {} runtime · {}",
+            self.lab, self.runtime, self.generated_at
+        );
+        let _ = writeln!(o, "Kubernetes: {}", self.kubernetes);
+        let _ = writeln!(o, "Training:   {}", self.training_line);
+        let _ = writeln!(o, "\nSIGNALS FIRING");
+        if self.signals_firing.is_empty() {
+            let _ = writeln!(o, "  none");
+        }
+        for a in &self.signals_firing {
+            let _ = writeln!(
+                o,
+                "  {:<10} {:<29} for {:>4.0}s  {}",
+                a.signal.to_string(),
+                a.rule,
+                a.for_s,
+                a.summary
+            );
+        }
+        let _ = writeln!(o, "\nDEPENDENCY LATENCY  storage reads as the ranks see them");
+        for l in &self.latency_summary {
+            let _ = writeln!(o, "  {l}");
+        }
+        let opt = |v: Option<f64>| v.map_or("-".into(), fmt_ms);
+        let _ = writeln!(
+            o,
+            "  {:<12} {:>9} {:>9} {:>9} {:>9}  READERS",
+            "SERVER", "p50", "p99", "OWN p50", "BASELINE"
+        );
+        for d in &self.dependencies {
+            let _ = writeln!(
+                o,
+                "  {:<12} {:>9} {:>9} {:>9} {:>9}  {}",
+                d.name,
+                opt(d.p50_ms),
+                opt(d.p99_ms),
+                opt(d.own_p50_ms),
+                opt(d.baseline_p50_ms),
+                d.readers.join(", ")
+            );
+        }
+        let t = &self.training;
+        let _ = writeln!(
+            o,
+            "\nTRAINING  step {} · world size reported {} · configured {} · ranks asked for {} · steps lost {}",
+            t.step,
+            t.world_size_reported.map_or("?".into(), |w| w.to_string()),
+            t.world_size_configured,
+            t.ranks_desired,
+            t.steps_lost
+        );
+        let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
+        let _ = writeln!(
+            o,
+            "  {:<8} {:<11} {:>5} {:>7} {:>5} {:>8} {:>9} {:>9} {:>6}  STATE",
+            "RANK", "READS FROM", "READ", "COMPUTE", "WAIT", "TRANSFER", "READ p50", "THROTTLED", "CPU"
+        );
+        for r in &t.ranks {
+            let state = if !r.up {
+                "not scraped"
+            } else if r.waiting_for_peers {
+                "waiting for peers"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                o,
+                "  {:<8} {:<11} {:>5} {:>7} {:>5} {:>8} {:>9} {:>9} {:>6}  {state}",
+                r.name,
+                r.reads_from.as_deref().unwrap_or("-"),
+                pct(r.read),
+                pct(r.compute),
+                pct(r.wait),
+                pct(r.transfer),
+                opt(r.read_p50_ms),
+                pct(r.throttled),
+                r.cpu_limit_cores
+                    .map_or("-".into(), |c| format!("{:.0}m", c * 1000.0)),
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nWIRING  edges from the metrics; containers and CPU live/spec/template per pod"
+        );
+        for e in &self.wiring.edges {
+            let _ = writeln!(o, "  {} → {}  ({}, {})", e.from, e.to, e.relation, e.source);
+        }
+        let _ = writeln!(
+            o,
+            "  {:<15} {:<9} {:<5} {:<8} {:<20} {:<30} REASON",
+            "POD", "PHASE", "READY", "RESTARTS", "CPU live/spec/tmpl", "CONTAINERS"
+        );
+        for p in &self.wiring.pods {
+            let cpu = format!(
+                "{}/{}/{}{}",
+                p.cpu_live.as_deref().unwrap_or("-"),
+                p.cpu_spec.as_deref().unwrap_or("-"),
+                p.cpu_template.as_deref().unwrap_or("-"),
+                if p.differs_from_template { " ≠" } else { "" }
+            );
+            let _ = writeln!(
+                o,
+                "  {:<15} {:<9} {:<5} {:<8} {:<20} {:<30} {}",
+                p.name,
+                p.phase.to_string(),
+                if p.ready { "1/1" } else { "0/1" },
+                p.restarts,
+                cpu,
+                p.containers.join(","),
+                p.reason.as_deref().unwrap_or("")
+            );
+        }
+        let _ = writeln!(o, "\nCHANGES  audit log, last 3 hours, oldest first");
+        if self.changes.is_empty() {
+            let _ = writeln!(o, "  none");
+        }
+        for c in &self.changes {
+            let _ = writeln!(
+                o,
+                "  {}  {:<13} {:<13} {} {} → {}{}",
+                c.time,
+                c.who,
+                c.target,
+                c.what,
+                c.before,
+                c.after,
+                c.detail.as_ref().map_or(String::new(), |d| format!("  ({d})"))
+            );
+        }
+        o
+    }
+}
+
+/// Whether a dependency's latency moved from its baseline: more than twice as slow and 10 ms slower.
+fn moved(d: &Dependency) -> bool {
+    matches!((d.baseline_p50_ms, d.p50_ms), (Some(b), Some(n)) if n > 2.0 * b && n > b + 10.0)
+}
+
+fn range(values: &[f64]) -> String {
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if values.is_empty() {
+        "-".into()
+    } else if fmt_ms(lo) == fmt_ms(hi) {
+        fmt_ms(lo)
+    } else {
+        format!("{}–{}", fmt_ms(lo).trim_end_matches(" ms"), fmt_ms(hi))
+    }
+}
+
+fn count_word(n: usize) -> String {
+    match n {
+        1 => "its sibling".into(),
+        2 => "its two siblings".into(),
+        3 => "its three siblings".into(),
+        n => format!("its {n} siblings"),
+    }
+}
+
+/// One line per storage server that moved, compared with its siblings; one line when none did.
+pub fn latency_summary(deps: &[Dependency]) -> Vec<String> {
+    let known: Vec<&Dependency> = deps.iter().filter(|d| d.p50_ms.is_some()).collect();
+    let mut out = Vec::new();
+    for d in deps.iter().filter(|d| moved(d)) {
+        let siblings: Vec<&&Dependency> = known.iter().filter(|s| s.name != d.name).collect();
+        let (b, n) = (d.baseline_p50_ms.unwrap_or(0.0), d.p50_ms.unwrap_or(0.0));
+        let mut line = format!("{} went from {} to {}", d.name, fmt_ms(b), fmt_ms(n));
+        if siblings.is_empty() {
+        } else if siblings.iter().all(|s| !moved(s)) {
+            let now: Vec<f64> = siblings.iter().filter_map(|s| s.p50_ms).collect();
+            line.push_str(&format!(
+                " while {} stayed at {}",
+                count_word(siblings.len()),
+                range(&now)
+            ));
+        } else {
+            let others: Vec<String> = siblings
+                .iter()
+                .map(|s| format!("{} {}", s.name, s.p50_ms.map_or("-".into(), fmt_ms)))
+                .collect();
+            line.push_str(&format!("; siblings now {}", others.join(", ")));
+        }
+        if !d.readers.is_empty() {
+            line.push_str(&format!(" (read by {})", d.readers.join(", ")));
+        }
+        out.push(line);
+    }
+    if out.is_empty() && !known.is_empty() {
+        let now: Vec<f64> = known.iter().filter_map(|d| d.p50_ms).collect();
+        let before: Vec<f64> = known.iter().filter_map(|d| d.baseline_p50_ms).collect();
+        let names: Vec<&str> = known.iter().map(|d| d.name.as_str()).collect();
+        let mut line = format!("{} steady at {}", names.join(", "), range(&now));
+        if !before.is_empty() {
+            line.push_str(&format!(" ({} at baseline)", range(&before)));
+        }
+        out.push(line);
+    }
+    for d in deps.iter().filter(|d| d.p50_ms.is_none()) {
+        out.push(format!("{}: no reads measured in the last window", d.name));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_model::ChangeRecord;
+    use lab_model::Millicores;
+    use lab_model::snapshot::{ActiveFault, StorageView};
+    use lab_model::status::PodStatus;
+
+    use super::*;
+    use crate::judge::tests::{alert, snap};
+
+    fn storage(i: u32, base: f64, now: f64, readers: &[&str]) -> StorageView {
+        StorageView {
+            index: i,
+            name: lab_model::names::storage(i),
+            client_p50: Some(now),
+            client_p99: Some(now * 1.3),
+            baseline_p50: Some(base),
+            readers: readers.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The slow-storage picture, with everything the ledger would add that the bundle must not show.
+    fn slow_storage() -> Snapshot {
+        let mut s = snap(100, Some(36.0), Some(3.2), 500);
+        for (i, r) in s.ranks.iter_mut().enumerate() {
+            r.server = Some(lab_model::names::storage(i as u32 % 3));
+        }
+        s.storage = vec![
+            storage(0, 0.002, 0.0021, &["rank-0", "rank-3"]),
+            storage(1, 0.002, 0.414, &["rank-1"]),
+            storage(2, 0.002, 0.0019, &["rank-2"]),
+        ];
+        let mut srv = PodStatus::new("storage-1", Role::StorageServer, Some(1));
+        srv.phase = Phase::Running;
+        srv.ready = true;
+        srv.containers = vec!["weed-volume".into(), "latency-proxy".into()];
+        s.status.pods.push(srv);
+        alert(&mut s, GoldenSignal::Latency, "LabStorageReadLatencyHigh");
+        s.faults = vec![ActiveFault {
+            id: "slow-storage-3".into(),
+            kind: "slow-storage".into(),
+            target: "storage-1".into(),
+            phase: "injected".into(),
+        }];
+        let change = |at: u64, source, note: &str, after: &str| ChangeRecord {
+            at_ms: s.at_ms - at,
+            source,
+            target: "storage-1".into(),
+            what: "added delay".into(),
+            before: "0 ms".into(),
+            after: after.into(),
+            note: Some(note.into()),
+            fault_id: Some("slow-storage-3".into()),
+        };
+        s.changes = vec![
+            change(30_000, ChangeSource::Fault, "via latency proxy", "300 ms"),
+            change(4 * 3_600_000, ChangeSource::Fault, "cleared", "0 ms"),
+        ];
+        s
+    }
+
+    #[test]
+    fn the_seed_line_compares_a_server_with_its_siblings() {
+        let b = Bundle::from_snapshot(&slow_storage());
+        assert_eq!(
+            b.latency_summary,
+            vec![
+                "storage-1 went from 2.0 ms to 414 ms while its two siblings stayed at 1.9–2.1 ms (read by rank-1)"
+            ]
+        );
+        let steady = latency_summary(&[
+            Dependency {
+                p50_ms: Some(2.0),
+                ..dep("storage-0")
+            },
+            Dependency {
+                p50_ms: Some(2.0),
+                ..dep("storage-1")
+            },
+        ]);
+        assert_eq!(
+            steady,
+            vec!["storage-0, storage-1 steady at 2.0 ms (2.0 ms at baseline)"]
+        );
+    }
+
+    fn dep(name: &str) -> Dependency {
+        Dependency {
+            name: name.into(),
+            readers: vec![],
+            baseline_p50_ms: Some(2.0),
+            p50_ms: None,
+            p99_ms: None,
+            own_p50_ms: None,
+            reads_per_s: None,
+            errors_per_s: None,
+            stands_out: false,
+        }
+    }
+
+    #[test]
+    fn the_wiring_map_has_edges_containers_and_drift() {
+        let mut s = slow_storage();
+        s.status.pods[1].resources.cpu_live = Some(Millicores(150));
+        s.status.pods[1].resources.cpu_template = Some(Millicores(400));
+        let b = Bundle::from_snapshot(&s);
+        assert!(
+            b.wiring
+                .edges
+                .iter()
+                .any(|e| e.from == "rank-1" && e.to == "storage-1")
+        );
+        assert_eq!(b.wiring.edges.len(), 4);
+        let srv = b.wiring.pods.iter().find(|p| p.name == "storage-1").unwrap();
+        assert_eq!(srv.containers, vec!["weed-volume", "latency-proxy"]);
+        let r1 = b.wiring.pods.iter().find(|p| p.name == "rank-1").unwrap();
+        assert!(r1.differs_from_template);
+        assert_eq!(r1.cpu_live.as_deref(), Some("150m"));
+        assert!(b.text().contains("150m/-/400m ≠"), "{}", b.text());
+    }
+
+    #[test]
+    fn the_bundle_never_names_the_injection() {
+        let b = Bundle::from_snapshot(&slow_storage());
+        let json = serde_json::to_string(&b).unwrap().to_lowercase();
+        for word in ["fault", "inject", "slow-storage-3", "slow-storage\"", "cleared"] {
+            assert!(!json.contains(word), "{word:?} in {json}");
+        }
+        let text = b.text().to_lowercase();
+        assert!(!text.contains("fault") && !text.contains("inject"), "{text}");
+        // The change itself is there, as an audit log shows it; the one older than three hours is not.
+        assert_eq!(b.changes.len(), 1);
+        let c = &b.changes[0];
+        assert_eq!(
+            (
+                c.who.as_str(),
+                c.target.as_str(),
+                c.what.as_str(),
+                c.before.as_str(),
+                c.after.as_str()
+            ),
+            ("operator", "storage-1", "added delay", "0 ms", "300 ms")
+        );
+        assert_eq!(c.detail.as_deref(), Some("via latency proxy"));
+        assert!(c.time.ends_with('Z') && c.time.contains('T'), "{}", c.time);
+    }
+}

@@ -1,0 +1,199 @@
+//! What a drill run reports: per drill the verdict with its reason and evidence, the figures (time to
+//! detect, to mitigate, back to baseline, steps lost), every step, the remediations with their output, the
+//! cleanup, and a per-second timeline of the job's own signals. JSON schema in `docs/drills.md`.
+
+use serde::Serialize;
+
+use crate::judge::PreFault;
+
+/// The outcome of one drill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// Detected, remediated, and the job's own signals came back; the cleanup left the lab steady.
+    Pass,
+    /// The drill ran and something it checks did not hold.
+    Fail,
+    /// The drill could not run as written (the lab did not fit, a fault could not be injected, or the lab
+    /// was not steady to begin with).
+    Error,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Pass => "PASS",
+            Verdict::Fail => "FAIL",
+            Verdict::Error => "ERROR",
+        })
+    }
+}
+
+/// The figures of a drill, in seconds from the start of the (first) injection.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Figures {
+    /// Until every expected signal was seen.
+    pub time_to_detect_s: Option<f64>,
+    /// Until the remediation that was verified (or the last one) ended.
+    pub time_to_mitigate_s: Option<f64>,
+    /// Until the run of good steps that verified recovery began: when the job was back.
+    pub time_to_baseline_s: Option<f64>,
+    /// Training steps lost to restarts during the drill.
+    pub steps_lost: u64,
+    /// The lowest throughput seen while the fault was in, as a percentage of the pre-fault baseline.
+    pub lowest_throughput_pct: Option<f64>,
+    /// The median throughput from detection to remediation, as a percentage of the pre-fault baseline.
+    pub fault_throughput_pct: Option<f64>,
+}
+
+/// One step as it ran.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepReport {
+    /// `baseline`, `inject`, `expect`, `remediate`, `verify` or `cleanup`.
+    pub step: String,
+    pub ok: bool,
+    /// Seconds from the start of the drill.
+    pub started_s: f64,
+    pub duration_s: f64,
+    /// One line: what was seen or done, or why it failed.
+    pub summary: String,
+    /// Further lines of evidence.
+    pub evidence: Vec<String>,
+}
+
+/// A remediation as it ran.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RemediationReport {
+    /// The shell command, or `None` for the lab's own clear.
+    pub command: Option<String>,
+    /// The incident bundle handed to it.
+    pub bundle: Option<String>,
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub duration_s: f64,
+    /// Its output (the end of it, when long).
+    pub stdout: String,
+    pub stderr: String,
+    /// The changes to the lab made while it ran, as lines.
+    pub changes: Vec<String>,
+}
+
+/// The drill's own cleanup: what it cleared, and whether the lab came back to steady state after it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CleanupReport {
+    pub ok: bool,
+    /// What the drill cleared after the remediation (empty when the remediation already had).
+    pub cleared: Vec<String>,
+    /// Whether the job's own signals were back at the pre-fault baseline after the cleanup.
+    pub steady: bool,
+    pub summary: String,
+}
+
+/// One point of the timeline, once a snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    /// Seconds from the start of the drill.
+    pub t_s: f64,
+    pub samples_per_s: Option<f64>,
+    /// Percent of the pre-fault baseline, once it is known.
+    pub pct: Option<f64>,
+    pub step_seconds: Option<f64>,
+    pub step: Option<u64>,
+    /// Ranks Running and Ready, and ranks.
+    pub ranks_ready: (usize, usize),
+    /// Golden signals firing.
+    pub firing: Vec<String>,
+}
+
+/// The report of one drill.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DrillReport {
+    pub name: String,
+    /// `builtin:slow-storage` or the file's path.
+    pub origin: String,
+    pub description: Option<String>,
+    pub seed: u64,
+    pub lab: String,
+    pub runtime: String,
+    pub started_at: String,
+    pub duration_s: f64,
+    pub verdict: Verdict,
+    /// Why, in one sentence; for a pass, the headline figures.
+    pub reason: String,
+    /// The lines that back the verdict.
+    pub evidence: Vec<String>,
+    pub figures: Figures,
+    pub baseline: Option<PreFault>,
+    pub steps: Vec<StepReport>,
+    pub remediations: Vec<RemediationReport>,
+    pub cleanup: CleanupReport,
+    pub timeline: Vec<Point>,
+}
+
+/// The report of a whole `lab drill run`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunReport {
+    pub format: &'static str,
+    pub lab: String,
+    pub started_at: String,
+    pub duration_s: f64,
+    /// True only if every drill passed.
+    pub passed: bool,
+    pub drills: Vec<DrillReport>,
+}
+
+/// The report format's identifier.
+pub const FORMAT: &str = "straggler-lab.drill-report/v1";
+
+impl RunReport {
+    /// A run's report from its drills.
+    pub fn new(lab: &str, started_ms: u64, duration_s: f64, drills: Vec<DrillReport>) -> Self {
+        RunReport {
+            format: FORMAT,
+            lab: lab.to_string(),
+            started_at: crate::bundle::rfc3339(started_ms),
+            duration_s,
+            passed: !drills.is_empty() && drills.iter().all(|d| d.verdict == Verdict::Pass),
+            drills,
+        }
+    }
+
+    /// The summary table printed at the end of a run.
+    pub fn summary_table(&self) -> String {
+        use std::fmt::Write;
+        let secs = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1} s"));
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "{:<24} {:<7} {:>10} {:>11} {:>13} {:>10} {:>11}",
+            "DRILL", "VERDICT", "DETECT", "MITIGATE", "BACK TO BASE", "STEPS LOST", "UNDER FAULT"
+        );
+        for d in &self.drills {
+            let f = &d.figures;
+            let _ = writeln!(
+                o,
+                "{:<24} {:<7} {:>10} {:>11} {:>13} {:>10} {:>11}",
+                d.name,
+                d.verdict.to_string(),
+                secs(f.time_to_detect_s),
+                secs(f.time_to_mitigate_s),
+                secs(f.time_to_baseline_s),
+                f.steps_lost,
+                f.fault_throughput_pct
+                    .or(f.lowest_throughput_pct)
+                    .map_or("-".into(), |p| format!("{p:.0}%")),
+            );
+        }
+        for d in self.drills.iter().filter(|d| d.verdict != Verdict::Pass) {
+            let _ = writeln!(o, "{} {}: {}", d.verdict, d.name, d.reason);
+        }
+        let passed = self.drills.iter().filter(|d| d.verdict == Verdict::Pass).count();
+        let _ = writeln!(
+            o,
+            "{passed} of {} drills passed in {:.0} s",
+            self.drills.len(),
+            self.duration_s
+        );
+        o
+    }
+}
