@@ -560,7 +560,13 @@ impl Runtime for LocalRuntime {
 
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
         self.check_server(server)?;
-        Ok(self.local_status().await?.delays.get(&server).copied())
+        Ok(self
+            .local_status()
+            .await?
+            .delays
+            .into_iter()
+            .find(|(s, _)| *s == server)
+            .map(|(_, d)| d))
     }
 
     async fn set_storage_delay(&self, server: u32, delay: Option<Delay>) -> Result<DelayPath> {

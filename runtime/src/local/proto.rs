@@ -1,7 +1,6 @@
 //! The supervisor's control protocol: one JSON request line, one JSON response line, over the Unix
 //! socket in the lab's directory (mode 0700 protects it).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -50,7 +49,9 @@ pub enum Request {
 pub struct LocalStatus {
     pub status: LabStatus,
     pub targets: Vec<ScrapeTarget>,
-    pub delays: BTreeMap<u32, Delay>,
+    /// Delays set on storage servers' paths, as `(server, delay)` (a list: map keys would not survive the
+    /// tagged response).
+    pub delays: Vec<(u32, Delay)>,
     /// The address of each storage server's path as the ranks reach it (the proxy).
     pub storage_paths: Vec<String>,
     /// The supervisor's own pid.
@@ -106,6 +107,38 @@ pub async fn call(socket: &Path, req: &Request, timeout: Duration) -> Result<Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_with_delays_survives_the_round_trip() {
+        use lab_model::status::RuntimeKind;
+        let st = LocalStatus {
+            status: LabStatus {
+                lab: "x".into(),
+                runtime: RuntimeKind::Local,
+                pods: vec![],
+                gpus_capacity: 4,
+                gpu_resource: "gpu".into(),
+                ranks_desired: 4,
+                world_size: 4,
+                storage_servers: 3,
+                delay_path: "proxy".into(),
+                notes: vec![],
+            },
+            targets: vec![],
+            delays: vec![(
+                1,
+                Delay {
+                    delay: Duration::from_millis(300),
+                    jitter: Duration::ZERO,
+                },
+            )],
+            storage_paths: vec![],
+            supervisor_pid: 1,
+        };
+        let r = Response::Status { status: Box::new(st) };
+        let back: Response = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
 
     #[test]
     fn requests_are_tagged_json() {

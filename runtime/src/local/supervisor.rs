@@ -814,7 +814,7 @@ impl Sup {
                 notes,
             },
             targets,
-            delays: spec.delays.clone(),
+            delays: spec.delays.iter().map(|(k, v)| (*k, *v)).collect(),
             storage_paths: cfg
                 .storage
                 .iter()
