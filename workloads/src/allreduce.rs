@@ -405,24 +405,36 @@ fn peer_of(s: &TcpStream) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// Who this rank is in the ring it is about to build.
+#[derive(Debug, Clone)]
+pub struct RingSpec<'a> {
+    pub rank: u32,
+    pub world: u32,
+    /// Every rank's ring address, by rank.
+    pub peers: &'a [String],
+    /// Chosen at rendezvous, so that a connection from an earlier incarnation of the job is refused.
+    pub generation: u64,
+    /// When to give up.
+    pub deadline: Instant,
+    pub opts: RingOptions,
+}
+
 /// Builds this rank's ring: connects to rank `rank + 1` at `peers[rank + 1]` and accepts the connection
-/// of rank `rank − 1` on `listener`, both identified by `generation` (chosen at rendezvous, so that a
-/// connection from an earlier incarnation of the job is refused). `rejected` is told about every
-/// connection refused on the way (garbage, another job, another rank).
+/// of rank `rank − 1` on `listener`, both identified by the spec's generation. `rejected` is told about
+/// every connection refused on the way (garbage, another job, another rank).
 ///
 /// # Errors
-/// [`WorkloadError::Watchdog`] when the ring is not complete by `deadline`; [`WorkloadError::Invalid`] when
-/// `peers` does not have `world` entries.
-pub fn connect_ring(
-    rank: u32,
-    world: u32,
-    listener: &TcpListener,
-    peers: &[String],
-    generation: u64,
-    deadline: Instant,
-    opts: RingOptions,
-    rejected: &dyn Fn(&str),
-) -> Result<Ring> {
+/// [`WorkloadError::Watchdog`] when the ring is not complete by the deadline; [`WorkloadError::Invalid`]
+/// when `peers` does not have `world` entries.
+pub fn connect_ring(spec: &RingSpec<'_>, listener: &TcpListener, rejected: &dyn Fn(&str)) -> Result<Ring> {
+    let RingSpec {
+        rank,
+        world,
+        peers,
+        generation,
+        deadline,
+        opts,
+    } = *spec;
     if world <= 1 {
         return Ok(Ring::single());
     }
@@ -550,17 +562,15 @@ mod tests {
                 let peers = peers.clone();
                 std::thread::spawn(move || {
                     let deadline = Instant::now() + Duration::from_secs(20);
-                    let ring = connect_ring(
-                        r as u32,
+                    let spec = RingSpec {
+                        rank: r as u32,
                         world,
-                        &l,
-                        &peers,
-                        77,
+                        peers: &peers,
+                        generation: 77,
                         deadline,
-                        RingOptions::default(),
-                        &|w| panic!("unexpected rejection: {w}"),
-                    )
-                    .unwrap();
+                        opts: RingOptions::default(),
+                    };
+                    let ring = connect_ring(&spec, &l, &|w| panic!("unexpected rejection: {w}")).unwrap();
                     f(ring)
                 })
             })
@@ -712,29 +722,26 @@ mod tests {
         stranger.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         let p1 = peers.clone();
         let t = std::thread::spawn(move || {
-            connect_ring(
-                1,
-                2,
-                &l1,
-                &p1,
-                1,
-                Instant::now() + Duration::from_secs(10),
-                RingOptions::default(),
-                &|_| {},
-            )
-            .map(|_| ())
+            let spec = RingSpec {
+                rank: 1,
+                world: 2,
+                peers: &p1,
+                generation: 1,
+                deadline: Instant::now() + Duration::from_secs(10),
+                opts: RingOptions::default(),
+            };
+            connect_ring(&spec, &l1, &|_| {}).map(|_| ())
         });
         let seen = std::sync::Mutex::new(Vec::new());
-        let ring = connect_ring(
-            0,
-            2,
-            &l0,
-            &peers,
-            1,
-            Instant::now() + Duration::from_secs(10),
-            RingOptions::default(),
-            &|w| seen.lock().unwrap().push(w.to_string()),
-        );
+        let spec = RingSpec {
+            rank: 0,
+            world: 2,
+            peers: &peers,
+            generation: 1,
+            deadline: Instant::now() + Duration::from_secs(10),
+            opts: RingOptions::default(),
+        };
+        let ring = connect_ring(&spec, &l0, &|w| seen.lock().unwrap().push(w.to_string()));
         assert!(ring.is_ok());
         t.join().unwrap().unwrap();
         let seen = seen.into_inner().unwrap();

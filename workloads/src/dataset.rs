@@ -248,7 +248,7 @@ pub fn decode_rows(
         what: format!("shard {shard_id}"),
         detail,
     };
-    if bytes.len() % rl != 0 {
+    if !bytes.len().is_multiple_of(rl) {
         return Err(bad(format!(
             "{} bytes is not a whole number of {rl}-byte rows",
             bytes.len()

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lab_model::metrics as m;
 use serde::Serialize;
 
-use crate::allreduce::{self, Ring, RingOptions};
+use crate::allreduce::{self, Ring, RingOptions, RingSpec};
 use crate::cgroup::CpuCgroup;
 use crate::checkpoint::{self, Checkpoint, JobStore, Progress};
 use crate::dataset::{self, Manifest, ShardEntry};
@@ -405,21 +405,20 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
     }
     announce_resume(rank, opts.world_size, &resume, &registry);
 
-    let ring = allreduce::connect_ring(
+    let spec = RingSpec {
         rank,
-        opts.world_size,
-        &ring_listener,
-        &peers,
+        world: opts.world_size,
+        peers: &peers,
         generation,
-        Instant::now() + opts.watchdog_timeout,
-        RingOptions {
+        deadline: Instant::now() + opts.watchdog_timeout,
+        opts: RingOptions {
             socket_buffer: opts.socket_buffer,
         },
-        &|why| {
-            registry.inc(m::COLLECTIVE_ERRORS, &[("kind", "protocol")], 1.0);
-            eprintln!("rank {rank}: {why}");
-        },
-    )?;
+    };
+    let ring = allreduce::connect_ring(&spec, &ring_listener, &|why| {
+        registry.inc(m::COLLECTIVE_ERRORS, &[("kind", "protocol")], 1.0);
+        eprintln!("rank {rank}: {why}");
+    })?;
     let writer = (rank == 0).then(|| JobWriter::spawn(opts, &resume, registry.clone()));
     let mut trainer = Trainer {
         opts,
@@ -758,7 +757,7 @@ impl Trainer<'_> {
             losses.push(loss);
 
             if let Some(w) = &self.writer {
-                if opts.checkpoint_every > 0 && self.step % opts.checkpoint_every == 0 {
+                if opts.checkpoint_every > 0 && self.step.is_multiple_of(opts.checkpoint_every) {
                     let c = Checkpoint {
                         step: self.step,
                         seed: self.seed,
@@ -781,7 +780,7 @@ impl Trainer<'_> {
                     last_progress = Instant::now();
                 }
             }
-            if opts.checkpoint_every > 0 && self.step % opts.checkpoint_every == 0 {
+            if opts.checkpoint_every > 0 && self.step.is_multiple_of(opts.checkpoint_every) {
                 self.last_checkpoint = self.step;
             }
 
@@ -791,7 +790,7 @@ impl Trainer<'_> {
             window.wait += stats.wait.as_secs_f64();
             window.transfer += stats.transfer.as_secs_f64();
             window.loss += f64::from(loss);
-            if opts.log_every > 0 && self.step % opts.log_every == 0 {
+            if opts.log_every > 0 && self.step.is_multiple_of(opts.log_every) {
                 let n = f64::from(window.steps.max(1));
                 eprintln!(
                     "rank {rank}: step {} loss {:.4} (read {:.1} ms, compute {:.1} ms, wait {:.1} ms, transfer {:.1} ms; \

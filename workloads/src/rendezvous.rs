@@ -150,7 +150,7 @@ fn model_bytes(model: &[f32]) -> Vec<u8> {
 }
 
 fn model_from(bytes: &[u8]) -> io::Result<Vec<f32>> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "model frame is not whole f32 values",

@@ -144,29 +144,30 @@ pub fn seed(opts: &SeedOptions, log: &dyn Fn(&str)) -> Result<SeedSummary> {
         }
         Err(e) => return Err(e),
     };
-    if let Some(m) = &existing {
-        if !opts.fresh && same_dataset(m, opts, &placement) {
-            match verify_stored(&mut store, m) {
-                Ok(bytes) => {
-                    log(&format!(
-                        "dataset {} already stored and intact: reusing it",
-                        opts.dataset
-                    ));
-                    return Ok(SeedSummary {
-                        dataset: opts.dataset.clone(),
-                        action: "reused".into(),
-                        ranks: opts.ranks,
-                        shards: m.shards.len(),
-                        bytes,
-                        placement,
-                        manifest_fid,
-                        seconds: started.elapsed().as_secs_f64(),
-                    });
-                }
-                Err(e) => log(&format!(
-                    "the stored dataset does not verify ({e}); writing it again"
-                )),
+    let reusable = existing
+        .as_ref()
+        .filter(|m| !opts.fresh && same_dataset(m, opts, &placement));
+    if let Some(m) = reusable {
+        match verify_stored(&mut store, m) {
+            Ok(bytes) => {
+                log(&format!(
+                    "dataset {} already stored and intact: reusing it",
+                    opts.dataset
+                ));
+                return Ok(SeedSummary {
+                    dataset: opts.dataset.clone(),
+                    action: "reused".into(),
+                    ranks: opts.ranks,
+                    shards: m.shards.len(),
+                    bytes,
+                    placement,
+                    manifest_fid,
+                    seconds: started.elapsed().as_secs_f64(),
+                });
             }
+            Err(e) => log(&format!(
+                "the stored dataset does not verify ({e}); writing it again"
+            )),
         }
     }
 
