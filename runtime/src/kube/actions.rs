@@ -475,16 +475,28 @@ impl KubeRuntime {
             )
             .await?;
         }
-        // Ranks read the world size when they start: restart the running ones now, whatever the rollout
-        // does. Pending ranks read it when they start anyway.
-        for p in self.lab_pods().await? {
-            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-            if role_of(&p).is_some_and(|(r, _, _)| r == lab_model::Role::Rank)
-                && running
-                && p.metadata.deletion_timestamp.is_none()
-            {
-                let n = p.metadata.name.clone().unwrap_or_default();
-                self.delete_pod(&n).await?;
+        // Ranks read the world size when they start: restart them all now, whatever the rollout does.
+        // Every rank pod goes, the highest ordinal first, and the StatefulSet (OrderedReady) brings them
+        // back in order, each once its predecessors are Ready: a rank beyond the GPUs never takes the GPU
+        // that a lower rank's restart frees for a moment, so it is the last rank that stays Pending.
+        let mut ranks: Vec<(u32, String)> = self
+            .lab_pods()
+            .await?
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| match role_of(&p) {
+                Some((lab_model::Role::Rank, Some(i), _)) => {
+                    Some((i, p.metadata.name.clone().unwrap_or_default()))
+                }
+                _ => None,
+            })
+            .collect();
+        ranks.sort_by(|a, b| b.0.cmp(&a.0));
+        for (_, name) in ranks {
+            match self.delete_pod(&name).await {
+                // Gone already (the rollout took it): nothing to restart.
+                Ok(()) | Err(RuntimeError::NoSuchInstance(_)) => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())
