@@ -4,7 +4,7 @@
 //! Nothing here touches a runtime: injecting a fault only adds the alert the real lab would show, and says
 //! so in the status line ("demo: …").
 //!
-//!   cargo run -p lab-console --bin lab-console-demo [-- --panic-after-ms 1500]
+//!   cargo run -p lab-console --bin lab-console-demo [-- --ranks 16 --servers 8] [--panic-after-ms 1500]
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,11 +22,18 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn snapshot(faults: &[FaultKey], since: u64) -> Snapshot {
+#[derive(Debug, Clone, Copy)]
+struct Size {
+    ranks: u32,
+    servers: u32,
+}
+
+fn snapshot(size: Size, faults: &[FaultKey], since: u64, tick: u64) -> Snapshot {
+    let Size { ranks, servers } = size;
     let mut pods = Vec::new();
-    for (name, role, index) in (0..3)
+    for (name, role, index) in (0..servers)
         .map(|s| (names::storage(s), Role::StorageServer, s))
-        .chain((0..4).map(|r| (names::rank(r), Role::Rank, r)))
+        .chain((0..ranks).map(|r| (names::rank(r), Role::Rank, r)))
     {
         let mut p = PodStatus::new(name, role, Some(index));
         p.phase = Phase::Running;
@@ -57,11 +64,11 @@ fn snapshot(faults: &[FaultKey], since: u64) -> Snapshot {
             lab: "demo".into(),
             runtime: RuntimeKind::Local,
             pods,
-            gpus_capacity: 4,
+            gpus_capacity: ranks,
             gpu_resource: "gpu".into(),
-            ranks_desired: 4,
-            world_size: 4,
-            storage_servers: 3,
+            ranks_desired: ranks,
+            world_size: ranks,
+            storage_servers: servers,
             delay_path: "proxy".into(),
             notes: Vec::new(),
         },
@@ -76,22 +83,33 @@ fn snapshot(faults: &[FaultKey], since: u64) -> Snapshot {
             history: vec![4.0 * pct; 60],
             ..Training::default()
         },
-        ranks: (0..4)
+        ranks: (0..ranks)
             .map(|r| RankView {
                 rank: r,
                 name: names::rank(r),
-                server: Some(names::storage(r % 3)),
+                server: Some(names::storage(r % servers)),
                 up: true,
+                read: Some(if slow && r % servers == 1 { 0.9 } else { 0.05 }),
+                compute: Some(if slow { 0.05 } else { 0.75 }),
+                wait: Some(if slow && r % servers != 1 { 0.9 } else { 0.2 }),
+                read_p50: Some(if slow && r % servers == 1 { 0.488 } else { 0.003 }),
                 ..RankView::default()
             })
             .collect(),
-        storage: (0..3)
-            .map(|s| StorageView {
-                index: s,
-                name: names::storage(s),
-                client_p50: Some(if slow && s == 1 { 0.488 } else { 0.003 }),
-                outlier: slow && s == 1,
-                ..StorageView::default()
+        storage: (0..servers)
+            .map(|s| {
+                let p50 = if slow && s == 1 { 0.488 } else { 0.003 };
+                StorageView {
+                    index: s,
+                    name: names::storage(s),
+                    client_p50: Some(p50),
+                    history: (0..120)
+                        .map(|i| p50 * (0.9 + 0.2 * (((i + tick) % 5) as f64 / 5.0)))
+                        .collect(),
+                    outlier: slow && s == 1,
+                    readers: (0..ranks).filter(|r| r % servers == s).map(names::rank).collect(),
+                    ..StorageView::default()
+                }
             })
             .collect(),
         alerts,
@@ -117,12 +135,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .position(|a| a == "--panic-after-ms")
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse::<u64>().ok());
-    let (snap_tx, snap_rx) = watch::channel(Some(snapshot(&[], 0)));
+    let num = |flag: &str, default: u32| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let size = Size {
+        ranks: num("--ranks", 4),
+        servers: num("--servers", 3).max(2),
+    };
+    let (snap_tx, snap_rx) = watch::channel(Some(snapshot(size, &[], 0, 0)));
     let (action_tx, mut action_rx) = mpsc::channel(4);
     let (feedback_tx, feedback_rx) = mpsc::channel(4);
     tokio::spawn(async move {
         let mut faults: Vec<FaultKey> = Vec::new();
         let mut since = 0;
+        let mut tick = 0;
         let mut every = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
@@ -149,7 +179,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 _ = every.tick() => {}
             }
-            let _ = snap_tx.send(Some(snapshot(&faults, since)));
+            tick += 1;
+            let _ = snap_tx.send(Some(snapshot(size, &faults, since, tick)));
         }
     });
     let console = lab_console::run(snap_rx, action_tx, feedback_rx);
