@@ -102,6 +102,14 @@ impl Tmux {
         }
     }
 
+    fn wait_gone(&self, text: &str, within: Duration) {
+        let until = Instant::now() + within;
+        while self.pane().contains(text) {
+            assert!(Instant::now() < until, "{text:?} is still shown");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Runs the demo in the foreground of the pane's shell, and waits for its first screen.
     fn run_demo(&self, args: &str) {
         self.line(&format!("clear; {} {args}; echo EXITED $?", demo().display()));
@@ -141,15 +149,18 @@ fn keys_send_actions_show_feedback_and_quit_restores_the_terminal() {
     let t = Tmux::start("keys");
     t.run_demo("");
     t.keys(&["s"]);
-    let pane = t.wait_for(
+    t.wait_for(
         "Training: 7% of normal · storage-1 read p50 488 ms (siblings 3.0 ms)",
         Duration::from_secs(5),
     );
-    assert!(pane.contains("demo: slow-storage marked injected"), "{pane}");
+    // The feedback and the next snapshot arrive on separate channels, in either order.
+    let pane = t.wait_for("demo: slow-storage marked injected", Duration::from_secs(5));
     assert!(pane.contains("storage-1 ▲"), "{pane}");
     t.keys(&["?"]);
     t.wait_for("Inject a fault with its key", Duration::from_secs(5));
     t.keys(&["Escape"]);
+    // A key sent right after Escape would read as Alt+key: wait for the overlay to close first.
+    t.wait_gone("Inject a fault with its key", Duration::from_secs(5));
     t.keys(&["S"]);
     t.wait_for("Training: 100% of normal", Duration::from_secs(5));
     t.keys(&["q"]);
