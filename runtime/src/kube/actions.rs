@@ -476,9 +476,10 @@ impl KubeRuntime {
             .await?;
         }
         // Ranks read the world size when they start: restart them all now, whatever the rollout does.
-        // Every rank pod goes, the highest ordinal first, and the StatefulSet (OrderedReady) brings them
-        // back in order, each once its predecessors are Ready: a rank beyond the GPUs never takes the GPU
-        // that a lower rank's restart frees for a moment, so it is the last rank that stays Pending.
+        // Every rank pod goes, lowest ordinal first. A pod's GPU stays taken until its container has
+        // stopped (seconds), so a Pending rank is deleted before any GPU is free; and with OrderedReady the
+        // StatefulSet brings the ranks back in order, each once its predecessors are Ready. So the rank
+        // beyond the GPUs is always the one left Pending, never a lower rank that lost a race for a GPU.
         let mut ranks: Vec<(u32, String)> = self
             .lab_pods()
             .await?
@@ -491,7 +492,7 @@ impl KubeRuntime {
                 _ => None,
             })
             .collect();
-        ranks.sort_by(|a, b| b.0.cmp(&a.0));
+        ranks.sort();
         for (_, name) in ranks {
             match self.delete_pod(&name).await {
                 // Gone already (the rollout took it): nothing to restart.

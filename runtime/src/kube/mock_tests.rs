@@ -838,10 +838,10 @@ async fn unplaceable_rank_scales_through_the_scale_subresource_and_sets_the_worl
             // the pods are deleted only once the controller has seen the new template
             watch_list(format!("/apis/apps/v1/namespaces/{NS}/statefulsets"), "rank", "StatefulSetList", vec![generation(sts(5, "400m"), 3, 3)]),
             lab_pods(vec![rank_pod(0, "Running", "400m", "400m"), rank_pod(1, "Running", "400m", "400m"), terminating, pending_rank(4)]),
-            // every rank but the one already going, the highest ordinal first; one the rollout took is fine
-            ex("DELETE", pod_path("rank-4"), Reply::Json(200, pending_rank(4))),
-            ex("DELETE", pod_path("rank-1"), Reply::Json(404, api_status(404, "NotFound", "pods \"rank-1\" not found"))),
+            // every rank but the one already going, lowest ordinal first; one the rollout took is fine
             ex("DELETE", pod_path("rank-0"), Reply::Json(200, rank_pod(0, "Running", "400m", "400m"))),
+            ex("DELETE", pod_path("rank-1"), Reply::Json(404, api_status(404, "NotFound", "pods \"rank-1\" not found"))),
+            ex("DELETE", pod_path("rank-4"), Reply::Json(200, pending_rank(4))),
         ],
     );
     rt.scale_ranks(5).await.unwrap();
