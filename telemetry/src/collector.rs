@@ -51,6 +51,8 @@ pub struct Collector {
     engine: Engine,
     throughput_history: VecDeque<f64>,
     latency_history: BTreeMap<String, VecDeque<f64>>,
+    /// When the first tick was observed: rates never reach back before it.
+    started_ms: Option<i64>,
 }
 
 impl Default for Collector {
@@ -68,6 +70,7 @@ impl Collector {
             engine: Engine::new(),
             throughput_history: VecDeque::new(),
             latency_history: BTreeMap::new(),
+            started_ms: None,
         }
     }
 
@@ -134,7 +137,13 @@ impl Collector {
             self.store.mark_stale(&instance, t);
         }
 
-        let signals = Signals::compute(&self.store, t);
+        let started = *self.started_ms.get_or_insert(t);
+        let watched = t - started;
+        let signals = if watched > 0 && watched < crate::signals::WINDOW_MS {
+            Signals::compute_over(&self.store, t, watched)
+        } else {
+            Signals::compute(&self.store, t)
+        };
         let conditions = self.engine.evaluate(&mut self.store, &signals, t);
         self.store.gc(t);
         self.push_history(&signals);
@@ -566,6 +575,19 @@ mod tests {
         // Only what the rules and views read is kept.
         let (series, _) = c.store_size();
         assert!(series < 100, "{series}");
+    }
+
+    #[test]
+    fn a_young_collector_reports_the_real_rate_not_a_fraction_of_it() {
+        // `lab status` watches for two seconds: its rates must not count the 8 s before it started.
+        let mut c = Collector::default();
+        let mut snap = None;
+        for s in 0..=2 {
+            snap = Some(tick(&mut c, s, None, None));
+        }
+        let t = snap.unwrap().training;
+        assert!((t.samples_per_s.unwrap() - 400.0).abs() < 1e-6, "{:?}", t.samples_per_s);
+        assert!((t.steps_per_s.unwrap() - 2.0).abs() < 1e-6, "{:?}", t.steps_per_s);
     }
 
     #[test]

@@ -106,9 +106,17 @@ fn finite(v: f64) -> Option<f64> {
 }
 
 impl Signals {
-    /// Computes the tick's figures at `t` from the store.
+    /// Computes the tick's figures at `t` from the store, over the usual window.
     pub fn compute(store: &Store, t: i64) -> Signals {
-        let w = WINDOW_MS;
+        Signals::compute_over(store, t, WINDOW_MS)
+    }
+
+    /// Computes the tick's figures at `t` over a window of `w` ms. A collector that has watched for less
+    /// than [`WINDOW_MS`] passes how long it has watched: PromQL's `rate` over a range that reaches back
+    /// before the first sample would count the unobserved time as idle, and a just-started `lab status`
+    /// would report a fraction of the real throughput.
+    pub fn compute_over(store: &Store, t: i64, w: i64) -> Signals {
+        let w = w.clamp(1, WINDOW_MS);
         let r = |name: &str| rate(store.range(name, t, w, any), t, w);
         let inst = |name: &str| store.instant(name, t, any);
         let mut s = Signals::default();
