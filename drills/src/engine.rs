@@ -32,6 +32,11 @@ use crate::spec::{Drill, Expect, Remediate, Requirements, Step, Verify, defaults
 pub trait SnapshotSource: Send {
     /// The next snapshot (about once a second).
     fn next(&mut self) -> impl Future<Output = Snapshot> + Send;
+
+    /// Makes the golden-signal rules compare throughput with the drill's pre-fault baseline from now on.
+    /// The baseline learned at `lab up` may be stale on a machine whose load changed since; a drill judges
+    /// against the job's normal of a moment ago.
+    fn rebase(&mut self, _pre: &PreFault) {}
 }
 
 /// The telemetry driver, ticking once a second.
@@ -54,6 +59,23 @@ impl SnapshotSource for Ticking {
     async fn next(&mut self) -> Snapshot {
         self.every.tick().await;
         self.driver.tick().await
+    }
+
+    fn rebase(&mut self, pre: &PreFault) {
+        let c = self.driver.collector_mut();
+        let job = lab_model::snapshot::Baseline {
+            samples_per_s: pre.samples_per_s,
+            step_seconds: pre.step_seconds,
+            learned_at_ms: now_ms(),
+        };
+        let b = match c.baseline() {
+            Some(b) => lab_telemetry::LearnedBaseline { job, ..b.clone() },
+            None => lab_telemetry::LearnedBaseline {
+                job,
+                storage_p50: std::collections::BTreeMap::new(),
+            },
+        };
+        c.restore_baseline(b);
     }
 }
 
@@ -480,9 +502,10 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             match steady.push(&s) {
                 Outcome::Done(b) => {
                     self.baseline = Some(b);
+                    self.source.rebase(&b);
                     let learned = b.learned.map_or(String::new(), |l| {
                         format!(
-                            " (learned at lab up: {:.0} samples/s, {})",
+                            " (the rules compared with {:.0} samples/s, {} until now)",
                             l.samples_per_s,
                             fmt_s(l.step_seconds)
                         )

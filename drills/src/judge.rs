@@ -33,7 +33,8 @@ pub struct PreFault {
     pub step_seconds: f64,
     /// How long the window was, seconds.
     pub window_s: f64,
-    /// The baseline the lab learned at `lab up`, for comparison.
+    /// The baseline the golden-signal rules compared with until then (learned at `lab up`, or the
+    /// previous drill's), for comparison.
     pub learned: Option<Baseline>,
 }
 
@@ -132,7 +133,9 @@ pub fn unsteady_now(s: &Snapshot) -> Option<String> {
             st.ranks_desired
         ));
     }
-    if let Some(a) = s.alerts.first() {
+    // The throughput rule compares with the baseline the lab had; a drill measures its own and rebases the
+    // rule on it, so only the other signals say the lab is not steady.
+    if let Some(a) = s.alerts.iter().find(|a| a.signal != GoldenSignal::Throughput) {
         return Some(format!("{} is firing: {}", a.rule, a.summary));
     }
     match (s.training.samples_per_s, s.training.step_seconds) {
@@ -628,8 +631,8 @@ pub(crate) mod tests {
             w.push(&snap(t, Some(400.0), Some(0.3), t));
         }
         let mut s = snap(5, Some(400.0), Some(0.3), 5);
-        alert(&mut s, GoldenSignal::Throughput, "LabTrainingThroughputLow");
-        assert!(matches!(w.push(&s), Outcome::Pending(m) if m.contains("LabTrainingThroughputLow")));
+        alert(&mut s, GoldenSignal::Saturation, "LabRanksWaitingAtCollective");
+        assert!(matches!(w.push(&s), Outcome::Pending(m) if m.contains("LabRanksWaitingAtCollective")));
         let mut s = snap(6, Some(400.0), Some(0.3), 6);
         s.status.pods[2].ready = false;
         assert!(matches!(w.push(&s), Outcome::Pending(m) if m.contains("3/4")));

@@ -130,6 +130,37 @@ pub struct DrillReport {
     pub timeline: Vec<Point>,
 }
 
+impl DrillReport {
+    /// The report of a drill that was not run, with why.
+    pub fn not_run(
+        drill: &crate::spec::Drill,
+        origin: &str,
+        lab: &str,
+        runtime: &str,
+        reason: String,
+    ) -> Self {
+        DrillReport {
+            name: drill.name.clone(),
+            origin: origin.to_string(),
+            description: drill.description.clone(),
+            seed: drill.seed,
+            lab: lab.to_string(),
+            runtime: runtime.to_string(),
+            started_at: crate::bundle::rfc3339(lab_runtime::state::now_ms()),
+            duration_s: 0.0,
+            verdict: Verdict::Error,
+            reason,
+            evidence: Vec::new(),
+            figures: Figures::default(),
+            baseline: None,
+            steps: Vec::new(),
+            remediations: Vec::new(),
+            cleanup: CleanupReport::default(),
+            timeline: Vec::new(),
+        }
+    }
+}
+
 /// The report of a whole `lab drill run`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunReport {

@@ -1,7 +1,10 @@
 //! One function per command: map the parsed flags onto the library's options, call it, print the result.
 
 mod console;
+mod demo;
+mod drill;
 mod fault;
+mod incident;
 mod lifecycle;
 mod remediate;
 mod status;
@@ -27,9 +30,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Restart(a) => remediate::restart(&name, a.rank).await,
         Command::Apply(a) => remediate::apply(&name, a.cpu).await,
         Command::Console => console::console(&name).await,
-        Command::Drill(_) | Command::Incident(_) | Command::Demo(_) => {
-            anyhow::bail!("this command is not available in this build yet")
-        }
+        Command::Drill(d) => drill::run(&name, d).await,
+        Command::Incident(a) => incident::incident(&name, a).await,
+        Command::Demo(a) => demo::demo(&name, a).await,
         Command::Supervise { .. } => unreachable!("handled in main before the async runtime starts"),
     }
 }
