@@ -94,14 +94,6 @@ impl HttpConn {
         self.request("GET", path, &[], &[], body)
     }
 
-    fn connect(&mut self) -> Result<&mut BufReader<TcpStream>> {
-        if self.conn.is_none() {
-            let stream = connect(&self.addr, &self.what, self.timeout)?;
-            self.conn = Some(BufReader::with_capacity(64 * 1024, stream));
-        }
-        Ok(self.conn.as_mut().expect("connection was just set"))
-    }
-
     fn request_once(
         &mut self,
         method: &str,
@@ -110,54 +102,55 @@ impl HttpConn {
         payload: &[u8],
         body: &mut Vec<u8>,
     ) -> Result<Response> {
-        let (timeout, addr, what) = (self.timeout, self.addr.clone(), self.what.clone());
-        let io_err = |e: io::Error| WorkloadError::io(what.clone(), addr.clone(), e, timeout);
-        self.head.clear();
+        let HttpConn {
+            addr,
+            what,
+            timeout,
+            conn,
+            head,
+        } = self;
+        let io_err = |e: io::Error| WorkloadError::io(what.as_str(), addr.as_str(), e, *timeout);
+        head.clear();
         write!(
-            self.head,
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: lab-workloads\r\n",
-            self.addr
+            head,
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: lab-workloads\r\n"
         )
         .map_err(io_err)?;
         for (k, v) in headers {
-            write!(self.head, "{k}: {v}\r\n").map_err(io_err)?;
+            write!(head, "{k}: {v}\r\n").map_err(io_err)?;
         }
         if !payload.is_empty() || method == "POST" || method == "PUT" {
-            write!(self.head, "Content-Length: {}\r\n", payload.len()).map_err(io_err)?;
+            write!(head, "Content-Length: {}\r\n", payload.len()).map_err(io_err)?;
         }
-        self.head.extend_from_slice(b"\r\n");
-        let head = std::mem::take(&mut self.head);
-        let sent = (|| {
-            let conn = self.connect()?;
-            let stream = conn.get_mut();
-            stream.write_all(&head).map_err(io_err)?;
-            if !payload.is_empty() {
-                stream.write_all(payload).map_err(io_err)?;
+        head.extend_from_slice(b"\r\n");
+        // A small payload goes in the same segment as the head.
+        let inline = payload.len() <= 16 * 1024;
+        if inline {
+            head.extend_from_slice(payload);
+        }
+        if conn.is_none() {
+            let stream = connect(addr, what, *timeout)?;
+            *conn = Some(BufReader::with_capacity(64 * 1024, stream));
+        }
+        let reader = conn.as_mut().expect("connected above");
+        let sent = reader.get_mut().write_all(head).and_then(|()| {
+            if inline {
+                Ok(())
+            } else {
+                reader.get_mut().write_all(payload)
             }
-            Ok::<(), WorkloadError>(())
-        })();
-        self.head = head;
-        if let Err(e) = sent {
-            self.conn = None;
-            return Err(e);
-        }
-        let conn = self.conn.as_mut().expect("connected above");
-        let result = read_response(conn, method == "HEAD", body).map_err(|e| match e {
-            ReadError::Io(e) => io_err(e),
-            ReadError::Malformed(detail) => WorkloadError::protocol(what.clone(), addr.clone(), detail),
         });
-        match result {
-            Ok(resp) => {
-                if resp.close {
-                    self.conn = None;
-                }
-                Ok(resp)
-            }
-            Err(e) => {
-                self.conn = None;
-                Err(e)
-            }
+        let result = match sent {
+            Ok(()) => read_response(reader, method == "HEAD", body).map_err(|e| match e {
+                ReadError::Io(e) => io_err(e),
+                ReadError::Malformed(detail) => WorkloadError::protocol(what.as_str(), addr.as_str(), detail),
+            }),
+            Err(e) => Err(io_err(e)),
+        };
+        if result.as_ref().map_or(true, |r| r.close) {
+            *conn = None;
         }
+        result
     }
 }
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The training job's step time with each rank under a CPU limit (400m by default, as the lab runs it), and
+# what the two slow-component faults do to it: one rank cut to 150m in place, and one storage server
+# answering 300 ms late. Prints the baseline step time, the phase split, and each fault's throughput as a
+# share of the baseline.
+#
+#   scripts/bench-step.sh
+#   STEPS=400 CPU=400m THROTTLED=150m DELAY_MS=300 scripts/bench-step.sh
+#
+# Starts its own SeaweedFS (master and three volume servers on loopback, each behind a small delay proxy
+# that is its public URL), seeds the dataset, and runs four lab-rank processes (release build, default
+# batch and model size unless BATCH / MODEL are set), each in its own CPU cgroup (v1 `cpu` controller or
+# v2 `cpu.max`; needs root). Everything it starts is stopped by PID and its cgroups removed at exit.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STEPS=${STEPS:-300}
+DELAY_STEPS=${DELAY_STEPS:-40}
+CPU=${CPU:-400m}
+THROTTLED=${THROTTLED:-150m}
+DELAY_MS=${DELAY_MS:-300}
+RANKS=4
+say() { printf '[bench-step] %s\n' "$*" >&2; }
+millis() { local v=$1; case "$v" in *m) echo "${v%m}" ;; *) python3 -c "print(int(float('$v')*1000))" ;; esac; }
+
+eval "$("$root/scripts/tools.sh" weed)"
+say "building lab-rank and lab-seeder (release)"
+(cd "$root" && cargo build -q --release -p lab-workloads --bins)
+rank_bin="$root/target/release/lab-rank"
+seeder="$root/target/release/lab-seeder"
+
+work=$(mktemp -d)
+pids=()
+proxy_pids=()
+cg_root=""
+cg_version=""
+cleanup() {
+  for p in "${pids[@]}" "${proxy_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" "${proxy_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ -n "$cg_root" ]; then
+    for d in "$cg_root"/rank-*; do [ -d "$d" ] && rmdir "$d" 2>/dev/null || true; done
+    rmdir "$cg_root" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# CPU cgroups, one per rank.
+if [ -w /sys/fs/cgroup/cpu ] && [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+  cg_version=v1; cg_root=/sys/fs/cgroup/cpu/lab-bench-step-$$
+elif [ -f /sys/fs/cgroup/cgroup.controllers ] && grep -qw cpu /sys/fs/cgroup/cgroup.controllers; then
+  cg_version=v2; cg_root=/sys/fs/cgroup/lab-bench-step-$$
+  grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu >/sys/fs/cgroup/cgroup.subtree_control
+else
+  say "no writable CPU cgroup (v1 /sys/fs/cgroup/cpu or v2 cpu.max): run as root on a host with cgroups"; exit 1
+fi
+mkdir -p "$cg_root"
+[ "$cg_version" = v2 ] && echo +cpu >"$cg_root/cgroup.subtree_control"
+set_limit() { # set_limit <rank> <quantity>
+  local d="$cg_root/rank-$1" m; m=$(millis "$2")
+  mkdir -p "$d"
+  if [ "$cg_version" = v1 ]; then
+    echo 100000 >"$d/cpu.cfs_period_us"; echo $((m * 100)) >"$d/cpu.cfs_quota_us"
+  else
+    echo "$((m * 100)) 100000" >"$d/cpu.max"
+  fi
+}
+throttled_s() { # throttled_s <rank>
+  local f="$cg_root/rank-$1/cpu.stat"
+  awk '/^throttled_time/ {printf "%.2f", $2/1e9} /^throttled_usec/ {printf "%.2f", $2/1e6}' "$f"
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+mport=$(free_port); mgrpc=$(free_port)
+mkdir -p "$work/master"
+"$LAB_WEED" master -ip=127.0.0.1 -ip.bind=127.0.0.1 -port="$mport" -port.grpc="$mgrpc" -mdir="$work/master" \
+  -volumeSizeLimitMB=64 >"$work/master.log" 2>&1 &
+pids+=($!)
+vports=(); proxy_ports=()
+for i in 0 1 2; do
+  vport=$(free_port); vgrpc=$(free_port); pport=$(free_port)
+  vports+=("$vport"); proxy_ports+=("$pport")
+  mkdir -p "$work/volume-$i"
+  "$LAB_WEED" volume -ip=127.0.0.1 -ip.bind=127.0.0.1 -port="$vport" -port.grpc="$vgrpc" -dir="$work/volume-$i" \
+    -max=8 -master="127.0.0.1:$mport.$mgrpc" -rack="storage-$i" -dataCenter=lab -publicUrl="127.0.0.1:$pport" \
+    >"$work/volume-$i.log" 2>&1 &
+  pids+=($!)
+done
+start_proxies() { # start_proxies <server with delay or -1> <delay ms>
+  for p in "${proxy_pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  proxy_pids=()
+  for i in 0 1 2; do
+    local d=0; [ "$i" = "$1" ] && d=$2
+    python3 "$root/scripts/bench/delay_proxy.py" "${proxy_ports[$i]}" "127.0.0.1:${vports[$i]}" "$d" &
+    proxy_pids+=($!)
+  done
+  sleep 0.5
+}
+start_proxies -1 0
+say "seeding"
+"$seeder" --master "127.0.0.1:$mport" --ranks $RANKS --seed 1 --wait 60s >"$work/seed.json"
+
+extra=()
+[ -n "${BATCH:-}" ] && extra+=(--batch-size "$BATCH")
+[ -n "${MODEL:-}" ] && extra+=(--model-size "$MODEL")
+
+run_job() { # run_job <name> <steps> <cpu of rank 0..3...>; prints one TSV line
+  local name=$1 steps=$2; shift 2
+  local cpus=("$@") rpids=() rdv; rdv=$(free_port)
+  for r in $(seq 0 $((RANKS - 1))); do
+    set_limit "$r" "${cpus[$r]}"
+    local before; before=$(throttled_s "$r"); echo "$before" >"$work/$name-$r.thr0"
+    sh -c 'cg=$1; shift; echo $$ >"$cg/cgroup.procs" && exec "$@"' sh "$cg_root/rank-$r" \
+      "$rank_bin" --rank "$r" --world-size $RANKS --master "127.0.0.1:$mport" --rendezvous "127.0.0.1:$rdv" \
+      --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --max-steps "$steps" --log-every $((steps / 2)) \
+      --checkpoint-every 0 "${extra[@]}" >"$work/$name-$r.json" 2>"$work/$name-$r.log" &
+    rpids+=($!); pids+=($!)
+  done
+  for p in "${rpids[@]}"; do wait "$p" || { say "a rank failed in $name:"; tail -3 "$work/$name-"*.log >&2; exit 1; }; done
+  for r in $(seq 0 $((RANKS - 1))); do
+    local t0 t1; t0=$(cat "$work/$name-$r.thr0"); t1=$(throttled_s "$r")
+    python3 - "$name" "$r" "${cpus[$r]}" "$work/$name-$r.json" "$work/$name-$r.log" "$t0" "$t1" <<'EOF'
+import json, re, sys
+name, rank, cpu, summary, log, t0, t1 = sys.argv[1:]
+s = json.load(open(summary))
+last = [l for l in open(log) if re.search(r"rank \d+: step \d+ loss", l)][-1]
+ph = dict(re.findall(r"(read|compute|wait|transfer) ([\d.]+) ms", last))
+print("\t".join([name, rank, cpu, f"{s['mean_step_ms']:.1f}", ph['read'], ph['compute'], ph['wait'], ph['transfer'],
+                 f"{float(t1) - float(t0):.1f}", f"{s['early_mean_loss']:.3f}", f"{s['late_mean_loss']:.3f}"]))
+EOF
+  done
+}
+
+all_at() { local v=$1; printf '%s ' "$v" "$v" "$v" "$v"; }
+results="$work/results.tsv"
+say "baseline: $RANKS ranks at $CPU each, $STEPS steps"
+run_job baseline "$STEPS" $(all_at "$CPU") >>"$results"
+say "throttled-rank: rank 1 at $THROTTLED, the others at $CPU, $STEPS steps"
+run_job throttled "$STEPS" "$CPU" "$THROTTLED" "$CPU" "$CPU" >>"$results"
+say "slow-storage: storage-1 +${DELAY_MS} ms on every request, $DELAY_STEPS steps"
+start_proxies 1 "$DELAY_MS"
+run_job slow-storage "$DELAY_STEPS" $(all_at "$CPU") >>"$results"
+
+python3 - "$results" <<'EOF'
+import sys, collections
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])]
+by = collections.defaultdict(list)
+for r in rows:
+    by[r[0]].append(r)
+print("step time of 4 ranks on this machine, each rank in its own CPU cgroup (phases: mean ms per step, 2nd half)")
+print(f"{'scenario':<13} {'rank':>4} {'cpu':>6} {'step ms':>8} {'read':>7} {'compute':>8} {'wait':>7} {'xfer':>6} {'throttled s':>11} {'loss':>13}")
+for name, rs in by.items():
+    for r in rs:
+        print(f"{name:<13} {r[1]:>4} {r[2]:>6} {r[3]:>8} {r[4]:>7} {r[5]:>8} {r[6]:>7} {r[7]:>6} {r[8]:>11} {r[9]:>6}→{r[10]:<6}")
+base = max(float(r[3]) for r in by["baseline"])
+print(f"\nbaseline step {base:.1f} ms ({1000 / base:.1f} steps/s)")
+for name in ("throttled", "slow-storage"):
+    if name in by:
+        t = max(float(r[3]) for r in by[name])
+        print(f"{name:<13} step {t:.1f} ms: throughput {100 * base / t:.0f}% of baseline ({t / base:.2f}x slower)")
+EOF
