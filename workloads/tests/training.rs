@@ -202,4 +202,40 @@ fn four_ranks_train_on_seeded_seaweedfs() {
     assert!(log0.contains("rank 0: checkpoint at step 200 written"), "{log0}");
     assert!(log0.contains("rank 0: step 200 loss "), "{log0}");
     eprintln!("same-step checksum comparisons while running: {same_step_checks}");
+
+    // Rewriting a needle with the bytes it already holds is answered 204, which is a success.
+    let mut storage = lab_workloads::storage::Storage::new(&weed.master, Duration::from_secs(5));
+    let vid = storage
+        .meta_volume("lab-train")
+        .unwrap()
+        .expect("the meta volume exists");
+    let fid = lab_workloads::storage::fixed_fid(vid, 0x77);
+    storage.write(&fid, b"same bytes").unwrap();
+    storage.write(&fid, b"same bytes").unwrap();
+    let mut body = Vec::new();
+    assert!(storage.read(&fid, None, &mut body).unwrap().is_some());
+    assert_eq!(body, b"same bytes");
+    storage.delete(&fid).unwrap();
+    assert!(storage.read(&fid, None, &mut body).unwrap().is_none());
+
+    // Seeding with --fresh rewrites the data and clears the job's checkpoint.
+    let fresh = weed.seed(&[
+        "--ranks",
+        "4",
+        "--seed",
+        "7",
+        "--samples-per-shard",
+        "1024",
+        "--shards-per-rank",
+        "2",
+        "--fresh",
+    ]);
+    assert_eq!(fresh["action"], "overwritten", "{fresh}");
+    let mut store =
+        lab_workloads::checkpoint::JobStore::new(&weed.master, "lab-train", Duration::from_secs(5));
+    assert!(
+        store.load_checkpoint().unwrap().is_none(),
+        "the checkpoint survived a fresh seed"
+    );
+    assert!(store.load_progress().unwrap().is_none());
 }
