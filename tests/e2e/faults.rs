@@ -77,7 +77,12 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
         assert!(r.wait.unwrap_or(0.0) > 0.5, "rank-{} waits {:?} of its time", r.rank, r.wait);
     }
     assert!(s.training.step_seconds.unwrap() > 5.0 * base_step);
-    assert!(s.alerts.iter().any(|a| a.signal == lab_model::snapshot::GoldenSignal::Latency && a.target == "storage-1"));
+    let watched = lab.snapshot_over(12);
+    assert!(
+        watched.alerts.iter().any(|a| a.signal == lab_model::snapshot::GoldenSignal::Latency && a.target == "storage-1"),
+        "{}",
+        lab_tests::summary(&watched)
+    );
 
     lab.ok(&["fault", "clear", "--all"]);
     assert_eq!(proxy_delay_ms(&lab, 1), 0.0);
@@ -130,7 +135,12 @@ fn throttled_rank_slows_its_compute_while_its_template_keeps_400m() {
     assert_eq!(pod.resources.cpu_template.map(|m| m.0), Some(400));
     let growth = per_step(&s, 1) / compute_before;
     assert!(growth > 1.8, "rank-1 compute per step grew {growth:.2}x (400/150 = 2.67x expected)");
-    assert!(s.alerts.iter().any(|a| a.signal == lab_model::snapshot::GoldenSignal::Saturation && a.target == "rank-1"));
+    let watched = lab.snapshot_over(12);
+    assert!(
+        watched.alerts.iter().any(|a| a.signal == lab_model::snapshot::GoldenSignal::Saturation && a.target == "rank-1"),
+        "{}",
+        lab_tests::summary(&watched)
+    );
 
     lab.ok(&["fault", "clear", "--all"]);
     wait_recovered(&lab, "throughput back within 10% after clear");

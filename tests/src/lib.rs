@@ -93,6 +93,14 @@ impl Lab {
         serde_json::from_str(&s).unwrap_or_else(|e| panic!("status --json is not a snapshot ({e}):\n{s}"))
     }
 
+    /// `lab status --json --window W`: a snapshot after watching for `secs` seconds, long enough for alerts
+    /// that must hold for a while to fire.
+    pub fn snapshot_over(&self, secs: u32) -> Snapshot {
+        let w = format!("{secs}s");
+        let s = self.ok(&["status", "--json", "--window", &w]);
+        serde_json::from_str(&s).unwrap_or_else(|e| panic!("status --json is not a snapshot ({e}):\n{s}"))
+    }
+
     /// Polls the snapshot until `cond` holds, or panics after `deadline` with the last one.
     pub fn wait_for(&self, what: &str, deadline: Duration, cond: impl Fn(&Snapshot) -> bool) -> Snapshot {
         let start = Instant::now();
