@@ -2,7 +2,7 @@
 # or by hand with `lab fault` where the drill engine is missing), and checks through `lab status --json`.
 # Source it after setting NAME, REPORTS and LAB_BIN; it defines functions only.
 
-say() { printf '[%s +%ss] %s\n' "${E2E_TAG:-e2e}" "$(( $(date +%s) - T0 ))" "$*" >&2; }
+say() { printf '[%s +%ss] %s\n' "${E2E_TAG:-e2e}" "$(( $(date +%s) - E2E_T0 ))" "$*" >&2; }
 die() { say "FAILED: $*"; exit 1; }
 
 lab() { "$LAB_BIN" --name "$NAME" "$@"; }

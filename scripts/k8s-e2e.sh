@@ -22,7 +22,7 @@ NAME=${LAB_E2E_NAME:-k8s-e2e}
 REPORTS=${LAB_E2E_REPORTS:-$root/target/k8s-e2e}
 NODE_UP=${LAB_E2E_NODE_UP:-$root/scripts/k8s-node/up.sh}
 NODE_DOWN=${LAB_E2E_NODE_DOWN:-$root/scripts/k8s-node/down.sh}
-T0=$(date +%s)
+E2E_T0=$(date +%s)
 mkdir -p "$REPORTS"
 # The node's parameters (state directory, admin kubeconfig, GPU resource) are the node scripts' own;
 # sourced first, so that the e2e helpers below take precedence over its own say/kc.
@@ -49,7 +49,7 @@ cleanup() {
     say "node down"
     "$NODE_DOWN" >&2 || say "node down left something behind: see its output"
   fi
-  say "done in $(( $(date +%s) - T0 )) s, exit $rc"
+  say "done in $(( $(date +%s) - E2E_T0 )) s, exit $rc"
 }
 trap cleanup EXIT
 
@@ -60,7 +60,7 @@ node_started=1
 
 # The node has no registry: the lab image was imported by the node scripts, so never pull.
 say "lab up --kubeconfig $KUBECONFIG_LAB"
-lab up --kubeconfig "$KUBECONFIG_LAB" --pull-policy Never --gpu-resource "$GPU_RESOURCE" >&2 || die "lab up"
+lab up --kubeconfig "$KUBECONFIG_LAB" --pull-policy Never --gpu-resource "$GPU_RESOURCE" --baseline-timeout 300s >&2 || die "lab up"
 expect_all_ready "after lab up"
 status_json > "$REPORTS/status-up.json"
 NS=$(jq -r '.lab as $l | "straggler-lab-" + $l' "$REPORTS/status-up.json")

@@ -13,7 +13,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NAME=${LAB_E2E_NAME:-kind-e2e}
 REPORTS=${LAB_E2E_REPORTS:-$root/target/kind-e2e}
 DRILLS=(slow-storage throttled-rank unplaceable-rank)
-T0=$(date +%s)
+E2E_T0=$(date +%s)
 mkdir -p "$REPORTS"
 
 E2E_TAG=kind-e2e
@@ -38,7 +38,7 @@ cleanup() {
     say "lab down"
     lab down >&2 || say "lab down failed: remove the cluster with kind delete cluster --name lab-$NAME"
   fi
-  say "done in $(( $(date +%s) - T0 )) s, exit $rc"
+  say "done in $(( $(date +%s) - E2E_T0 )) s, exit $rc"
 }
 trap cleanup EXIT
 
