@@ -107,6 +107,15 @@ pub fn headline_text(s: &Snapshot) -> String {
         .join(" · ")
 }
 
+/// What a rank that gave no metrics is doing: `Pending` (not placed), else `not scraped`.
+pub fn rank_absent(s: &Snapshot, rank: &str) -> &'static str {
+    match s.status.pods.iter().find(|p| p.name == rank).map(|p| p.phase) {
+        Some(Phase::Pending) => "Pending",
+        Some(Phase::Failed) => "Failed",
+        _ => "not scraped",
+    }
+}
+
 /// A percentage without false precision: `7`, `0.4`, `103`.
 pub fn fmt_pct(p: f64) -> String {
     if p > 0.0 && p < 1.0 {

@@ -8,7 +8,8 @@ use crate::summary::{
     fmt_latency, fmt_opt_latency, fmt_pct, fmt_share, fmt_span, headline_text, lead_alert, split_bar,
 };
 
-const LEFT: usize = 64;
+/// The Kubernetes column is as wide as its widest line, within these bounds.
+const LEFT: (usize, usize) = (56, 84);
 
 fn pad(s: &str, width: usize) -> String {
     let n = s.chars().count();
@@ -35,7 +36,7 @@ fn kubernetes(s: &Snapshot) -> Vec<String> {
             st.gpus_capacity
         ),
         format!(
-            "{:<15} {:<8} {:<5} {:<8} {:<13} {:<3} {}",
+            "{:<15} {:<9} {:<5} {:<8} {:<13} {:<3} {}",
             "NAME", "PHASE", "READY", "RESTARTS", "CPU live/spec", "GPU", "REASON"
         ),
     ];
@@ -49,7 +50,7 @@ fn kubernetes(s: &Snapshot) -> Vec<String> {
         };
         let cpu = if r.drifted() { format!("{cpu}*") } else { cpu };
         out.push(format!(
-            "{:<15} {:<8} {:<5} {:<8} {:<13} {:<3} {}",
+            "{:<15} {:<9} {:<5} {:<8} {:<13} {:<3} {}",
             p.name,
             p.phase.to_string(),
             if p.ready { "1/1" } else { "0/1" },
@@ -105,7 +106,7 @@ fn training(s: &Snapshot) -> Vec<String> {
     ];
     for r in &s.ranks {
         let state = if !r.up {
-            "down".to_string()
+            crate::summary::rank_absent(s, &r.name).to_string()
         } else if r.waiting_for_peers {
             "waiting for peers".to_string()
         } else if r.throttled.is_some_and(|v| v > 0.25) {
@@ -137,10 +138,16 @@ pub fn status_text(s: &Snapshot) -> String {
         s.status.lab, s.status.runtime
     ));
     let (left, right) = (kubernetes(s), training(s));
+    let width = left
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(LEFT.0, LEFT.1);
     for i in 0..left.len().max(right.len()) {
         let l = left.get(i).map_or("", String::as_str);
         let r = right.get(i).map_or("", String::as_str);
-        out.push_str(format!("{} │ {r}", pad(l, LEFT)).trim_end());
+        out.push_str(format!("{} │ {r}", pad(l, width)).trim_end());
         out.push('\n');
     }
     out.push_str(&format!(

@@ -279,7 +279,7 @@ fn render_training(frame: &mut Frame, area: Rect, snap: &Snapshot) {
 
     let rows = snap.ranks.iter().map(|r| {
         let state = if !r.up {
-            Span::styled("down", tone_style(Tone::Warn))
+            Span::styled(crate::summary::rank_absent(snap, &r.name), tone_style(Tone::Warn))
         } else if r.waiting_for_peers {
             Span::styled("waiting for peers", tone_style(Tone::Bad))
         } else if r.throttled.is_some_and(|v| v > 0.25) {

@@ -586,7 +586,11 @@ mod tests {
             snap = Some(tick(&mut c, s, None, None));
         }
         let t = snap.unwrap().training;
-        assert!((t.samples_per_s.unwrap() - 400.0).abs() < 1e-6, "{:?}", t.samples_per_s);
+        assert!(
+            (t.samples_per_s.unwrap() - 400.0).abs() < 1e-6,
+            "{:?}",
+            t.samples_per_s
+        );
         assert!((t.steps_per_s.unwrap() - 2.0).abs() < 1e-6, "{:?}", t.steps_per_s);
     }
 

@@ -22,6 +22,9 @@ pub struct Rule {
     pub signal: GoldenSignal,
     /// The rule file's `for:`.
     pub for_ms: i64,
+    /// The rule file's `keep_firing_for:`: a firing alert whose condition lapses stays firing this long,
+    /// so a noisy ratio near its threshold does not flicker.
+    pub keep_firing_ms: i64,
 }
 
 /// A storage server's read p50 (unstarved readers) is over 50 ms and over 4× the servers' median.
@@ -29,42 +32,49 @@ pub const STORAGE_LATENCY: Rule = Rule {
     name: "LabStorageReadLatencyHigh",
     signal: GoldenSignal::Latency,
     for_ms: 2_000,
+    keep_firing_ms: 0,
 };
 /// The job trains under half its baseline samples per second.
 pub const THROUGHPUT_LOW: Rule = Rule {
     name: "LabTrainingThroughputLow",
     signal: GoldenSignal::Throughput,
     for_ms: 3_000,
+    keep_firing_ms: 0,
 };
 /// Reads from a storage server fail.
 pub const STORAGE_ERRORS: Rule = Rule {
     name: "LabStorageReadErrors",
     signal: GoldenSignal::Errors,
     for_ms: 0,
+    keep_firing_ms: 0,
 };
 /// A rank's collective or rendezvous fails.
 pub const COLLECTIVE_ERRORS: Rule = Rule {
     name: "LabCollectiveErrors",
     signal: GoldenSignal::Errors,
     for_ms: 0,
+    keep_firing_ms: 0,
 };
 /// A rank is CPU-starved: throttled in over 25% of its CFS periods, and far more than its siblings.
 pub const CPU_THROTTLED: Rule = Rule {
     name: "LabRankCpuThrottled",
     signal: GoldenSignal::Saturation,
     for_ms: 3_000,
+    keep_firing_ms: 10_000,
 };
 /// The median rank spends over half of each step waiting at the collective.
 pub const COLLECTIVE_WAIT: Rule = Rule {
     name: "LabRanksWaitingAtCollective",
     signal: GoldenSignal::Saturation,
     for_ms: 3_000,
+    keep_firing_ms: 10_000,
 };
 /// Some rank waits at rendezvous for peers that have not joined.
 pub const WAITING_FOR_PEERS: Rule = Rule {
     name: "LabRanksWaitingForPeers",
     signal: GoldenSignal::Saturation,
     for_ms: 5_000,
+    keep_firing_ms: 0,
 };
 
 /// Every rule, in the order the rule file lists them.
@@ -126,13 +136,23 @@ pub struct Condition {
     pub active_since_ms: i64,
     /// Whether it has held for the rule's `for` duration.
     pub firing: bool,
+    /// True when the condition no longer holds and the alert only stays firing for `keep_firing_for`.
+    pub kept: bool,
 }
 
-/// The rule evaluator: the baseline latch and each condition's active-since time.
+#[derive(Debug, Clone, Copy)]
+struct Active {
+    since: i64,
+    firing: bool,
+    keep_since: Option<i64>,
+    value: f64,
+}
+
+/// The rule evaluator: the baseline latch and each alert's state (pending or firing, since when).
 #[derive(Debug, Default)]
 pub struct Engine {
     baseline: Option<LearnedBaseline>,
-    active: BTreeMap<(&'static str, String), i64>,
+    active: BTreeMap<(&'static str, String), (Rule, Active)>,
 }
 
 impl Engine {
@@ -187,21 +207,58 @@ impl Engine {
         store.record(recorded::JOB_SAMPLES_BASELINE, t, &b);
 
         let holding = self.conditions(signals);
-        let mut still = BTreeMap::new();
-        let mut out = Vec::with_capacity(holding.len());
+        self.step_alerts(holding, t)
+    }
+
+    /// Prometheus' alert state machine: a new condition is pending from `t`, fires after `for`; a lapsed
+    /// condition ends the alert, unless it was firing and `keep_firing_for` has not yet run out.
+    fn step_alerts(&mut self, holding: Vec<(Rule, String, f64)>, t: i64) -> Vec<Condition> {
+        let mut now: BTreeMap<(&'static str, String), (Rule, Active)> = BTreeMap::new();
         for (rule, target, value) in holding {
             let key = (rule.name, target);
-            let since = self.active.get(&key).copied().unwrap_or(t);
-            still.insert(key.clone(), since);
-            out.push(Condition {
-                rule,
-                target: key.1,
-                value,
-                active_since_ms: since,
-                firing: t - since >= rule.for_ms,
-            });
+            let a = match self.active.remove(&key) {
+                Some((_, a)) => Active {
+                    keep_since: None,
+                    value,
+                    ..a
+                },
+                None => Active {
+                    since: t,
+                    firing: false,
+                    keep_since: None,
+                    value,
+                },
+            };
+            now.insert(key, (rule, a));
         }
-        self.active = still;
+        for (key, (rule, mut a)) in std::mem::take(&mut self.active) {
+            if a.firing && rule.keep_firing_ms > 0 {
+                let since = *a.keep_since.get_or_insert(t);
+                if t - since < rule.keep_firing_ms {
+                    now.insert(key, (rule, a));
+                }
+            }
+        }
+        for (rule, a) in now.values_mut() {
+            if !a.firing && t - a.since >= rule.for_ms {
+                a.firing = true;
+            }
+        }
+        self.active = now;
+        let order = |r: &Rule| RULES.iter().position(|x| x.name == r.name).unwrap_or(usize::MAX);
+        let mut out: Vec<Condition> = self
+            .active
+            .iter()
+            .map(|((_, target), (rule, a))| Condition {
+                rule: *rule,
+                target: target.clone(),
+                value: a.value,
+                active_since_ms: a.since,
+                firing: a.firing,
+                kept: a.keep_since.is_some(),
+            })
+            .collect();
+        out.sort_by(|a, b| (order(&a.rule), &a.target).cmp(&(order(&b.rule), &b.target)));
         out
     }
 
@@ -330,6 +387,10 @@ mod tests {
         s
     }
 
+    fn warm() -> (Engine, Store) {
+        (Engine::new(), Store::new(60_000))
+    }
+
     fn names(c: &[Condition]) -> Vec<(&str, &str, bool)> {
         c.iter()
             .map(|c| (c.rule.name, c.target.as_str(), c.firing))
@@ -338,44 +399,74 @@ mod tests {
 
     #[test]
     fn latency_needs_the_floor_and_the_siblings() {
-        let mut e = Engine::new();
-        let mut store = Store::new(60_000);
-        assert!(
-            e.evaluate(&mut store, &signals_with_servers(&[0.003, 0.488, 0.003]), 0)
-                .len()
-                == 1
+        let (mut e, mut store) = warm();
+        assert_eq!(
+            e.evaluate(&mut store, &signals_with_servers(&[0.003, 0.488, 0.003]), 10_000)
+                .len(),
+            1
         );
         // Everything equally slow: nothing stands out.
         assert!(
-            e.evaluate(&mut store, &signals_with_servers(&[0.5, 0.5, 0.5]), 1000)
+            e.evaluate(&mut store, &signals_with_servers(&[0.5, 0.5, 0.5]), 11_000)
                 .is_empty()
         );
         // Far above its siblings but under the floor: a fast lab, not an incident.
         assert!(
-            e.evaluate(&mut store, &signals_with_servers(&[0.001, 0.04, 0.001]), 2000)
+            e.evaluate(&mut store, &signals_with_servers(&[0.001, 0.04, 0.001]), 12_000)
                 .is_empty()
         );
     }
 
     #[test]
     fn for_durations_and_since_times() {
-        let mut e = Engine::new();
-        let mut store = Store::new(60_000);
+        let (mut e, mut store) = warm();
         let slow = signals_with_servers(&[0.003, 0.488, 0.003]);
-        assert_eq!(
-            names(&e.evaluate(&mut store, &slow, 10_000)),
-            vec![("LabStorageReadLatencyHigh", "storage-1", false)]
-        );
-        assert_eq!(
-            names(&e.evaluate(&mut store, &slow, 11_000)),
-            vec![("LabStorageReadLatencyHigh", "storage-1", false)]
-        );
+        let pending = vec![("LabStorageReadLatencyHigh", "storage-1", false)];
+        assert_eq!(names(&e.evaluate(&mut store, &slow, 10_000)), pending);
+        assert_eq!(names(&e.evaluate(&mut store, &slow, 11_000)), pending);
         let c = e.evaluate(&mut store, &slow, 12_000);
         assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
         assert_eq!(c[0].active_since_ms, 10_000);
-        // A break resets the since-time.
-        e.evaluate(&mut store, &signals_with_servers(&[0.003, 0.003, 0.003]), 13_000);
+        // A break resets the since-time (this rule keeps nothing firing).
+        assert!(
+            e.evaluate(&mut store, &signals_with_servers(&[0.003, 0.003, 0.003]), 13_000)
+                .is_empty()
+        );
         assert_eq!(e.evaluate(&mut store, &slow, 14_000)[0].active_since_ms, 14_000);
+    }
+
+    #[test]
+    fn keep_firing_for_bridges_a_lapse_of_a_firing_alert_only() {
+        let (mut e, mut store) = warm();
+        let starved = || {
+            let mut s = Signals::default();
+            s.ranks.insert(
+                "rank-1".into(),
+                RankSignals {
+                    starved: true,
+                    throttled_ratio: Some(0.3),
+                    ..Default::default()
+                },
+            );
+            s
+        };
+        let calm = Signals::default();
+        // Pending, then lapsing: gone at once.
+        e.evaluate(&mut store, &starved(), 10_000);
+        assert!(e.evaluate(&mut store, &calm, 11_000).is_empty());
+        // Firing, then lapsing: kept for 10 s, with its since-time.
+        for t in (20_000..=23_000).step_by(1000) {
+            e.evaluate(&mut store, &starved(), t);
+        }
+        let kept = e.evaluate(&mut store, &calm, 24_000);
+        assert_eq!(names(&kept), vec![("LabRankCpuThrottled", "rank-1", true)]);
+        assert!(kept[0].kept && kept[0].active_since_ms == 20_000);
+        assert_eq!(e.evaluate(&mut store, &calm, 33_000).len(), 1);
+        // Back before the time runs out: the same alert, no longer kept.
+        let back = e.evaluate(&mut store, &starved(), 33_500);
+        assert!(!back[0].kept && back[0].active_since_ms == 20_000);
+        e.evaluate(&mut store, &calm, 34_000);
+        assert!(e.evaluate(&mut store, &calm, 44_000).is_empty());
     }
 
     #[test]
@@ -422,8 +513,7 @@ mod tests {
 
     #[test]
     fn saturation_and_errors() {
-        let mut e = Engine::new();
-        let mut store = Store::new(60_000);
+        let (mut e, mut store) = warm();
         let mut s = Signals {
             wait_share_median: 0.8,
             ..Default::default()
@@ -452,7 +542,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let c = e.evaluate(&mut store, &s, 0);
+        let c = e.evaluate(&mut store, &s, 10_000);
         assert_eq!(
             names(&c),
             vec![

@@ -265,17 +265,23 @@ fn rule_file_and_evaluator_name_the_same_rules() {
         for rule in group["rules"].as_sequence().unwrap() {
             if let Some(name) = rule["alert"].as_str() {
                 let for_ms = rule["for"].as_str().map_or(0, duration_ms);
+                let keep_ms = rule["keep_firing_for"].as_str().map_or(0, duration_ms);
                 let signal = rule["labels"]["signal"].as_str().unwrap().to_string();
-                alerts.insert(name.to_string(), (for_ms, signal));
+                alerts.insert(name.to_string(), (for_ms, keep_ms, signal));
             }
             if let Some(name) = rule["record"].as_str() {
                 records.insert(name.to_string());
             }
         }
     }
-    let ours: BTreeMap<String, (i64, String)> = rules::RULES
+    let ours: BTreeMap<String, (i64, i64, String)> = rules::RULES
         .iter()
-        .map(|r| (r.name.to_string(), (r.for_ms, r.signal.to_string())))
+        .map(|r| {
+            (
+                r.name.to_string(),
+                (r.for_ms, r.keep_firing_ms, r.signal.to_string()),
+            )
+        })
         .collect();
     assert_eq!(alerts, ours);
     for name in [

@@ -232,6 +232,24 @@ groups.append(('errors: reads from storage-2 fail from 31 to 60 s, rank-3 fails 
         alert_test(75, 'LabCollectiveErrors', []),
     ], []))
 
+# C2: throttling that lapses: keep_firing_for bridges a short lapse and ends after a long one
+for lapse_end, name, checks in [
+    (92, 'a short lapse (81-92 s) of rank-1\'s throttling: the alert keeps firing through it',
+     [(91, [{'instance': 'rank-1'}]), (100, [{'instance': 'rank-1'}])]),
+    (T, 'a long lapse (from 81 s) of rank-1\'s throttling: the alert fires on for 10 s, then ends',
+     [(89, [{'instance': 'rank-1'}]), (99, [{'instance': 'rank-1'}]), (100, [])]),
+]:
+    sc = Scenario()
+    for r in range(4):
+        hot = r == 1
+        if hot:
+            throttled = [(60, 6), (80, 9.5), (lapse_end, 6)] + ([(T, 9.5)] if lapse_end < T else [])
+            secs = [(60, 0.3), (80, 0.85), (lapse_end, 0.05)] + ([(T, 0.85)] if lapse_end < T else [])
+        else:
+            throttled, secs = [(T, 6)], [(60, 0.3), (T, 0.05)]
+        healthy_rank(sc, r, cpu=([(T, 10)], throttled, secs))
+    groups.append((name, sc, [alert_test(t, 'LabRankCpuThrottled', exp) for t, exp in checks], []))
+
 # F: unstable throughput: no baseline, so no throughput alert
 sc = Scenario()
 healthy_rank(sc, 0, samples=[(15, 50), (30, 150), (45, 50), (60, 150), (T, 10)])
