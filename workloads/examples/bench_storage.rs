@@ -21,7 +21,7 @@ struct Args {
     #[arg(long, default_value = "range")]
     mode: String,
     /// Rows per range read (the rank's batch size).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 256)]
     batch: u64,
     #[arg(long)]
     verify: bool,

@@ -103,17 +103,17 @@ impl Model {
     /// Applies one SGD step with the gradient summed over `world` ranks.
     ///
     /// # Errors
-    /// [`WorkloadError::Invalid`] when the summed gradient holds a value that is not finite (a peer sent
+    /// [`WorkloadError::Mismatch`] when the summed gradient holds a value that is not finite (a peer sent
     /// garbage, or training diverged): the model is left unchanged rather than poisoned.
     pub fn apply(&mut self, grad_sum: &[f32], world: usize, learning_rate: f32) -> Result<()> {
         if let Some(i) = grad_sum.iter().position(|g| !g.is_finite()) {
-            return Err(WorkloadError::invalid(
-                "all-reduced gradient",
-                format!(
-                    "value {i} is {} (a peer sent garbage, or the learning rate is too high)",
+            return Err(WorkloadError::Mismatch {
+                detail: format!(
+                    "the all-reduced gradient holds {} at index {i} (a peer sent garbage, or the learning rate \
+                     is too high)",
                     grad_sum[i]
                 ),
-            ));
+            });
         }
         let step = learning_rate / world.max(1) as f32;
         axpy(-step, grad_sum, &mut self.theta);

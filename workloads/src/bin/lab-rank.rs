@@ -72,7 +72,7 @@ struct Cli {
     dataset: String,
 
     /// Samples per step on this rank (one HTTP range read of this many rows).
-    #[arg(long, env = "LAB_BATCH_SIZE", default_value_t = 128)]
+    #[arg(long, env = "LAB_BATCH_SIZE", default_value_t = 256)]
     batch_size: u32,
 
     /// Model parameters, which is also the length of the gradient every step all-reduces.
