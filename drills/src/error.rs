@@ -6,9 +6,9 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{line}:{column}: {message}")]
 pub struct SpecError {
-    /// 1-based line; 0 when the parser gave no position.
+    /// 1-based line (1 when the parser gave no position: the error is about the whole document).
     pub line: usize,
-    /// 1-based column; 0 when the parser gave no position.
+    /// 1-based column.
     pub column: usize,
     /// What is wrong, with the path to the key (e.g. `steps[1].expect: unknown field ...`).
     pub message: String,

@@ -186,3 +186,96 @@ pub fn parse(xml: &str) -> Result<Parsed, String> {
     }
     Ok(parsed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{CleanupReport, DrillReport, Figures, StepReport};
+
+    fn drill(name: &str, verdict: Verdict, reason: &str) -> DrillReport {
+        DrillReport {
+            name: name.into(),
+            origin: format!("builtin:{name}"),
+            description: None,
+            seed: 42,
+            lab: "lab".into(),
+            runtime: "local".into(),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            duration_s: 61.5,
+            verdict,
+            reason: reason.into(),
+            evidence: vec!["rank-0 <waits> & \"sleeps\"".into(), "]]> in text".into()],
+            figures: Figures {
+                time_to_detect_s: Some(8.0),
+                ..Figures::default()
+            },
+            baseline: None,
+            steps: vec![StepReport {
+                step: "verify".into(),
+                ok: verdict == Verdict::Pass,
+                started_s: 1.0,
+                duration_s: 2.0,
+                summary: "throughput 0% < 80% & step time \u{2192} unknown".into(),
+                evidence: vec![],
+            }],
+            remediations: vec![],
+            cleanup: CleanupReport::default(),
+            timeline: vec![],
+        }
+    }
+
+    #[test]
+    fn junit_is_well_formed_with_one_case_per_drill_and_the_reason_as_message() {
+        let report = RunReport::new(
+            "lab",
+            1_700_000_000_000,
+            200.0,
+            vec![
+                drill("slow-storage", Verdict::Pass, "detected in 8.0 s"),
+                drill(
+                    "unplaceable-rank",
+                    Verdict::Fail,
+                    "verify: the job is not back <90 s> & \"stalled\"",
+                ),
+                drill(
+                    "throttled-rank",
+                    Verdict::Error,
+                    "check: this drill needs enforced CPU limits",
+                ),
+            ],
+        );
+        let mut out = Vec::new();
+        write(&report, &mut out).unwrap();
+        let xml = String::from_utf8(out).unwrap();
+        let parsed = parse(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
+        assert_eq!(parsed.suites, 1);
+        assert_eq!(parsed.tests, 3);
+        assert_eq!(
+            parsed.cases,
+            vec![
+                ("slow-storage".to_string(), None),
+                (
+                    "unplaceable-rank".to_string(),
+                    Some("verify: the job is not back <90 s> & \"stalled\"".to_string())
+                ),
+                (
+                    "throttled-rank".to_string(),
+                    Some("check: this drill needs enforced CPU limits".to_string())
+                ),
+            ]
+        );
+        assert!(
+            xml.contains("failures=\"1\"") && xml.contains("errors=\"1\""),
+            "{xml}"
+        );
+        assert!(xml.contains("<error message="), "{xml}");
+    }
+
+    #[test]
+    fn malformed_documents_are_refused() {
+        assert!(parse("<testsuite tests=\"1\"><testcase name=\"a\"></testsuite>").is_err());
+        assert!(parse("<testsuite tests=\"2\"><testcase name=\"a\"/></testsuite>").is_err());
+        assert!(parse("").is_err());
+        assert!(parse("<testsuite tests=\"1\"><testcase name=\"a\"/></testsuite>").is_ok());
+    }
+}

@@ -164,6 +164,16 @@ pub mod defaults {
 /// # Errors
 /// [`SpecError`] with the line and column of the offending value.
 pub fn parse(text: &str) -> Result<Drill, SpecError> {
+    let blank = text
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+    if blank {
+        return Err(SpecError {
+            line: 1,
+            column: 1,
+            message: "the file is empty: a drill needs at least `name`, `seed` and `steps`".into(),
+        });
+    }
     match serde_norway::from_str::<Checked<RawDrill>>(text) {
         Ok(Checked(d)) => Ok(d),
         Err(e) => Err(spec_error(&e)),
@@ -171,20 +181,36 @@ pub fn parse(text: &str) -> Result<Drill, SpecError> {
 }
 
 fn spec_error(e: &serde_norway::Error) -> SpecError {
-    let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-    let mut message = e.to_string();
-    // The parser appends the position to its message; it is in `line` and `column` already.
-    if let Some(i) = message.rfind(" at line ") {
-        message.truncate(i);
-    }
-    if message.is_empty() || message == "EOF while parsing a value" {
-        message = "the file is empty: a drill needs at least `name`, `seed` and `steps`".into();
-    }
+    // An error with no position (an empty file) is about the document as a whole: its start.
+    let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+    // The parser writes positions into its messages; they are in `line` and `column` already.
+    let message = without_positions(&e.to_string());
     SpecError {
         line,
         column,
         message,
     }
+}
+
+/// `message` without its ` at line N column M` parts.
+fn without_positions(message: &str) -> String {
+    let mut out = String::new();
+    let mut rest = message;
+    while let Some(i) = rest.find(" at line ") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + " at line ".len()..];
+        let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let n = digits(after);
+        match after[n..].strip_prefix(" column ") {
+            Some(col) if n > 0 => rest = &col[digits(col)..],
+            _ => {
+                out.push_str(" at line ");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A value checked after its mapping was read, inside the parser's call for that mapping.
@@ -732,6 +758,59 @@ steps:
         let e = err("name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n  - verify:\n");
         assert_eq!(e.line, 6, "{e}");
         assert!(e.message.contains("must follow a `remediate`"), "{e}");
+    }
+
+    /// Every file in `tests/fixtures/valid` parses; every file in `tests/fixtures/invalid` fails where its
+    /// first line (`# error: LINE:COL: words`) says, with those words in the message.
+    #[test]
+    fn fixtures() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+        let files = |dir: &str| {
+            let mut v: Vec<_> = std::fs::read_dir(root.join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+                .collect();
+            v.sort();
+            v
+        };
+        let valid = files("valid");
+        assert!(valid.len() >= 4);
+        for f in valid {
+            let text = std::fs::read_to_string(&f).unwrap();
+            if let Err(e) = parse(&text) {
+                panic!("{}:{e}", f.display());
+            }
+        }
+        let invalid = files("invalid");
+        assert!(invalid.len() >= 15);
+        for f in invalid {
+            let text = std::fs::read_to_string(&f).unwrap();
+            let want = text
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("# error: "))
+                .unwrap_or_else(|| panic!("{} has no `# error: LINE:COL: words` first line", f.display()));
+            let mut parts = want.splitn(3, ':');
+            let line: usize = parts.next().unwrap().parse().unwrap();
+            let column: usize = parts.next().unwrap().parse().unwrap();
+            let words = parts.next().unwrap().trim();
+            let e = parse(&text).expect_err(&f.display().to_string());
+            assert_eq!((e.line, e.column), (line, column), "{}: {e}", f.display());
+            assert!(e.message.contains(words), "{}: {e}", f.display());
+        }
+    }
+
+    #[test]
+    fn positions_are_taken_out_of_messages() {
+        assert_eq!(
+            without_positions(
+                "did not find expected key at line 6 column 6, while parsing a block mapping at line 4 column 7"
+            ),
+            "did not find expected key, while parsing a block mapping"
+        );
+        assert_eq!(without_positions("at line noon"), "at line noon");
+        assert_eq!(err("# only a comment\n").message.contains("empty"), true);
     }
 
     #[test]

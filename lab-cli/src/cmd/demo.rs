@@ -241,22 +241,24 @@ async fn story(
                     if !s.remediate(&command("lab scale ranks 4")).await.ok {
                         break 'chapter;
                     }
-                    let wrong = Verify {
+                    let first = Verify {
                         deadline: WRONG_FIX_WINDOW,
                         ..verify.clone()
                     };
-                    let still = s.verify_not_recovered(&wrong).await;
+                    if s.verify(&first).await.ok {
+                        fix = "lab scale ranks 4 (held, unlike in the seed)".into();
+                        show("After scaling back to 4 ranks", s.last_snapshot());
+                        break 'chapter;
+                    }
                     show(
                         "After scaling back to 4 ranks only: every rank Ready, the job still stalled",
                         s.last_snapshot(),
                     );
-                    fix = format!(
-                        "lab scale ranks 4 ({}) → lab config world-size 4",
-                        if still.ok { "still stalled" } else { "unexpected" }
+                    println!(
+                        "  → verification failed, so the incident goes back for a second plan: restore the world size"
                     );
-                    if !still.ok {
-                        break 'chapter;
-                    }
+                    s.retry();
+                    fix = "lab scale ranks 4 (not enough) → lab config world-size 4".into();
                     if !s.remediate(&command("lab config world-size 4")).await.ok {
                         break 'chapter;
                     }
