@@ -810,7 +810,7 @@ steps:
             "did not find expected key, while parsing a block mapping"
         );
         assert_eq!(without_positions("at line noon"), "at line noon");
-        assert_eq!(err("# only a comment\n").message.contains("empty"), true);
+        assert!(err("# only a comment\n").message.contains("empty"));
     }
 
     #[test]
