@@ -182,27 +182,41 @@ impl Host {
             addr: a.into(),
             source,
         };
+        let any_on = |port: u16, v6: bool| {
+            SocketAddr::new(
+                if v6 {
+                    IpAddr::from([0u16; 8])
+                } else {
+                    IpAddr::from([0u8; 4])
+                },
+                port,
+            )
+        };
         let listener = if let Some(b) = bind {
             TcpListener::bind(b).map_err(|e| err(b, e))?
         } else {
-            let resolved: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|e| err(addr, e))?.collect();
-            let first = *resolved
-                .first()
-                .ok_or_else(|| err(addr, io::Error::other("resolves to no address")))?;
-            match TcpListener::bind(&resolved[..]) {
-                Ok(l) => l,
-                Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
-                    let any = SocketAddr::new(
-                        if first.is_ipv4() {
-                            IpAddr::from([0u8; 4])
-                        } else {
-                            IpAddr::from([0u16; 8])
-                        },
-                        first.port(),
-                    );
+            match addr.to_socket_addrs().map(|a| a.collect::<Vec<SocketAddr>>()) {
+                Ok(resolved) if !resolved.is_empty() => match TcpListener::bind(&resolved[..]) {
+                    Ok(l) => l,
+                    // A Service IP or another host's name: listen on the same port everywhere.
+                    Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
+                        let any = any_on(resolved[0].port(), resolved[0].is_ipv6());
+                        TcpListener::bind(any).map_err(|e| err(&any.to_string(), e))?
+                    }
+                    Err(e) => return Err(err(addr, e)),
+                },
+                // A name that does not resolve yet (its DNS record follows the pod): the port is enough.
+                resolved => {
+                    let port = addr.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+                    let Some(port) = port else {
+                        let e = resolved
+                            .err()
+                            .unwrap_or_else(|| io::Error::other("resolves to no address"));
+                        return Err(err(addr, e));
+                    };
+                    let any = any_on(port, false);
                     TcpListener::bind(any).map_err(|e| err(&any.to_string(), e))?
                 }
-                Err(e) => return Err(err(addr, e)),
             }
         };
         listener.set_nonblocking(true).map_err(|e| err(addr, e))?;
@@ -739,6 +753,17 @@ mod tests {
                 .any(|l| l.starts_with("protocol: rendezvous connection from") && l.contains("garbage")),
             "{log:?}"
         );
+    }
+
+    #[test]
+    fn rank_0_listens_on_the_port_when_the_address_is_not_its_own() {
+        // A name that does not resolve (yet) and an address of another host: the port is enough. Nothing
+        // connects; the listener is dropped at once.
+        for addr in ["rendezvous.invalid:0", "192.0.2.1:0"] {
+            let host = Host::bind(addr, None).unwrap();
+            assert!(host.local_addr().starts_with("0.0.0.0:"), "{addr} -> {}", host.local_addr());
+        }
+        assert!(Host::bind("no-port.invalid", None).is_err());
     }
 
     #[test]
