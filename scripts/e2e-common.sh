@@ -39,7 +39,20 @@ wait_status() { # wait_status <what> <seconds> <jq filter>
 
 have_drills() { "$LAB_BIN" drill list >/dev/null 2>&1; }
 
+# Runs one built-in drill; a failure is recorded in FAILED (and reported at the end) so that the other
+# drills and checks still run and say what they found.
+FAILED=()
 run_drill() { # run_drill <name>
-  lab drill run "$1" --report "$REPORTS/$1.json" --junit "$REPORTS/$1.xml" >&2 || die "drill $1"
-  say "drill $1 passed"
+  if lab drill run "$1" --report "$REPORTS/$1.json" --junit "$REPORTS/$1.xml" >&2; then
+    say "drill $1 passed"
+  else
+    say "drill $1 FAILED (report: $REPORTS/$1.json)"
+    FAILED+=("drill $1")
+  fi
+}
+
+# Exits non-zero naming every recorded failure, or says all passed.
+finish() {
+  if [ ${#FAILED[@]} -gt 0 ]; then die "${FAILED[*]}"; fi
+  say "all passed"
 }

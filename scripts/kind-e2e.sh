@@ -72,4 +72,4 @@ else
   wait_status "back to 4 ranks and world size 4" 120 '.world_size == 4 and .ranks_desired == 4'
 fi
 status_json > "$REPORTS/status-end.json"
-say "all passed"
+finish
