@@ -367,7 +367,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                 (Some(v), Some(b)) => Some((b.pct(v) * 10.0).round() / 10.0),
                 _ => None,
             },
-            step_seconds: t.step_seconds,
+            step_seconds: crate::judge::step_time(s),
             step: crate::judge::job_step(s),
             ranks_ready: s.status.ranks_ready(),
             firing: s.alerts.iter().map(|a| a.rule.clone()).collect(),
@@ -1084,7 +1084,7 @@ pub fn evidence(s: &Snapshot) -> Vec<String> {
     out.push(format!(
         "training: {} samples/s, step time {}, step {}, world size reported {}",
         t.samples_per_s.map_or("unknown".into(), |v| format!("{v:.0}")),
-        t.step_seconds.map_or("unknown".into(), fmt_s),
+        crate::judge::step_time(s).map_or("unknown".into(), fmt_s),
         t.step,
         t.world_size.map_or("?".into(), |w| w.to_string())
     ));

@@ -29,7 +29,7 @@ pub enum Outcome<T> {
 pub struct PreFault {
     /// Mean samples per second over the window.
     pub samples_per_s: f64,
-    /// Median step time over the window, seconds.
+    /// Mean step time over the window (one over the mean steps per second), seconds.
     pub step_seconds: f64,
     /// How long the window was, seconds.
     pub window_s: f64,
@@ -72,7 +72,7 @@ impl SteadyWindow {
     /// Adds a snapshot; `Done` once the last window was steady.
     pub fn push(&mut self, s: &Snapshot) -> Outcome<PreFault> {
         let t = &s.training;
-        self.points.push_back((s.at_ms, t.samples_per_s, t.step_seconds));
+        self.points.push_back((s.at_ms, t.samples_per_s, step_time(s)));
         while self
             .points
             .front()
@@ -111,9 +111,11 @@ impl SteadyWindow {
                 "throughput still wanders between {lo:.0} and {hi:.0} samples/s"
             ));
         }
+        // One over the mean rate, not the mean of the step times: the job's mean step over the window.
+        let step_seconds = steps.len() as f64 / steps.iter().map(|v| 1.0 / v).sum::<f64>();
         Outcome::Done(PreFault {
             samples_per_s: mean,
-            step_seconds: median(&steps),
+            step_seconds,
             window_s: self.window_ms as f64 / 1000.0,
             learned: t.baseline,
         })
@@ -138,7 +140,7 @@ pub fn unsteady_now(s: &Snapshot) -> Option<String> {
     if let Some(a) = s.alerts.iter().find(|a| a.signal != GoldenSignal::Throughput) {
         return Some(format!("{} is firing: {}", a.rule, a.summary));
     }
-    match (s.training.samples_per_s, s.training.step_seconds) {
+    match (s.training.samples_per_s, step_time(s)) {
         (Some(v), Some(_)) if v > 0.0 => None,
         _ => Some("the job is not training".into()),
     }
@@ -393,15 +395,14 @@ impl RecoveryTracker {
         let t = &s.training;
         let thr = t.samples_per_s.map(|v| (v, b.pct(v)));
         let thr_ok = thr.is_some_and(|(v, _)| v >= b.samples_per_s * (1.0 - self.tolerance));
-        let step_ok = t
-            .step_seconds
-            .is_some_and(|v| v <= b.step_seconds * (1.0 + self.tolerance));
+        let step = step_time(s);
+        let step_ok = step.is_some_and(|v| v <= b.step_seconds * (1.0 + self.tolerance));
         let text = format!(
             "throughput {} of the pre-fault baseline ({} of {:.0} samples/s), step time {} (baseline {})",
             thr.map_or("unknown".into(), |(_, p)| format!("{p:.0}%")),
             thr.map_or("?".into(), |(v, _)| format!("{v:.0}")),
             b.samples_per_s,
-            t.step_seconds.map_or("unknown".into(), fmt_s),
+            step.map_or("unknown".into(), fmt_s),
             fmt_s(b.step_seconds),
         );
         (thr_ok && step_ok, text)
@@ -432,7 +433,7 @@ impl RecoveryTracker {
                         verified_at_ms: s.at_ms,
                         steps: done,
                         pct: t.samples_per_s.map_or(0.0, |v| self.baseline.pct(v)),
-                        step_seconds: t.step_seconds.unwrap_or(0.0),
+                        step_seconds: step_time(s).unwrap_or(0.0),
                     });
                 }
             }
@@ -464,6 +465,17 @@ impl RecoveryTracker {
             "{}; {progress} of {} steps in a row",
             self.last, self.steps
         ))
+    }
+}
+
+/// The job's step time over the recent window: one over its steps per second, the mean wall time of a
+/// step. (The step-duration histogram's median is quantised by its buckets: a step time that crosses a
+/// bucket boundary would jump by half a bucket.) `None` while the job takes no steps.
+pub fn step_time(s: &Snapshot) -> Option<f64> {
+    match s.training.steps_per_s {
+        Some(v) if v > 0.0 && v.is_finite() => Some(1.0 / v),
+        Some(_) => None,
+        None => s.training.step_seconds,
     }
 }
 
@@ -517,19 +529,6 @@ pub fn fmt_s(s: f64) -> String {
         format!("{:.0} ms", s * 1000.0)
     } else {
         format!("{s:.2} s")
-    }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        0.0
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 
@@ -629,7 +628,7 @@ pub(crate) mod tests {
         }
         let Outcome::Done(b) = out else { panic!("{out:?}") };
         assert!((b.samples_per_s - 400.0).abs() < 2.0, "{b:?}");
-        assert_eq!(b.step_seconds, 0.3);
+        assert!((b.step_seconds - 0.3).abs() < 1e-9, "{b:?}");
     }
 
     #[test]
@@ -887,6 +886,27 @@ pub(crate) mod tests {
             last = r.push(&snap(t, Some(200.0), Some(0.6), 100 + t * 2));
         }
         assert!(matches!(last, Outcome::Failed(_)), "{last:?}");
+    }
+
+    #[test]
+    fn step_time_is_the_mean_from_the_step_rate_not_the_bucketed_median() {
+        // The histogram median reads 88 ms (its bucket's interpolation), while the job takes 25 steps a
+        // second: 40 ms a step, at its 40 ms baseline.
+        let mut s = snap(1, Some(400.0), Some(0.088), 100);
+        s.training.steps_per_s = Some(25.0);
+        assert!((step_time(&s).unwrap() - 0.04).abs() < 1e-9);
+        let base = PreFault {
+            step_seconds: 0.04,
+            ..base()
+        };
+        let mut r = RecoveryTracker::new(&verify(20.0, 1, 60), base, T0);
+        r.push(&s);
+        let mut s2 = snap(2, Some(400.0), Some(0.088), 130);
+        s2.training.steps_per_s = Some(25.0);
+        assert!(matches!(r.push(&s2), Outcome::Done(_)));
+        // A stalled job has no step time at all.
+        s.training.steps_per_s = Some(0.0);
+        assert_eq!(step_time(&s), None);
     }
 
     #[test]

@@ -1,0 +1,284 @@
+//! Drills, the incident bundle and `lab demo` end to end on the local runtime, with the real binaries and
+//! real SeaweedFS: the built-in drills pass with the lab's own clear, the seed's traps fail with a clear
+//! reason, the reports are well-formed, invalid drill files give a line and a column, and the demo runs to
+//! completion and leaves nothing behind.
+//!
+//! The drills share one lab (a drill cleans up after itself and checks the steady state, so the next one
+//! starts from a steady lab); the demo starts and stops its own.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use lab_tests::{Lab, serial, text};
+use serde_json::Value;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn invalid_drill_files_give_their_line_and_column() {
+    // No lab needed: validation reads files only.
+    let lab = Lab::new("e2e-validate");
+    let valid = yaml_files(&fixtures().join("valid"));
+    let mut args = vec!["drill".to_string(), "validate".to_string()];
+    args.extend(valid.iter().map(|p| p.display().to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = lab.run(&refs);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let invalid = yaml_files(&fixtures().join("invalid"));
+    assert!(invalid.len() >= 15, "{invalid:?}");
+    for f in invalid {
+        let want = std::fs::read_to_string(&f).unwrap();
+        let want = want.lines().next().unwrap().strip_prefix("# error: ").unwrap().to_string();
+        let (loc, words) = {
+            let mut p = want.splitn(3, ':');
+            let (l, c) = (p.next().unwrap(), p.next().unwrap());
+            (format!("{l}:{c}"), p.next().unwrap().trim().to_string())
+        };
+        let path = f.display().to_string();
+        let out = lab.run(&["drill", "validate", &path]);
+        assert!(!out.status.success(), "{path} should be refused:\n{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        let line = err.lines().next().unwrap_or("");
+        assert!(line.starts_with(&format!("{path}:{loc}: ")), "{path}: expected {loc}, got {line:?}");
+        assert!(line.contains(&words), "{path}: expected {words:?} in {line:?}");
+    }
+}
+
+fn report(path: &Path) -> Value {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("no report at {}: {e}", path.display()));
+    serde_json::from_slice(&b).unwrap()
+}
+
+/// Checks a JUnit document is well-formed (every element closed, in order) and returns
+/// `(tests attribute, [(testcase name, failure message)])`.
+fn junit(xml: &str) -> (usize, Vec<(String, Option<String>)>) {
+    use quick_xml::events::Event;
+    let mut r = quick_xml::Reader::from_str(xml);
+    r.config_mut().check_end_names = true;
+    let mut stack = Vec::new();
+    let mut tests = None;
+    let mut cases: Vec<(String, Option<String>)> = Vec::new();
+    let mut saw_decl = false;
+    loop {
+        let ev = r.read_event().unwrap_or_else(|e| panic!("malformed JUnit at {}: {e}\n{xml}", r.buffer_position()));
+        let (e, empty) = match ev {
+            Event::Decl(_) => {
+                saw_decl = true;
+                continue;
+            }
+            Event::Start(e) => (e, false),
+            Event::Empty(e) => (e, true),
+            Event::End(e) => {
+                let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+                assert_eq!(stack.pop(), Some(name), "JUnit closes an element out of order");
+                continue;
+            }
+            Event::Eof => break,
+            _ => continue,
+        };
+        let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+        let attr = |k: &str| {
+            e.attributes()
+                .map(|a| a.unwrap())
+                .find(|a| a.key.as_ref() == k.as_bytes())
+                .map(|a| a.unescape_value().unwrap().into_owned())
+        };
+        match name.as_str() {
+            "testsuite" => tests = attr("tests").map(|t| t.parse::<usize>().unwrap()),
+            "testcase" => cases.push((attr("name").expect("testcase name"), None)),
+            "failure" | "error" => cases.last_mut().expect("failure inside a testcase").1 = attr("message"),
+            _ => {}
+        }
+        if !empty {
+            stack.push(name);
+        }
+    }
+    assert!(saw_decl, "no XML declaration");
+    assert!(stack.is_empty(), "unclosed elements: {stack:?}");
+    (tests.expect("a testsuite with a tests count"), cases)
+}
+
+fn drill(lab: &Lab, args: &[&str]) -> Output {
+    let mut a = vec!["drill", "run"];
+    a.extend_from_slice(args);
+    lab.run(&a)
+}
+
+/// A trap: a built-in drill with a wrong remediation must fail on the job's own signals, say so clearly,
+/// and still leave the lab steady after its cleanup.
+fn trap(lab: &Lab, dir: &Path, name: &str, remediation: &str) -> Value {
+    let path = dir.join(format!("{name}-trap.json"));
+    let out = drill(lab, &[name, "--remediate", remediation, "--report", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "the trap `{remediation}` must fail {name}:\n{}", text(&out));
+    let r = report(&path);
+    let d = &r["drills"][0];
+    assert_eq!(d["verdict"], "fail", "{d:#}");
+    let reason = d["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("verify: the job is not back") && reason.contains("Ready is not fixed"),
+        "{name} with `{remediation}`: {reason}"
+    );
+    assert_eq!(d["remediations"][0]["command"], remediation);
+    assert_eq!(d["remediations"][0]["exit_code"], 0);
+    assert_eq!(d["cleanup"]["ok"], true, "{name}: {}", d["cleanup"]);
+    assert_eq!(d["cleanup"]["steady"], true, "{name}: {}", d["cleanup"]);
+    d.clone()
+}
+
+#[test]
+fn built_in_drills_pass_and_the_seed_traps_fail() {
+    let _one = serial();
+    let mut lab = Lab::up("e2e-drills", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("report.json");
+    let xml = dir.path().join("report.xml");
+
+    // Every built-in drill, one run, with the lab's own clear.
+    let out = drill(
+        &lab,
+        &[
+            "slow-storage",
+            "throttled-rank",
+            "unplaceable-rank",
+            "--report",
+            json.to_str().unwrap(),
+            "--junit",
+            xml.to_str().unwrap(),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the built-in drills must pass:\n{}", text(&out));
+    for step in ["✓ inject", "✓ expect", "✓ remediate", "✓ verify", "✓ cleanup"] {
+        assert_eq!(stdout.matches(step).count(), 3, "{step} lines:\n{stdout}");
+    }
+    assert!(stdout.contains("3 of 3 drills passed"), "{stdout}");
+    let r = report(&json);
+    assert_eq!(r["format"], "straggler-lab.drill-report/v1");
+    assert_eq!(r["passed"], true);
+    let drills = r["drills"].as_array().unwrap();
+    assert_eq!(drills.len(), 3);
+    for d in drills {
+        let name = d["name"].as_str().unwrap();
+        assert_eq!(d["verdict"], "pass", "{name}: {}", d["reason"]);
+        let f = &d["figures"];
+        let detect = f["time_to_detect_s"].as_f64().unwrap();
+        let mitigate = f["time_to_mitigate_s"].as_f64().unwrap();
+        let back = f["time_to_baseline_s"].as_f64().unwrap();
+        assert!(detect > 0.0 && detect <= 60.0, "{name}: detect {detect}");
+        assert!(mitigate >= detect && back >= mitigate, "{name}: {f}");
+        assert!(f["lowest_throughput_pct"].as_f64().unwrap() < 90.0, "{name}: {f}");
+        assert!(d["timeline"].as_array().unwrap().len() > 20);
+        assert_eq!(d["cleanup"]["steady"], true);
+        // Kubernetes kept reporting the ranks Ready while the job's own signals fell: the point of the lab.
+        let expect = d["steps"].as_array().unwrap().iter().find(|s| s["step"] == "expect").unwrap();
+        assert!(expect["summary"].as_str().unwrap().contains("ranks Ready throughout"), "{expect}");
+        eprintln!("{name}: detect {detect:.1} s, mitigate {mitigate:.1} s, back to baseline {back:.1} s, steps lost {}", f["steps_lost"]);
+    }
+    let (tests, cases) = junit(&std::fs::read_to_string(&xml).unwrap());
+    assert_eq!(tests, 3);
+    assert_eq!(
+        cases,
+        vec![
+            ("slow-storage".to_string(), None),
+            ("throttled-rank".to_string(), None),
+            ("unplaceable-rank".to_string(), None)
+        ]
+    );
+
+    // The seed's traps. The slow-storage one also keeps the incident bundle it was handed.
+    let bundle = dir.path().join("bundle.json");
+    let restart = format!("cp \"$LAB_INCIDENT_BUNDLE\" {} && lab restart rank 1", bundle.display());
+    let d = trap(&lab, dir.path(), "slow-storage", &restart);
+    assert!(d["remediations"][0]["changes"][0].as_str().unwrap().contains("rank-1 pod running → replaced"), "{d:#}");
+    let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
+    check_bundle(&b);
+    trap(&lab, dir.path(), "throttled-rank", "lab apply --cpu 400m");
+    let d = trap(&lab, dir.path(), "unplaceable-rank", "lab scale ranks 4");
+    let ev = d["evidence"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect::<Vec<_>>().join("\n");
+    assert!(ev.contains("world size configured 5") && ev.contains("waiting at rendezvous"), "{ev}");
+
+    // A failed run's JUnit names the reason.
+    let xml2 = dir.path().join("fail.xml");
+    let out = drill(&lab, &["unplaceable-rank", "--remediate", "exit 3", "--junit", xml2.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let (_, cases) = junit(&std::fs::read_to_string(&xml2).unwrap());
+    let msg = cases[0].1.clone().expect("a failure message");
+    assert!(msg.starts_with("remediate: the command failed (exit 3)"), "{msg}");
+
+    // `lab incident` on the lab as it is now: steady, nothing firing.
+    let t = lab.ok(&["incident"]);
+    for part in ["INCIDENT", "SIGNALS FIRING", "DEPENDENCY LATENCY", "WIRING", "CHANGES", "rank-1 → storage-1"] {
+        assert!(t.contains(part), "{part} missing:\n{t}");
+    }
+
+    let ports = lab.ports();
+    lab.down();
+    let left = lab.leftovers(&ports);
+    assert!(left.is_empty(), "left behind after lab down: {left:?}");
+}
+
+/// The bundle a remediation got during the slow-storage fault: the evidence, and nothing naming the fault.
+fn check_bundle(b: &Value) {
+    let raw = b.to_string().to_lowercase();
+    for word in ["fault", "inject", "slow-storage", "cleared"] {
+        assert!(!raw.contains(word), "the bundle names {word:?}: {b:#}");
+    }
+    assert_eq!(b["format"], "straggler-lab.incident/v1");
+    let summary = b["latency_summary"][0].as_str().unwrap();
+    assert!(summary.starts_with("storage-1 went from ") && summary.contains("while its two siblings stayed at"), "{summary}");
+    let edges = b["wiring"]["edges"].as_array().unwrap();
+    assert!(edges.iter().any(|e| e["from"] == "rank-1" && e["to"] == "storage-1" && e["relation"] == "reads-from"), "{edges:?}");
+    let pods = b["wiring"]["pods"].as_array().unwrap();
+    let s1 = pods.iter().find(|p| p["name"] == "storage-1").unwrap();
+    assert_eq!(s1["containers"], serde_json::json!(["weed-volume", "latency-proxy"]));
+    let r1 = pods.iter().find(|p| p["name"] == "rank-1").unwrap();
+    assert_eq!(r1["cpu_template"], "400m");
+    assert!(b["signals_firing"].as_array().unwrap().iter().any(|s| s["signal"] == "latency"));
+    let changes = b["changes"].as_array().unwrap();
+    let last = changes.last().unwrap();
+    assert_eq!((&last["who"], &last["where"], &last["what"], &last["after"]), (&"operator".into(), &"storage-1".into(), &"added delay".into(), &"300 ms".into()));
+    assert!(b["kubernetes"].as_str().unwrap().starts_with("4/4 ranks Running and Ready"), "{}", b["kubernetes"]);
+}
+
+#[test]
+fn demo_runs_the_seed_story_to_completion() {
+    let _one = serial();
+    let lab = Lab::new("e2e-demo");
+    let out = lab.run(&["demo", "--runtime", "local"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "lab demo failed:\n{}", text(&out));
+    for part in [
+        "Fault 1 of 3",
+        "Fault 2 of 3",
+        "Fault 3 of 3",
+        "Under the fault",
+        "After scaling back to 4 ranks only",
+        "the incident goes back for a second plan",
+        "Recovered",
+        "What was measured",
+        "Demo complete",
+    ] {
+        assert!(stdout.contains(part), "{part:?} missing from the demo's output:\n{stdout}");
+    }
+    // Kubernetes' view beside the job's, under each fault.
+    assert!(stdout.matches("Kubernetes: 4/4 Ready · Training: ").count() >= 3, "{stdout}");
+    let table: Vec<&str> = stdout.lines().skip_while(|l| !l.contains("What was measured")).collect();
+    assert_eq!(table.iter().filter(|l| l.starts_with("PASS ")).count(), 3, "{}", table.join("\n"));
+    // The demo took its lab down: nothing of it is left.
+    assert!(!lab.dir().exists(), "the demo left its lab folder");
+    assert!(lab_tests::lab_processes(&lab.name).is_empty());
+    assert!(lab_tests::lab_cgroups(&lab.name).is_empty());
+}
