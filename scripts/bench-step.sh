@@ -6,6 +6,7 @@
 #
 #   scripts/bench-step.sh
 #   STEPS=400 CPU=400m THROTTLED=150m DELAY_MS=300 scripts/bench-step.sh
+#   SCENARIOS= scripts/bench-step.sh        # the baseline only
 #
 # Starts its own SeaweedFS (master and three volume servers on loopback, each behind a small delay proxy
 # that is its public URL), seeds the dataset, and runs four lab-rank processes (release build, default
@@ -19,6 +20,7 @@ DELAY_STEPS=${DELAY_STEPS:-40}
 CPU=${CPU:-400m}
 THROTTLED=${THROTTLED:-150m}
 DELAY_MS=${DELAY_MS:-300}
+SCENARIOS=${SCENARIOS-throttled slow-storage}
 RANKS=4
 say() { printf '[bench-step] %s\n' "$*" >&2; }
 millis() { local v=$1; case "$v" in *m) echo "${v%m}" ;; *) python3 -c "print(int(float('$v')*1000))" ;; esac; }
@@ -126,7 +128,8 @@ s = json.load(open(summary))
 last = [l for l in open(log) if re.search(r"rank \d+: step \d+ loss", l)][-1]
 ph = dict(re.findall(r"(read|compute|wait|transfer) ([\d.]+) ms", last))
 print("\t".join([name, rank, cpu, f"{s['mean_step_ms']:.1f}", ph['read'], ph['compute'], ph['wait'], ph['transfer'],
-                 f"{float(t1) - float(t0):.1f}", f"{s['early_mean_loss']:.3f}", f"{s['late_mean_loss']:.3f}"]))
+                 f"{float(t1) - float(t0):.1f}", f"{s['early_mean_loss']:.3f}", f"{s['late_mean_loss']:.3f}",
+                 f"{s.get('cpu_ms_per_step') or 0:.1f}", f"{s.get('runqueue_ms_per_step') or 0:.1f}"]))
 EOF
   done
 }
@@ -135,11 +138,15 @@ all_at() { local v=$1; printf '%s ' "$v" "$v" "$v" "$v"; }
 results="$work/results.tsv"
 say "baseline: $RANKS ranks at $CPU each, $STEPS steps"
 run_job baseline "$STEPS" $(all_at "$CPU") >>"$results"
-say "throttled-rank: rank 1 at $THROTTLED, the others at $CPU, $STEPS steps"
-run_job throttled "$STEPS" "$CPU" "$THROTTLED" "$CPU" "$CPU" >>"$results"
-say "slow-storage: storage-1 +${DELAY_MS} ms on every request, $DELAY_STEPS steps"
-start_proxies 1 "$DELAY_MS"
-run_job slow-storage "$DELAY_STEPS" $(all_at "$CPU") >>"$results"
+if [[ " $SCENARIOS " == *" throttled "* ]]; then
+  say "throttled-rank: rank 1 at $THROTTLED, the others at $CPU, $STEPS steps"
+  run_job throttled "$STEPS" "$CPU" "$THROTTLED" "$CPU" "$CPU" >>"$results"
+fi
+if [[ " $SCENARIOS " == *" slow-storage "* ]]; then
+  say "slow-storage: storage-1 +${DELAY_MS} ms on every request, $DELAY_STEPS steps"
+  start_proxies 1 "$DELAY_MS"
+  run_job slow-storage "$DELAY_STEPS" $(all_at "$CPU") >>"$results"
+fi
 
 python3 - "$results" <<'EOF'
 import sys, collections
@@ -148,12 +155,16 @@ by = collections.defaultdict(list)
 for r in rows:
     by[r[0]].append(r)
 print("step time of 4 ranks on this machine, each rank in its own CPU cgroup (phases: mean ms per step, 2nd half)")
-print(f"{'scenario':<13} {'rank':>4} {'cpu':>6} {'step ms':>8} {'read':>7} {'compute':>8} {'wait':>7} {'xfer':>6} {'throttled s':>11} {'loss':>13}")
+print(f"{'scenario':<13} {'rank':>4} {'cpu':>6} {'step ms':>8} {'read':>7} {'compute':>8} {'wait':>7} {'xfer':>6} {'throttled s':>11} {'cpu/step':>8} {'runq/step':>9} {'loss':>13}")
 for name, rs in by.items():
     for r in rs:
-        print(f"{name:<13} {r[1]:>4} {r[2]:>6} {r[3]:>8} {r[4]:>7} {r[5]:>8} {r[6]:>7} {r[7]:>6} {r[8]:>11} {r[9]:>6}→{r[10]:<6}")
+        print(f"{name:<13} {r[1]:>4} {r[2]:>6} {r[3]:>8} {r[4]:>7} {r[5]:>8} {r[6]:>7} {r[7]:>6} {r[8]:>11} {r[11]:>8} {r[12]:>9} {r[9]:>6}→{r[10]:<6}")
 base = max(float(r[3]) for r in by["baseline"])
-print(f"\nbaseline step {base:.1f} ms ({1000 / base:.1f} steps/s)")
+cpu = max(float(r[11]) for r in by["baseline"])
+quota = float(by["baseline"][0][2].rstrip("m")) / 1000 if by["baseline"][0][2].endswith("m") else float(by["baseline"][0][2])
+runq = max(float(r[12]) for r in by["baseline"])
+print(f"\nbaseline step {base:.1f} ms ({1000 / base:.1f} steps/s); CPU {cpu:.1f} ms per step per rank, so at least "
+      f"{cpu / quota:.0f} ms per step under a {quota:g}-core limit; waiting for a CPU (other load) {runq:.1f} ms per step")
 for name in ("throttled", "slow-storage"):
     if name in by:
         t = max(float(r[3]) for r in by[name])

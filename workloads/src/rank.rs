@@ -71,6 +71,11 @@ pub struct RunSummary {
     pub server: String,
     pub rows_verified: u64,
     pub mean_step_ms: f64,
+    /// CPU time of the training thread per step (from `/proc/thread-self/schedstat`): what a CPU limit
+    /// divides, so that the step time under a limit of `q` cores is at least `cpu_ms_per_step / q`.
+    pub cpu_ms_per_step: Option<f64>,
+    /// Time the training thread spent runnable but waiting for a CPU, per step (a busy host).
+    pub runqueue_ms_per_step: Option<f64>,
 }
 
 impl RankOptions {
@@ -560,6 +565,13 @@ fn announce_resume(rank: u32, world: u32, resume: &Resume, registry: &Registry) 
     }
 }
 
+/// This thread's time on a CPU and waiting for one, in nanoseconds.
+fn schedstat() -> Option<(f64, f64)> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut it = text.split_whitespace().map(|v| v.parse::<f64>().ok());
+    Some((it.next()??, it.next()??))
+}
+
 fn unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -692,6 +704,7 @@ impl Trainer<'_> {
         let mut last_progress = Instant::now();
         let mut rows_verified = 0u64;
         let started = Instant::now();
+        let sched_start = schedstat();
         let mut ran = 0u64;
         let batch_label = f64::from(opts.batch_size);
 
@@ -835,6 +848,12 @@ impl Trainer<'_> {
             server: self.main_server.clone(),
             rows_verified,
             mean_step_ms: started.elapsed().as_secs_f64() * 1e3 / ran.max(1) as f64,
+            cpu_ms_per_step: sched_start
+                .zip(schedstat())
+                .map(|(a, b)| (b.0 - a.0) / 1e6 / ran.max(1) as f64),
+            runqueue_ms_per_step: sched_start
+                .zip(schedstat())
+                .map(|(a, b)| (b.1 - a.1) / 1e6 / ran.max(1) as f64),
         })
     }
 

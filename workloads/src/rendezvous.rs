@@ -761,7 +761,11 @@ mod tests {
         // connects; the listener is dropped at once.
         for addr in ["rendezvous.invalid:0", "192.0.2.1:0"] {
             let host = Host::bind(addr, None).unwrap();
-            assert!(host.local_addr().starts_with("0.0.0.0:"), "{addr} -> {}", host.local_addr());
+            assert!(
+                host.local_addr().starts_with("0.0.0.0:"),
+                "{addr} -> {}",
+                host.local_addr()
+            );
         }
         assert!(Host::bind("no-port.invalid", None).is_err());
     }
