@@ -22,11 +22,11 @@ use nix::sys::signal::Signal;
 use crate::bundle::Bundle;
 use crate::command::{self, CommandSpec, GroupSlot};
 use crate::judge::{
-    Detection, ExpectTracker, Outcome, PreFault, Recovery, RecoveryTracker, SteadyWindow, StepsLost, fmt_s,
-    unsteady_now,
+    Detection, ExpectTracker, Outcome, PreFault, Recovery, RecoveryTracker, SteadyAgain, SteadyWindow,
+    StepsLost, fmt_s,
 };
 use crate::report::{CleanupReport, DrillReport, Figures, Point, RemediationReport, StepReport, Verdict};
-use crate::spec::{Drill, Expect, Remediate, Requirements, Step, Verify, defaults};
+use crate::spec::{Drill, Expect, Remediate, Requirements, Step, Verify};
 
 /// Where snapshots come from: the telemetry driver in a live run, a list in a test.
 pub trait SnapshotSource: Send {
@@ -256,6 +256,9 @@ pub fn unsuitable(drill: &Drill, status: &LabStatus, lab_seed: Option<u64>) -> O
 /// A drill's first failure: its verdict, reason and evidence.
 type Failure = (Verdict, String, Vec<String>);
 
+/// The window over which the lab must be steady again after a drill's cleanup.
+const STEADY_AGAIN_WINDOW: Duration = Duration::from_secs(10);
+
 /// How often a long step reports where it stands.
 const PROGRESS_EVERY_MS: u64 = 10_000;
 /// How long the lab may take to become steady after its warm-up.
@@ -285,7 +288,6 @@ pub struct Session<'a, S: SnapshotSource> {
     mitigated_ms: Option<u64>,
     recovery: Option<Recovery>,
     failure: Option<Failure>,
-    last_verify: Option<Verify>,
     retried: Vec<String>,
     cleanup: CleanupReport,
 }
@@ -333,7 +335,6 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             mitigated_ms: None,
             recovery: None,
             failure: None,
-            last_verify: None,
             retried: Vec::new(),
             cleanup: CleanupReport::default(),
         }
@@ -808,7 +809,6 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
 
     /// Verifies the job is back at its pre-fault baseline on its own signals.
     pub async fn verify(&mut self, spec: &Verify) -> StepReport {
-        self.last_verify = Some(spec.clone());
         let what = format!(
             "throughput and step time within {:.0}% of the baseline for {} steps, within {:.0} s",
             spec.within_pct,
@@ -909,23 +909,22 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             };
             return self.finish("cleanup", started, true, cleared_text, vec![], Verdict::Fail);
         };
-        let v = self.last_verify.clone().unwrap_or(Verify {
-            within_pct: defaults::VERIFY_WITHIN_PCT,
-            consecutive_steps: defaults::VERIFY_STEPS,
-            deadline,
-        });
-        let spec = Verify { deadline, ..v };
-        let mut tracker = RecoveryTracker::new(&spec, base, now_ms());
+        let mut tracker = SteadyAgain::new(
+            base,
+            STEADY_AGAIN_WINDOW.as_millis() as u64,
+            now_ms(),
+            deadline.as_millis() as u64,
+        );
         let mut last_progress = started;
         loop {
             let s = self.next().await;
             match tracker.push(&s) {
-                Outcome::Done(r) => {
+                Outcome::Done(w) => {
                     let summary = format!(
-                        "{cleared_text}; steady: throughput {:.0}% of the pre-fault baseline, step {} for {} steps",
-                        r.pct,
-                        fmt_s(r.step_seconds),
-                        r.steps
+                        "{cleared_text}; steady again: {:.0} samples/s ({:.0}% of the pre-fault baseline), step {}",
+                        w.samples_per_s,
+                        base.pct(w.samples_per_s),
+                        fmt_s(w.step_seconds)
                     );
                     self.cleanup = CleanupReport {
                         ok: true,
@@ -937,13 +936,9 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                 }
                 Outcome::Failed(why) => {
                     self.cleanup.cleared = cleared.clone();
-                    return self.cleanup_failed(
-                        started,
-                        format!("{cleared_text}, but the lab did not come back to its steady state: {why}"),
-                    );
+                    return self.cleanup_failed(started, format!("{cleared_text}, but the lab is {why}"));
                 }
                 Outcome::Pending(text) => {
-                    let text = unsteady_now(&s).unwrap_or(text);
                     self.progress("cleanup", started, &mut last_progress, s.at_ms, &text);
                 }
             }

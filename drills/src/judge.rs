@@ -122,6 +122,63 @@ impl SteadyWindow {
     }
 }
 
+/// After a drill's cleanup the lab must be steady again (every rank Ready, training, no latency, error or
+/// saturation signal, a rate that does not wander) at no less than this share of the pre-fault baseline:
+/// the throughput rule's own threshold. Anything a fault leaves behind stalls or halves the job, or fires a
+/// signal; a machine that got busier in the meantime does not make a cleanup fail.
+pub const STEADY_AGAIN_MIN_PCT: f64 = 50.0;
+
+/// Waits for the lab to be steady again after a cleanup, within a deadline.
+#[derive(Debug)]
+pub struct SteadyAgain {
+    window: SteadyWindow,
+    baseline: PreFault,
+    from_ms: u64,
+    deadline_ms: u64,
+    last: String,
+}
+
+impl SteadyAgain {
+    /// Measured over windows of `window_ms`, from `from_ms`, for at most `deadline_ms`.
+    pub fn new(baseline: PreFault, window_ms: u64, from_ms: u64, deadline_ms: u64) -> Self {
+        SteadyAgain {
+            window: SteadyWindow::new(window_ms),
+            baseline,
+            from_ms,
+            deadline_ms,
+            last: "no measurement yet".into(),
+        }
+    }
+
+    /// Adds a snapshot; `Done` with the steady window's figures.
+    pub fn push(&mut self, s: &Snapshot) -> Outcome<PreFault> {
+        if s.at_ms < self.from_ms {
+            return Outcome::Pending("waiting for the cleanup".into());
+        }
+        match self.window.push(s) {
+            Outcome::Done(w) => {
+                let pct = self.baseline.pct(w.samples_per_s);
+                if pct >= STEADY_AGAIN_MIN_PCT {
+                    return Outcome::Done(w);
+                }
+                self.last = format!(
+                    "steady, but at {pct:.0}% of the pre-fault baseline ({:.0} of {:.0} samples/s)",
+                    w.samples_per_s, self.baseline.samples_per_s
+                );
+            }
+            Outcome::Pending(why) | Outcome::Failed(why) => self.last = why,
+        }
+        if s.at_ms - self.from_ms > self.deadline_ms {
+            return Outcome::Failed(format!(
+                "not steady {:.0} s after the cleanup: {}",
+                self.deadline_ms as f64 / 1000.0,
+                self.last
+            ));
+        }
+        Outcome::Pending(self.last.clone())
+    }
+}
+
 /// Why the lab is not steady in this snapshot, if it is not.
 pub fn unsteady_now(s: &Snapshot) -> Option<String> {
     let st = &s.status;
@@ -668,6 +725,36 @@ pub(crate) mod tests {
             last = w.push(&s);
         }
         assert!(matches!(last, Outcome::Done(_)), "{last:?}");
+    }
+
+    #[test]
+    fn steady_again_tolerates_a_busier_machine_but_not_a_stalled_job() {
+        let mut a = SteadyAgain::new(base(), 5_000, T0, 20_000);
+        let mut last = Outcome::Pending(String::new());
+        for t in 0..8 {
+            // 70% of the pre-fault rate, steady: the machine is busier, the job is fine.
+            last = a.push(&snap(t, Some(280.0), Some(0.4), t * 2));
+        }
+        assert!(
+            matches!(last, Outcome::Done(w) if (w.samples_per_s - 280.0).abs() < 1e-9),
+            "{last:?}"
+        );
+
+        let mut a = SteadyAgain::new(base(), 5_000, T0, 10_000);
+        for t in 0..=10 {
+            last = a.push(&snap(t, Some(60.0), Some(2.0), t));
+        }
+        assert!(
+            matches!(&last, Outcome::Pending(m) if m.contains("15% of the pre-fault")),
+            "{last:?}"
+        );
+        let Outcome::Failed(why) = a.push(&snap(11, Some(60.0), Some(2.0), 11)) else {
+            panic!()
+        };
+        assert!(
+            why.starts_with("not steady 10 s after the cleanup: steady, but at 15%"),
+            "{why}"
+        );
     }
 
     #[test]

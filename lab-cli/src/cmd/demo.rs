@@ -315,14 +315,14 @@ fn table(rows: &[Row]) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<34} {:<18} {:>16} {:>9} {:>10} {:>10} {:>6}  FIX",
+        "{:<38} {:<22} {:>16} {:>9} {:>10} {:>10} {:>6}  FIX",
         "FAULT", "KUBERNETES", "TRAINING (FAULT)", "DETECT", "MITIGATED", "BACK AT", "LOST"
     );
     for r in rows {
         let f = &r.report.figures;
         let _ = writeln!(
             o,
-            "{:<34} {:<18} {:>16} {:>9} {:>10} {:>10} {:>6}  {}",
+            "{:<38} {:<22} {:>16} {:>9} {:>10} {:>10} {:>6}  {}",
             format!("{} {}", r.report.verdict, r.title),
             r.kubernetes,
             f.fault_throughput_pct
