@@ -41,7 +41,13 @@ fn invalid_drill_files_give_their_line_and_column() {
     assert!(invalid.len() >= 15, "{invalid:?}");
     for f in invalid {
         let want = std::fs::read_to_string(&f).unwrap();
-        let want = want.lines().next().unwrap().strip_prefix("# error: ").unwrap().to_string();
+        let want = want
+            .lines()
+            .next()
+            .unwrap()
+            .strip_prefix("# error: ")
+            .unwrap()
+            .to_string();
         let (loc, words) = {
             let mut p = want.splitn(3, ':');
             let (l, c) = (p.next().unwrap(), p.next().unwrap());
@@ -52,7 +58,10 @@ fn invalid_drill_files_give_their_line_and_column() {
         assert!(!out.status.success(), "{path} should be refused:\n{}", text(&out));
         let err = String::from_utf8_lossy(&out.stderr);
         let line = err.lines().next().unwrap_or("");
-        assert!(line.starts_with(&format!("{path}:{loc}: ")), "{path}: expected {loc}, got {line:?}");
+        assert!(
+            line.starts_with(&format!("{path}:{loc}: ")),
+            "{path}: expected {loc}, got {line:?}"
+        );
         assert!(line.contains(&words), "{path}: expected {words:?} in {line:?}");
     }
 }
@@ -73,7 +82,9 @@ fn junit(xml: &str) -> (usize, Vec<(String, Option<String>)>) {
     let mut cases: Vec<(String, Option<String>)> = Vec::new();
     let mut saw_decl = false;
     loop {
-        let ev = r.read_event().unwrap_or_else(|e| panic!("malformed JUnit at {}: {e}\n{xml}", r.buffer_position()));
+        let ev = r
+            .read_event()
+            .unwrap_or_else(|e| panic!("malformed JUnit at {}: {e}\n{xml}", r.buffer_position()));
         let (e, empty) = match ev {
             Event::Decl(_) => {
                 saw_decl = true;
@@ -121,8 +132,22 @@ fn drill(lab: &Lab, args: &[&str]) -> Output {
 /// and still leave the lab steady after its cleanup.
 fn trap(lab: &Lab, dir: &Path, name: &str, remediation: &str) -> Value {
     let path = dir.join(format!("{name}-trap.json"));
-    let out = drill(lab, &[name, "--remediate", remediation, "--report", path.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1), "the trap `{remediation}` must fail {name}:\n{}", text(&out));
+    let out = drill(
+        lab,
+        &[
+            name,
+            "--remediate",
+            remediation,
+            "--report",
+            path.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the trap `{remediation}` must fail {name}:\n{}",
+        text(&out)
+    );
     let r = report(&path);
     let d = &r["drills"][0];
     assert_eq!(d["verdict"], "fail", "{d:#}");
@@ -160,7 +185,11 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
         ],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the built-in drills must pass:\n{}", text(&out));
+    assert!(
+        out.status.success(),
+        "the built-in drills must pass:\n{}",
+        text(&out)
+    );
     for step in ["✓ inject", "✓ expect", "✓ remediate", "✓ verify", "✓ cleanup"] {
         assert_eq!(stdout.matches(step).count(), 3, "{step} lines:\n{stdout}");
     }
@@ -183,9 +212,23 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
         assert!(d["timeline"].as_array().unwrap().len() > 20);
         assert_eq!(d["cleanup"]["steady"], true);
         // Kubernetes kept reporting the ranks Ready while the job's own signals fell: the point of the lab.
-        let expect = d["steps"].as_array().unwrap().iter().find(|s| s["step"] == "expect").unwrap();
-        assert!(expect["summary"].as_str().unwrap().contains("ranks Ready throughout"), "{expect}");
-        eprintln!("{name}: detect {detect:.1} s, mitigate {mitigate:.1} s, back to baseline {back:.1} s, steps lost {}", f["steps_lost"]);
+        let expect = d["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step"] == "expect")
+            .unwrap();
+        assert!(
+            expect["summary"]
+                .as_str()
+                .unwrap()
+                .contains("ranks Ready throughout"),
+            "{expect}"
+        );
+        eprintln!(
+            "{name}: detect {detect:.1} s, mitigate {mitigate:.1} s, back to baseline {back:.1} s, steps lost {}",
+            f["steps_lost"]
+        );
     }
     let (tests, cases) = junit(&std::fs::read_to_string(&xml).unwrap());
     assert_eq!(tests, 3);
@@ -200,27 +243,64 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
 
     // The seed's traps. The slow-storage one also keeps the incident bundle it was handed.
     let bundle = dir.path().join("bundle.json");
-    let restart = format!("cp \"$LAB_INCIDENT_BUNDLE\" {} && lab restart rank 1", bundle.display());
+    let restart = format!(
+        "cp \"$LAB_INCIDENT_BUNDLE\" {} && lab restart rank 1",
+        bundle.display()
+    );
     let d = trap(&lab, dir.path(), "slow-storage", &restart);
-    assert!(d["remediations"][0]["changes"][0].as_str().unwrap().contains("rank-1 pod running → replaced"), "{d:#}");
+    assert!(
+        d["remediations"][0]["changes"][0]
+            .as_str()
+            .unwrap()
+            .contains("rank-1 pod running → replaced"),
+        "{d:#}"
+    );
     let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
     check_bundle(&b);
     trap(&lab, dir.path(), "throttled-rank", "lab apply --cpu 400m");
     let d = trap(&lab, dir.path(), "unplaceable-rank", "lab scale ranks 4");
-    let ev = d["evidence"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect::<Vec<_>>().join("\n");
-    assert!(ev.contains("world size configured 5") && ev.contains("waiting at rendezvous"), "{ev}");
+    let ev = d["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        ev.contains("world size configured 5") && ev.contains("waiting at rendezvous"),
+        "{ev}"
+    );
 
     // A failed run's JUnit names the reason.
     let xml2 = dir.path().join("fail.xml");
-    let out = drill(&lab, &["unplaceable-rank", "--remediate", "exit 3", "--junit", xml2.to_str().unwrap()]);
+    let out = drill(
+        &lab,
+        &[
+            "unplaceable-rank",
+            "--remediate",
+            "exit 3",
+            "--junit",
+            xml2.to_str().unwrap(),
+        ],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let (_, cases) = junit(&std::fs::read_to_string(&xml2).unwrap());
     let msg = cases[0].1.clone().expect("a failure message");
     assert!(msg.starts_with("remediate: the command failed (exit 3)"), "{msg}");
 
-    // `lab incident` on the lab as it is now: steady, nothing firing.
+    // Interrupted mid-drill, a drill clears what it injected.
+    interrupted_drill_clears_its_fault(&lab);
+
+    // `lab incident` on the lab as it is now.
     let t = lab.ok(&["incident"]);
-    for part in ["INCIDENT", "SIGNALS FIRING", "DEPENDENCY LATENCY", "WIRING", "CHANGES", "rank-1 → storage-1"] {
+    for part in [
+        "INCIDENT",
+        "SIGNALS FIRING",
+        "DEPENDENCY LATENCY",
+        "WIRING",
+        "CHANGES",
+        "rank-1 → storage-1",
+    ] {
         assert!(t.contains(part), "{part} missing:\n{t}");
     }
 
@@ -228,6 +308,39 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     lab.down();
     let left = lab.leftovers(&ports);
     assert!(left.is_empty(), "left behind after lab down: {left:?}");
+}
+
+fn interrupted_drill_clears_its_fault(lab: &Lab) {
+    use std::io::BufRead;
+    let mut child = lab
+        .command(&["drill", "run", "slow-storage"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        let injected = line.contains("✓ inject");
+        seen.push(line);
+        if injected {
+            break;
+        }
+    }
+    assert!(seen.last().is_some_and(|l| l.contains("✓ inject")), "{seen:#?}");
+    let status = lab.ok(&["fault", "status"]);
+    assert!(status.contains("slow-storage"), "{status}");
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cleared slow-storage-"), "{err}");
+    let status = lab.ok(&["fault", "status"]);
+    assert!(status.contains("no fault is injected"), "{status}");
 }
 
 /// The bundle a remediation got during the slow-storage fault: the evidence, and nothing naming the fault.
@@ -238,19 +351,51 @@ fn check_bundle(b: &Value) {
     }
     assert_eq!(b["format"], "straggler-lab.incident/v1");
     let summary = b["latency_summary"][0].as_str().unwrap();
-    assert!(summary.starts_with("storage-1 went from ") && summary.contains("while its two siblings stayed at"), "{summary}");
+    assert!(
+        summary.starts_with("storage-1 went from ") && summary.contains("while its two siblings stayed at"),
+        "{summary}"
+    );
     let edges = b["wiring"]["edges"].as_array().unwrap();
-    assert!(edges.iter().any(|e| e["from"] == "rank-1" && e["to"] == "storage-1" && e["relation"] == "reads-from"), "{edges:?}");
+    assert!(
+        edges
+            .iter()
+            .any(|e| e["from"] == "rank-1" && e["to"] == "storage-1" && e["relation"] == "reads-from"),
+        "{edges:?}"
+    );
     let pods = b["wiring"]["pods"].as_array().unwrap();
     let s1 = pods.iter().find(|p| p["name"] == "storage-1").unwrap();
-    assert_eq!(s1["containers"], serde_json::json!(["weed-volume", "latency-proxy"]));
+    assert_eq!(
+        s1["containers"],
+        serde_json::json!(["weed-volume", "latency-proxy"])
+    );
     let r1 = pods.iter().find(|p| p["name"] == "rank-1").unwrap();
     assert_eq!(r1["cpu_template"], "400m");
-    assert!(b["signals_firing"].as_array().unwrap().iter().any(|s| s["signal"] == "latency"));
+    assert!(
+        b["signals_firing"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["signal"] == "latency")
+    );
     let changes = b["changes"].as_array().unwrap();
     let last = changes.last().unwrap();
-    assert_eq!((&last["who"], &last["where"], &last["what"], &last["after"]), (&"operator".into(), &"storage-1".into(), &"added delay".into(), &"300 ms".into()));
-    assert!(b["kubernetes"].as_str().unwrap().starts_with("4/4 ranks Running and Ready"), "{}", b["kubernetes"]);
+    assert_eq!(
+        (&last["who"], &last["where"], &last["what"], &last["after"]),
+        (
+            &"operator".into(),
+            &"storage-1".into(),
+            &"added delay".into(),
+            &"300 ms".into()
+        )
+    );
+    assert!(
+        b["kubernetes"]
+            .as_str()
+            .unwrap()
+            .starts_with("4/4 ranks Running and Ready"),
+        "{}",
+        b["kubernetes"]
+    );
 }
 
 #[test]
@@ -271,12 +416,26 @@ fn demo_runs_the_seed_story_to_completion() {
         "What was measured",
         "Demo complete",
     ] {
-        assert!(stdout.contains(part), "{part:?} missing from the demo's output:\n{stdout}");
+        assert!(
+            stdout.contains(part),
+            "{part:?} missing from the demo's output:\n{stdout}"
+        );
     }
     // Kubernetes' view beside the job's, under each fault.
-    assert!(stdout.matches("Kubernetes: 4/4 Ready · Training: ").count() >= 3, "{stdout}");
-    let table: Vec<&str> = stdout.lines().skip_while(|l| !l.contains("What was measured")).collect();
-    assert_eq!(table.iter().filter(|l| l.starts_with("PASS ")).count(), 3, "{}", table.join("\n"));
+    assert!(
+        stdout.matches("Kubernetes: 4/4 Ready · Training: ").count() >= 3,
+        "{stdout}"
+    );
+    let table: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.contains("What was measured"))
+        .collect();
+    assert_eq!(
+        table.iter().filter(|l| l.starts_with("PASS ")).count(),
+        3,
+        "{}",
+        table.join("\n")
+    );
     // The demo took its lab down: nothing of it is left.
     assert!(!lab.dir().exists(), "the demo left its lab folder");
     assert!(lab_tests::lab_processes(&lab.name).is_empty());
