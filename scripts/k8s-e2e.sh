@@ -129,6 +129,8 @@ lab fault inject unplaceable-rank --ranks 5 >&2 || die "inject unplaceable-rank"
 check_unplaceable_rank
 lab fault clear --all >&2 || die "clear unplaceable-rank"
 wait_status "back to 4 ranks, world size 4" 120 '.world_size == 4 and .ranks_desired == 4'
+# The ranks come back one by one (OrderedReady) after the world size is restored.
+wait_status "4 ranks Running and Ready again" 180 '([.pods[] | select(.role == "rank" and .phase == "Running" and .ready)] | length) == 4'
 expect_all_ready "after clearing every fault"
 status_json > "$REPORTS/status-end.json"
 finish
