@@ -1436,3 +1436,59 @@ async fn a_broken_watch_is_started_again_and_a_forbidden_one_ends_the_wait() {
     );
     finish(server).await;
 }
+
+#[tokio::test]
+async fn a_latency_proxy_the_api_server_cannot_reach_is_an_error_naming_the_pod() {
+    let (rt, h) = runtime(DelayChoice::Proxy);
+    let pod = "storage-1-7d9f-abcde";
+    let server = serve(
+        h,
+        vec![
+            lab_pods(vec![storage_pod(1, json!({}), vec![], vec![])]),
+            ex(
+                "PUT",
+                format!("{}:8481/proxy/delay", pod_path(pod)),
+                Reply::Json(
+                    503,
+                    api_status(
+                        503,
+                        "ServiceUnavailable",
+                        "error trying to reach service: dial tcp 10.0.0.5:8481: connect: connection refused",
+                    ),
+                ),
+            ),
+        ],
+    );
+    let err = rt.set_storage_delay(1, Some(delay_300())).await.unwrap_err();
+    assert_eq!(super::api::status_code(&err), Some(503), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("set the latency proxy's delay on {pod}")),
+        "{err}"
+    );
+    finish(server).await;
+}
+
+#[tokio::test]
+async fn a_world_size_change_without_lab_config_says_what_is_missing() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let server = serve(
+        h,
+        vec![ex(
+            "PATCH",
+            format!("/api/v1/namespaces/{NS}/configmaps/lab-config"),
+            Reply::Json(
+                404,
+                api_status(404, "NotFound", "configmaps \"lab-config\" not found"),
+            ),
+        )],
+    );
+    let err = rt.set_world_size(5).await.unwrap_err();
+    assert_eq!(super::api::status_code(&err), Some(404), "{err}");
+    assert!(
+        err.to_string().contains("set the world size in lab-config"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("lab down"), "{err}");
+    finish(server).await;
+}
