@@ -72,6 +72,16 @@ pub enum RuntimeArg {
     Kind,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DelayPathArg {
+    /// tc netem where the node kernel has sch_netem, else the latency proxy.
+    Auto,
+    /// Only tc netem; fail where the kernel lacks it.
+    Netem,
+    /// Only the latency proxy beside each storage server.
+    Proxy,
+}
+
 #[derive(Debug, Args)]
 pub struct UpArgs {
     /// Where to run. With --kubeconfig, an existing cluster is used instead.
@@ -122,6 +132,22 @@ pub struct UpArgs {
     /// The image pull policy on Kubernetes (IfNotPresent, or Never for nodes without a registry).
     #[arg(long)]
     pub pull_policy: Option<String>,
+    /// How the slow-storage fault adds its delay on Kubernetes: tc netem in a container added to the storage
+    /// pod where the node kernel has sch_netem, else the latency proxy (auto); or only one of them.
+    #[arg(long, value_enum, default_value_t = DelayPathArg::Auto)]
+    pub delay_path: DelayPathArg,
+    /// Deploy Prometheus with the golden-signal rules (default: on for kind, off for an existing cluster).
+    #[arg(long)]
+    pub monitoring: Option<bool>,
+    /// kind: the node image (pinned by digest by default; Kubernetes 1.33 or newer).
+    #[arg(long)]
+    pub node_image: Option<String>,
+    /// kind: use the lab image already in Docker (--image) instead of building it from the Dockerfile.
+    #[arg(long)]
+    pub no_build: bool,
+    /// Kubernetes: how long any one wait (a rollout, the seeding job, a resize) may take.
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    pub wait_timeout: std::time::Duration,
     /// How long to wait for training to reach a steady baseline.
     #[arg(long, default_value = "180s", value_parser = parse_duration)]
     pub baseline_timeout: std::time::Duration,

@@ -12,7 +12,7 @@ use lab_runtime::local::{self, LocalOptions};
 use lab_runtime::{Runtime, UpOptions, open};
 use serde_json::json;
 
-use crate::cli::{RuntimeArg, UpArgs};
+use crate::cli::{DelayPathArg, RuntimeArg, UpArgs};
 use crate::out::{self, Steps};
 use crate::session;
 
@@ -71,6 +71,21 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
             if let Some(p) = &a.pull_policy {
                 ko.pull_policy = p.clone();
             }
+            ko.delay = match a.delay_path {
+                DelayPathArg::Auto => kube::DelayChoice::Auto,
+                DelayPathArg::Netem => kube::DelayChoice::Netem,
+                DelayPathArg::Proxy => kube::DelayChoice::Proxy,
+            };
+            if let Some(m) = a.monitoring {
+                ko.monitoring = m;
+            }
+            if let Some(n) = &a.node_image {
+                ko.node_image = n.clone();
+            }
+            if a.no_build {
+                ko.build_image = false;
+            }
+            ko.wait_timeout = a.wait_timeout;
             Arc::new(kube::up(&opts, &ko, &steps).await?)
         }
     };
