@@ -203,85 +203,106 @@ pub struct Weed {
 }
 
 impl Weed {
+    /// Starts the master and the three volume servers and waits until the master lists all three. A
+    /// process that dies on the way (a port taken by someone else between picking and binding) is started
+    /// again on other ports.
     pub fn start() -> Weed {
         let weed = weed_binary();
         let dir = tempfile::Builder::new().prefix("lab-weed-").tempdir().unwrap();
-        let (mport, mgrpc) = (free_port(), free_port());
-        let master = format!("127.0.0.1:{mport}");
         std::fs::create_dir_all(dir.path().join("master")).unwrap();
-        let mut procs = vec![Proc::spawn(
-            "weed-master",
-            Command::new(&weed).args([
-                "master",
-                "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
-                &format!("-port={mport}"),
-                &format!("-port.grpc={mgrpc}"),
-                &format!("-mdir={}", dir.path().join("master").display()),
-                "-volumeSizeLimitMB=64",
-            ]),
-            dir.path(),
-        )];
-        let mut volumes = Vec::new();
-        let mut proxies = Vec::new();
-        for i in 0..3 {
-            let (port, grpc) = (free_port(), free_port());
-            let url = format!("127.0.0.1:{port}");
-            let proxy = Forwarder::start(url.clone());
-            let vdir = dir.path().join(format!("volume-{i}"));
-            std::fs::create_dir_all(&vdir).unwrap();
-            procs.push(Proc::spawn(
-                &format!("weed-volume-{i}"),
+        let mut procs: Vec<Proc> = Vec::new();
+        let mut master = String::new();
+        let mut master_grpc = String::new();
+        for attempt in 0..3 {
+            let [port, grpc] = free_ports::<2>();
+            let mut p = Proc::spawn(
+                &format!("weed-master-{attempt}"),
                 Command::new(&weed).args([
-                    "volume",
+                    "master",
                     "-ip=127.0.0.1",
                     "-ip.bind=127.0.0.1",
                     &format!("-port={port}"),
                     &format!("-port.grpc={grpc}"),
-                    &format!("-dir={}", vdir.display()),
-                    "-max=8",
-                    &format!("-master=127.0.0.1:{mport}.{mgrpc}"),
-                    &format!("-rack=storage-{i}"),
-                    "-dataCenter=lab",
-                    &format!("-publicUrl={}", proxy.addr),
+                    &format!("-mdir={}", dir.path().join("master").display()),
+                    "-volumeSizeLimitMB=64",
                 ]),
                 dir.path(),
-            ));
-            volumes.push(url);
-            proxies.push(proxy);
+            );
+            let addr = format!("127.0.0.1:{port}");
+            let up = wait_for(Duration::from_secs(20), || {
+                p.child.try_wait().ok().flatten().is_none() && http_get(&addr, "/dir/status").is_some()
+            });
+            let alive = p.child.try_wait().ok().flatten().is_none();
+            procs.push(p);
+            if up && alive {
+                master = addr;
+                master_grpc = format!("127.0.0.1:{port}.{grpc}");
+                break;
+            }
         }
-        let w = Weed {
+        assert!(
+            !master.is_empty(),
+            "the SeaweedFS master did not start: {}",
+            logs_of(&procs)
+        );
+        let mut volumes = Vec::new();
+        let mut proxies = Vec::new();
+        for i in 0..3 {
+            let vdir = dir.path().join(format!("volume-{i}"));
+            std::fs::create_dir_all(&vdir).unwrap();
+            let mut started = false;
+            for attempt in 0..3 {
+                let [port, grpc] = free_ports::<2>();
+                let url = format!("127.0.0.1:{port}");
+                let proxy = Forwarder::start(url.clone());
+                let mut p = Proc::spawn(
+                    &format!("weed-volume-{i}-{attempt}"),
+                    Command::new(&weed).args([
+                        "volume",
+                        "-ip=127.0.0.1",
+                        "-ip.bind=127.0.0.1",
+                        &format!("-port={port}"),
+                        &format!("-port.grpc={grpc}"),
+                        &format!("-dir={}", vdir.display()),
+                        "-max=8",
+                        &format!("-master={master_grpc}"),
+                        &format!("-rack=storage-{i}"),
+                        "-dataCenter=lab",
+                        &format!("-publicUrl={}", proxy.addr),
+                    ]),
+                    dir.path(),
+                );
+                let registered = wait_for(Duration::from_secs(30), || {
+                    p.child.try_wait().ok().flatten().is_some()
+                        || http_get(&master, "/dir/status")
+                            .is_some_and(|b| b.contains(&format!("\"storage-{i}\"")) && b.contains(&url))
+                });
+                let alive = p.child.try_wait().ok().flatten().is_none();
+                procs.push(p);
+                if registered && alive {
+                    volumes.push(url);
+                    proxies.push(proxy);
+                    started = true;
+                    break;
+                }
+            }
+            assert!(
+                started,
+                "volume server storage-{i} did not start: {}",
+                logs_of(&procs)
+            );
+        }
+        Weed {
             dir,
             master,
             volumes,
             proxies,
             procs,
-        };
-        w.wait_for_topology(Duration::from_secs(60));
-        w
-    }
-
-    fn wait_for_topology(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let body = http_get(&self.master, "/dir/status").unwrap_or_default();
-            if (0..3).all(|i| body.contains(&format!("\"storage-{i}\""))) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "SeaweedFS did not come up within {timeout:?}: {}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(200));
         }
     }
 
     pub fn logs(&self) -> String {
-        self.procs
-            .iter()
-            .map(|p| format!("--- {}\n{}", p.name, tail(&p.stderr_text(), 15)))
-            .collect()
+        logs_of(&self.procs)
     }
 
     /// Runs lab-seeder and returns its JSON summary.
@@ -298,6 +319,35 @@ impl Weed {
             self.logs()
         );
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+fn logs_of(procs: &[Proc]) -> String {
+    procs
+        .iter()
+        .map(|p| format!("--- {}\n{}\n", p.name, tail(&p.stderr_text(), 15)))
+        .collect()
+}
+
+/// `n` distinct free TCP ports on 127.0.0.1 (all bound at once, then released).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().unwrap().port())
+}
+
+/// Polls `cond` until it holds (true) or `timeout` passes (false).
+pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
