@@ -256,7 +256,7 @@ fn verify_stored(store: &mut JobStore, m: &Manifest) -> Result<u64> {
         let server =
             store
                 .storage()
-                .read(&s.fid, None, &mut buf)?
+                .read_internal(&s.fid, &mut buf)?
                 .ok_or_else(|| WorkloadError::Checksum {
                     what: format!("shard {}", s.id),
                     detail: format!("{} is missing", s.fid),

@@ -422,13 +422,38 @@ impl Storage {
         range: Option<(u64, u64)>,
         body: &mut Vec<u8>,
     ) -> Result<Option<String>> {
+        self.read_via(fid, range, body, true)
+    }
+
+    /// Like [`Storage::read`], but through the server's internal address: for checks that are not part of
+    /// the training job's read path (the seeder verifying what it stored), so a proxy in front of the
+    /// public address neither slows nor blocks them.
+    ///
+    /// # Errors
+    /// As [`Storage::read`].
+    pub fn read_internal(&mut self, fid: &str, body: &mut Vec<u8>) -> Result<Option<String>> {
+        self.read_via(fid, None, body, false)
+    }
+
+    fn read_via(
+        &mut self,
+        fid: &str,
+        range: Option<(u64, u64)>,
+        body: &mut Vec<u8>,
+        public: bool,
+    ) -> Result<Option<String>> {
         let vid = volume_of(fid)?;
         let loc = self.locate(vid)?;
         let path = format!("/{fid}");
         let range_header = range.map(|(a, b)| format!("bytes={a}-{b}"));
         let headers: Vec<(&str, &str)> = range_header.iter().map(|r| ("Range", r.as_str())).collect();
+        let addr = if public {
+            loc.public_url.clone()
+        } else {
+            loc.url.clone()
+        };
         let result = self
-            .conn(&loc.public_url, &loc.server)
+            .conn(&addr, &loc.server)
             .request("GET", &path, &headers, &[], body);
         let resp = match result {
             Ok(r) => r,
@@ -443,7 +468,7 @@ impl Storage {
             status => {
                 self.invalidate(vid);
                 return Err(WorkloadError::HttpStatus {
-                    addr: loc.public_url,
+                    addr: addr.clone(),
                     method: "GET".into(),
                     path,
                     status,
@@ -458,7 +483,7 @@ impl Storage {
                 if body.len() < a as usize + want {
                     return Err(WorkloadError::protocol(
                         format!("volume server {}", loc.server),
-                        loc.public_url,
+                        addr.clone(),
                         format!(
                             "needle {fid} is {} bytes, shorter than the range {a}-{b}",
                             body.len()
@@ -470,7 +495,7 @@ impl Storage {
             } else if body.len() != want || resp.content_range.is_some_and(|(s, e, _)| (s, e) != (a, b)) {
                 return Err(WorkloadError::protocol(
                     format!("volume server {}", loc.server),
-                    loc.public_url,
+                    addr.clone(),
                     format!(
                         "asked {fid} bytes {a}-{b}, got {} bytes ({:?})",
                         body.len(),
