@@ -76,6 +76,9 @@ pub struct Feedback {
     pub message: String,
     /// False when the action failed; the line is shown as an error.
     pub ok: bool,
+    /// True for progress on an action still running (`injecting slow-storage …`); it stays shown until
+    /// the outcome replaces it.
+    pub working: bool,
 }
 
 impl Feedback {
@@ -84,6 +87,7 @@ impl Feedback {
         Feedback {
             message: message.into(),
             ok: true,
+            working: false,
         }
     }
 
@@ -92,6 +96,16 @@ impl Feedback {
         Feedback {
             message: message.into(),
             ok: false,
+            working: false,
+        }
+    }
+
+    /// Progress of an action that has not finished yet.
+    pub fn working(message: impl Into<String>) -> Self {
+        Feedback {
+            message: message.into(),
+            ok: true,
+            working: true,
         }
     }
 }

@@ -49,7 +49,7 @@ impl State {
         self.status = Some(StatusLine {
             text: feedback.message,
             ok: feedback.ok,
-            pending: false,
+            pending: feedback.working,
             at_ms: now_ms,
         });
     }
@@ -172,6 +172,11 @@ mod tests {
         let mut s = State::new();
         s.on_key(key(KeyCode::Char('s')), 1_000);
         assert_eq!(s.status_line(60_000).unwrap().text, "injecting slow-storage…");
+        s.on_feedback(
+            Feedback::working("injecting slow-storage: storage-1 +300 ms …"),
+            2_000,
+        );
+        assert!(s.status_line(60_000).unwrap().pending);
         s.on_feedback(Feedback::error("slow-storage: storage-1 is not running"), 61_000);
         let l = s.status_line(62_000).unwrap();
         assert!(!l.ok && !l.pending);

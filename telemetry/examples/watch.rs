@@ -42,8 +42,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .iter()
             .map(|a| json!({ "signal": a.signal, "rule": a.rule, "target": a.target, "since_ms": a.since_ms, "summary": a.summary }))
             .collect();
+        let ranks: Vec<_> = s
+            .ranks
+            .iter()
+            .map(|r| json!({ "name": r.name, "throttled": r.throttled, "read": r.read, "compute": r.compute, "wait": r.wait, "cpu": r.cpu_limit_cores }))
+            .collect();
         let line = json!({
             "at_ms": s.at_ms,
+            "ranks": ranks,
             "baseline": s.training.baseline.map(|b| b.samples_per_s),
             "samples_per_s": s.training.samples_per_s,
             "pct": s.training.pct_of_baseline,
