@@ -14,21 +14,48 @@ struct Tmux {
 
 impl Tmux {
     fn start() -> Tmux {
-        let ok = || Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success());
+        let ok = || {
+            Command::new("tmux")
+                .arg("-V")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
         if !ok() {
             let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/tools.sh");
             let _ = Command::new("bash").arg(tools).arg("tmux").output();
         }
-        assert!(ok(), "tmux is missing and scripts/tools.sh could not install it: apt-get install tmux");
-        let t = Tmux { socket: format!("lab-e2e-console-{}", std::process::id()) };
-        t.cmd(&["new-session", "-d", "-x", "160", "-y", "50", "env PS1='$ ' bash --norc --noprofile"]);
+        assert!(
+            ok(),
+            "tmux is missing and scripts/tools.sh could not install it: apt-get install tmux"
+        );
+        let t = Tmux {
+            socket: format!("lab-e2e-console-{}", std::process::id()),
+        };
+        t.cmd(&[
+            "new-session",
+            "-d",
+            "-x",
+            "160",
+            "-y",
+            "50",
+            "env PS1='$ ' bash --norc --noprofile",
+        ]);
         t.wait_for("$", Duration::from_secs(5));
         t
     }
 
     fn cmd(&self, args: &[&str]) -> Output {
-        let out = Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().unwrap();
-        assert!(out.status.success(), "tmux {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out
     }
 
@@ -50,7 +77,10 @@ impl Tmux {
             if pane.contains(text) {
                 return pane;
             }
-            assert!(Instant::now() < until, "{text:?} did not appear within {within:?}; the pane shows:\n{pane}");
+            assert!(
+                Instant::now() < until,
+                "{text:?} did not appear within {within:?}; the pane shows:\n{pane}"
+            );
             std::thread::sleep(Duration::from_millis(250));
         }
     }
@@ -58,7 +88,11 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux").arg("-L").arg(&self.socket).arg("kill-server").output();
+        let _ = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
     }
 }
 
@@ -69,7 +103,12 @@ fn headline(pane: &str) -> String {
 /// The percentage in `Training: N% of normal`.
 fn training_pct(headline: &str) -> f64 {
     let after = headline.split("Training: ").nth(1).unwrap_or_default();
-    after.split('%').next().unwrap_or_default().parse().unwrap_or(f64::NAN)
+    after
+        .split('%')
+        .next()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or(f64::NAN)
 }
 
 #[test]
@@ -90,7 +129,10 @@ fn console_key_injects_slow_storage_and_the_headline_names_the_slow_server() {
     // Healthy first: every rank Ready, training near its baseline, nothing firing.
     let pane = t.wait_for("% of normal · no golden signal fires", Duration::from_secs(60));
     let before = headline(&pane);
-    assert!(before.starts_with("Kubernetes: 4/4 Ready · Training: "), "{before}");
+    assert!(
+        before.starts_with("Kubernetes: 4/4 Ready · Training: "),
+        "{before}"
+    );
     assert!(training_pct(&before) >= 50.0, "{before}");
 
     // The key, then the headline: the slow server named, its siblings beside it, Kubernetes still Ready.
@@ -110,24 +152,44 @@ fn console_key_injects_slow_storage_and_the_headline_names_the_slow_server() {
     };
     println!("before:        {before}\nfirst alert:   {first}\nsettled:       {after}");
     assert!(after.starts_with("Kubernetes: 4/4 Ready · Training: "), "{after}");
-    assert!(after.contains(" · storage-1 read p50 ") && after.contains("(siblings "), "{after}");
+    assert!(
+        after.contains(" · storage-1 read p50 ") && after.contains("(siblings "),
+        "{after}"
+    );
     let pct = training_pct(&after);
-    assert!(pct < 50.0, "training at {pct}% of normal with slow storage: {after}");
+    assert!(
+        pct < 50.0,
+        "training at {pct}% of normal with slow storage: {after}"
+    );
     assert!(pane.contains("storage-1 ▲"), "the outlier is not marked:\n{pane}");
-    assert!(pane.contains("slow-storage on storage-1"), "the active fault is not shown:\n{pane}");
+    assert!(
+        pane.contains("slow-storage on storage-1"),
+        "the active fault is not shown:\n{pane}"
+    );
 
     // Clear from the console, then quit: the shell gets its terminal back.
     t.keys(&["c"]);
     t.wait_for("cleared", Duration::from_secs(60));
     t.keys(&["q"]);
     let pane = t.wait_for("EXITED 0", Duration::from_secs(30));
-    assert!(!pane.contains("┌ Kubernetes"), "the console's screen is still shown:\n{pane}");
+    assert!(
+        !pane.contains("┌ Kubernetes"),
+        "the console's screen is still shown:\n{pane}"
+    );
     drop(t);
 
     let ledger: serde_json::Value = serde_json::from_str(&lab.ok(&["fault", "status", "--json"])).unwrap();
-    let phases: Vec<&str> =
-        ledger["faults"].as_array().unwrap().iter().filter_map(|f| f["phase"].as_str()).collect();
-    assert_eq!(phases, vec!["cleared"], "the console's fault is not cleared: {ledger}");
+    let phases: Vec<&str> = ledger["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["phase"].as_str())
+        .collect();
+    assert_eq!(
+        phases,
+        vec!["cleared"],
+        "the console's fault is not cleared: {ledger}"
+    );
     lab.down();
     let left = lab.leftovers(&ports);
     assert!(left.is_empty(), "left behind after lab down: {left:?}");
