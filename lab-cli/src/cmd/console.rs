@@ -45,7 +45,7 @@ async fn act(
             Action::Quit => break,
             Action::Inject(k) => {
                 let _ = feedback
-                    .send(Feedback::ok(format!("injecting {k}: {} …", k.describe())))
+                    .send(Feedback::working(format!("injecting {k}: {} …", k.describe())))
                     .await;
                 match lab_faults::inject(rt.as_ref(), &ledger, kind(k).default_fault()).await {
                     Ok(done) => Feedback::ok(format!(
@@ -61,7 +61,7 @@ async fn act(
                 }
             }
             Action::Clear(k) => {
-                let _ = feedback.send(Feedback::ok(format!("clearing {k} …"))).await;
+                let _ = feedback.send(Feedback::working(format!("clearing {k} …"))).await;
                 match lab_faults::clear(rt.as_ref(), &ledger, k.name()).await {
                     Ok(Some(e)) => Feedback::ok(format!("{} cleared", e.id)),
                     Ok(None) => Feedback::ok(format!("{k} is not injected")),
@@ -69,7 +69,7 @@ async fn act(
                 }
             }
             Action::ClearAll => {
-                let _ = feedback.send(Feedback::ok("clearing every fault …")).await;
+                let _ = feedback.send(Feedback::working("clearing every fault …")).await;
                 match lab_faults::clear_all(rt.as_ref(), &ledger).await {
                     Ok(v) if v.is_empty() => Feedback::ok("no fault was injected"),
                     Ok(v) => Feedback::ok(format!(
