@@ -1114,6 +1114,21 @@ pub fn evidence(s: &Snapshot) -> Vec<String> {
             v.baseline_p50.map_or("?".into(), fmt_s)
         ));
     }
+    let straggler = s
+        .alerts
+        .iter()
+        .any(|a| a.signal != lab_model::snapshot::GoldenSignal::Throughput);
+    let slower = match (s.training.pct_of_baseline, crate::judge::step_time(s)) {
+        (Some(p), Some(_)) => p < 90.0,
+        _ => false,
+    };
+    if slower && !straggler && waiting.is_empty() {
+        // Said as a hint, not a verdict: a busier machine and a fault that left no signal look alike.
+        out.push(
+            "no latency, error or saturation signal fires: every rank is slower alike, which is also what              other heavy work on this machine looks like"
+                .into(),
+        );
+    }
     out
 }
 
