@@ -1492,3 +1492,39 @@ async fn a_world_size_change_without_lab_config_says_what_is_missing() {
     assert!(err.to_string().contains("lab down"), "{err}");
     finish(server).await;
 }
+
+#[tokio::test]
+async fn a_terminating_rank_is_not_counted_ready() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let mut going = rank_pod(2, "Running", "400m", "400m");
+    going["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let server = serve(
+        h,
+        vec![
+            lab_pods(vec![rank_pod(0, "Running", "400m", "400m"), going]),
+            ex(
+                "GET",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"),
+                Reply::Json(200, sts(4, "400m")),
+            ),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/configmaps/lab-config"),
+                Reply::Json(200, config(4)),
+            ),
+            ex(
+                "GET",
+                "/api/v1/nodes",
+                Reply::Json(200, list("NodeList", vec![node("4")])),
+            ),
+        ],
+    );
+    let s = rt.status().await.unwrap();
+    finish(server).await;
+    let r2 = s.pods.iter().find(|p| p.name == "rank-2").unwrap();
+    assert_eq!(
+        (r2.phase, r2.ready, r2.reason.as_deref()),
+        (Phase::Running, false, Some("Terminating"))
+    );
+    assert_eq!(s.ranks_ready(), (1, 2));
+}

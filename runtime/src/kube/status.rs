@@ -116,8 +116,13 @@ pub fn pod_status(
         s.reason = status.reason.clone();
         s.message = status.message.clone();
     }
-    if pod.metadata.deletion_timestamp.is_some() && s.reason.is_none() {
-        s.reason = Some("Terminating".to_string());
+    // A pod being deleted is on its way out: its Service endpoints already drop it, and counting it as
+    // Ready would say "4/4 Ready" for ranks that are about to restart.
+    if pod.metadata.deletion_timestamp.is_some() {
+        s.ready = false;
+        if s.reason.is_none() {
+            s.reason = Some("Terminating".to_string());
+        }
     }
 
     // The main container: the rank's, the volume server's, else the first.
