@@ -14,8 +14,8 @@ pub struct SpecError {
     pub message: String,
 }
 
-/// What went wrong outside a drill's own verdict: a file that cannot be read or parsed, a lab that cannot
-/// run it, or the machinery around a step.
+/// What went wrong outside a drill's own verdict (which a report carries): a drill that cannot be found,
+/// read or parsed, a command that cannot be started, a report that cannot be written.
 #[derive(Debug, thiserror::Error)]
 pub enum DrillError {
     /// The drill file cannot be read.
@@ -31,36 +31,12 @@ pub enum DrillError {
     /// Neither a file nor a built-in drill has that name.
     #[error("no drill file or built-in drill named {0:?}: `lab drill list` shows the built-in ones")]
     NotFound(String),
-    /// The lab cannot run the drill as it is (another runtime, size or seed, or a fault already injected).
-    #[error("{0}")]
-    Unsuitable(String),
-    /// A fault action (inject, clear, a remediation command of the lab) failed.
-    #[error("{what}")]
-    Fault {
-        what: String,
-        #[source]
-        source: lab_faults::FaultError,
-    },
-    /// The runtime could not be reached.
-    #[error("{what}")]
-    Runtime {
-        what: String,
-        #[source]
-        source: lab_runtime::RuntimeError,
-    },
-    /// A report, bundle or command could not be written or started.
+    /// A command could not be started.
     #[error("{what}")]
     Io {
         what: String,
         #[source]
         source: std::io::Error,
-    },
-    /// The report could not be serialised.
-    #[error("cannot encode the {what}")]
-    Encode {
-        what: &'static str,
-        #[source]
-        source: serde_json::Error,
     },
     /// The JUnit report could not be written.
     #[error("cannot write the JUnit report")]
