@@ -110,7 +110,7 @@ pub fn read_record_at(dir: &Path) -> Result<Option<LabRecord>> {
             .map_err(|e| RuntimeError::State {
                 path: path.clone(),
                 what: format!(
-                    "corrupt record ({e}); remove the folder after checking nothing of the lab still runs"
+                    "corrupt record ({e}): `lab down` stops whatever of the lab still runs and removes its folder"
                 ),
                 source: None,
             }),

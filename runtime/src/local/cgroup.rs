@@ -179,6 +179,14 @@ pub fn remove_tree(root: &Path) -> Result<(), String> {
     }
 }
 
+/// Lab `lab`'s own group under the CPU controller of `sys`, if it exists. `lab down` looks here when the
+/// lab's record, which names the group, is unreadable: the group must not outlive the lab either way.
+pub fn find_lab_group(sys: &Path, lab: &str) -> Option<PathBuf> {
+    let (_, root) = controller_root(sys)?;
+    let group = root.join(group_name(lab));
+    group.is_dir().then_some(group)
+}
+
 /// Every `straggler-lab.*` group under the CPU controller of `sys`, for leak checks.
 pub fn lab_groups(sys: &Path) -> Vec<PathBuf> {
     let Some((_, root)) = controller_root(sys) else {
@@ -252,6 +260,18 @@ mod tests {
             fs::read_to_string(cg.path("rank-1").join("cpu.cfs_quota_us")).unwrap(),
             "15000"
         );
+    }
+
+    #[test]
+    fn a_lab_group_is_found_by_name_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let cpu = t.path().join("cpu");
+        fs::create_dir_all(&cpu).unwrap();
+        fs::write(cpu.join("cpu.cfs_quota_us"), "-1").unwrap();
+        assert_eq!(find_lab_group(t.path(), "x"), None);
+        let cg = Cgroups::create(t.path(), "x").unwrap();
+        assert_eq!(find_lab_group(t.path(), "x"), Some(cg.lab_root.clone()));
+        assert_eq!(find_lab_group(t.path(), "y"), None);
     }
 
     #[test]

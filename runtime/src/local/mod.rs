@@ -511,10 +511,11 @@ pub async fn down(name: &str, progress: &dyn Progress) -> Result<DownReport> {
     })
     .await?;
     step(progress, "remove cgroups", async {
-        let root = cfg
-            .as_ref()
-            .and_then(|c| c.cgroups.as_ref())
-            .map(|c| c.lab_root.clone());
+        // Without a readable record the group is found by the lab's name, where `lab up` makes it by default.
+        let root = match &cfg {
+            Some(c) => c.cgroups.as_ref().map(|c| c.lab_root.clone()),
+            None => cgroup::find_lab_group(Path::new("/sys/fs/cgroup"), name),
+        };
         match root {
             Some(r) => cgroup::remove_tree(&r).map_err(RuntimeError::Other),
             None => Ok(()),
