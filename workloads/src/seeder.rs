@@ -37,6 +37,9 @@ pub struct SeedOptions {
     pub placement: Vec<(u32, u32)>,
     /// Rewrite everything even if an identical dataset is stored.
     pub fresh: bool,
+    /// Write nothing: check that the stored dataset is the one these options describe, that every shard
+    /// reads back intact from its server, and that the checkpoint, if any, passes its checksums.
+    pub verify: bool,
     /// How long to wait for the master and the servers to appear.
     pub wait: Duration,
     /// Timeout of each request.
@@ -56,6 +59,20 @@ pub struct SeedSummary {
     pub placement: BTreeMap<u32, String>,
     pub manifest_fid: String,
     pub seconds: f64,
+    /// With `--verify`: what was checked, for comparing two verifications.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verified: Option<Verified>,
+}
+
+/// The checksums a verification read back: equal across two verifications means nothing was lost.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verified {
+    /// Shard id → CRC32 of its bytes as read back (equal to the manifest's, or the verification fails).
+    pub shard_crc32: BTreeMap<u32, u32>,
+    /// The step of the stored checkpoint (`None`: the job has not written one yet).
+    pub checkpoint_step: Option<u64>,
+    /// The CRC32 of the checkpoint's parameters, checked against its header.
+    pub checkpoint_crc32: Option<u32>,
 }
 
 impl SeedOptions {
@@ -144,6 +161,9 @@ pub fn seed(opts: &SeedOptions, log: &dyn Fn(&str)) -> Result<SeedSummary> {
         }
         Err(e) => return Err(e),
     };
+    if opts.verify {
+        return verify(&mut store, existing, opts, placement, manifest_fid, started);
+    }
     let reusable = existing
         .as_ref()
         .filter(|m| !opts.fresh && same_dataset(m, opts, &placement));
@@ -163,6 +183,7 @@ pub fn seed(opts: &SeedOptions, log: &dyn Fn(&str)) -> Result<SeedSummary> {
                     placement,
                     manifest_fid,
                     seconds: started.elapsed().as_secs_f64(),
+                    verified: None,
                 });
             }
             Err(e) => log(&format!(
@@ -236,6 +257,46 @@ pub fn seed(opts: &SeedOptions, log: &dyn Fn(&str)) -> Result<SeedSummary> {
         placement,
         manifest_fid,
         seconds: started.elapsed().as_secs_f64(),
+        verified: None,
+    })
+}
+
+/// `--verify`: the stored dataset must be the one `opts` describe, every shard intact on its server, and
+/// the checkpoint, when there is one, must decode with matching checksums. Nothing is written.
+fn verify(
+    store: &mut JobStore,
+    existing: Option<Manifest>,
+    opts: &SeedOptions,
+    placement: BTreeMap<u32, String>,
+    manifest_fid: String,
+    started: Instant,
+) -> Result<SeedSummary> {
+    let m = existing.ok_or_else(|| WorkloadError::NoManifest {
+        dataset: opts.dataset.clone(),
+        master: opts.master.clone(),
+    })?;
+    if !same_dataset(&m, opts, &placement) {
+        return Err(WorkloadError::Checksum {
+            what: format!("dataset {}", opts.dataset),
+            detail: "the stored manifest describes another dataset or placement than these flags".into(),
+        });
+    }
+    let bytes = verify_stored(store, &m)?;
+    let checkpoint = store.load_checkpoint()?;
+    Ok(SeedSummary {
+        dataset: opts.dataset.clone(),
+        action: "verified".into(),
+        ranks: opts.ranks,
+        shards: m.shards.len(),
+        bytes,
+        placement,
+        manifest_fid,
+        seconds: started.elapsed().as_secs_f64(),
+        verified: Some(Verified {
+            shard_crc32: m.shards.iter().map(|s| (s.id, s.crc32)).collect(),
+            checkpoint_step: checkpoint.as_ref().map(|c| c.step),
+            checkpoint_crc32: checkpoint.as_ref().map(|c| crate::model::checksum(&c.params)),
+        }),
     })
 }
 

@@ -62,6 +62,11 @@ struct Cli {
     #[arg(long, env = "LAB_FRESH")]
     fresh: bool,
 
+    /// Write nothing: check that the stored dataset is the one these flags describe, that every shard
+    /// reads back intact from its server and the checkpoint passes its checksums; exit 5 if not.
+    #[arg(long, env = "LAB_VERIFY", conflicts_with = "fresh")]
+    verify: bool,
+
     /// How long to wait for the master and the storage servers to appear. E.g. 60s.
     #[arg(long, env = "LAB_SEED_WAIT", default_value = "60s", value_parser = duration)]
     wait: Duration,
@@ -95,6 +100,7 @@ fn main() -> ExitCode {
         servers: cli.servers,
         placement,
         fresh: cli.fresh,
+        verify: cli.verify,
         wait: cli.wait,
         request_timeout: cli.storage_timeout,
     };
