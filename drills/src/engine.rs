@@ -289,6 +289,11 @@ pub struct Session<'a, S: SnapshotSource> {
     recovery: Option<Recovery>,
     failure: Option<Failure>,
     retried: Vec<String>,
+    /// The snapshots the last verification judged, what it was asked, from when, and its step's index.
+    verify_snaps: Vec<Snapshot>,
+    verify_ctx: Option<(Verify, u64, usize)>,
+    /// The lab's steady state measured after the cleanup.
+    after: Option<PreFault>,
     cleanup: CleanupReport,
 }
 
@@ -336,6 +341,9 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             recovery: None,
             failure: None,
             retried: Vec::new(),
+            verify_snaps: Vec::new(),
+            verify_ctx: None,
+            after: None,
             cleanup: CleanupReport::default(),
         }
     }
@@ -829,8 +837,11 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         let from = self.mitigated_ms.unwrap_or(started);
         let mut tracker = RecoveryTracker::new(spec, base, from);
         let mut last_progress = started;
+        self.verify_snaps.clear();
+        self.verify_ctx = Some((spec.clone(), from, self.steps.len()));
         loop {
             let s = self.next().await;
+            self.verify_snaps.push(s.clone());
             match tracker.push(&s) {
                 Outcome::Done(r) => {
                     let summary = format!(
@@ -920,6 +931,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             let s = self.next().await;
             match tracker.push(&s) {
                 Outcome::Done(w) => {
+                    self.after = Some(w);
                     let summary = format!(
                         "{cleared_text}; steady again: {:.0} samples/s ({:.0}% of the pre-fault baseline), step {}",
                         w.samples_per_s,
@@ -941,6 +953,68 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                 Outcome::Pending(text) => {
                     self.progress("cleanup", started, &mut last_progress, s.at_ms, &text);
                 }
+            }
+        }
+    }
+
+    /// After the cleanup: when the last verification failed and the lab's steady state after the cleanup
+    /// shows the machine got slower during the drill (by more than the tolerance), judges that
+    /// verification's snapshots again against the steady state after the cleanup — the job's normal as
+    /// measured closest to them. A remediation that left a fault in place stays far below that normal too.
+    /// Returns the new verification step, if there was one to judge.
+    pub fn rejudge(&mut self) -> Option<StepReport> {
+        let (spec, from, index) = self.verify_ctx.clone()?;
+        let (base, after) = (self.baseline?, self.after?);
+        let failed = self.steps.get(index).is_some_and(|r| !r.ok);
+        let ours = self
+            .failure
+            .as_ref()
+            .is_some_and(|(_, reason, _)| reason.starts_with("verify"));
+        if !failed || !ours || !self.cleanup.ok {
+            return None;
+        }
+        let outcome = crate::judge::rejudge(&spec, base, after, from, &self.verify_snaps)?;
+        let started = self.start(
+            "verify",
+            "again, against the steady state after the cleanup: this machine got slower during the drill",
+        );
+        let context = format!(
+            "the lab's steady state after the cleanup was {:.0} samples/s, step {} ({:.0}% of the pre-fault baseline of {:.0} samples/s)",
+            after.samples_per_s,
+            fmt_s(after.step_seconds),
+            base.pct(after.samples_per_s),
+            base.samples_per_s
+        );
+        match outcome {
+            Outcome::Done(r) => {
+                let summary = format!(
+                    "back {:.1} s after the remediation at the lab's normal of the moment: throughput {:.0}% of the steady state after the cleanup, step {} for {} steps in a row",
+                    r.back_at_ms.saturating_sub(from) as f64 / 1000.0,
+                    r.pct,
+                    fmt_s(r.step_seconds),
+                    r.steps
+                );
+                if let Some((_, reason, _)) = self.failure.take() {
+                    self.retried.push(format!(
+                        "against the pre-fault baseline, {reason}; but {context}, and the job was back at that"
+                    ));
+                }
+                self.recovery = Some(r);
+                Some(self.finish("verify", started, true, summary, vec![context], Verdict::Fail))
+            }
+            Outcome::Failed(why) | Outcome::Pending(why) => {
+                let summary = format!("not back at the lab's normal of the moment either: {why}");
+                let r = StepReport {
+                    step: "verify".into(),
+                    ok: false,
+                    started_s: self.rel_s(started),
+                    duration_s: 0.0,
+                    summary,
+                    evidence: vec![context],
+                };
+                self.steps.push(r.clone());
+                self.observer.event(&Event::StepFinished(&r));
+                Some(r)
             }
         }
     }
@@ -1125,7 +1199,8 @@ pub fn evidence(s: &Snapshot) -> Vec<String> {
     if slower && !straggler && waiting.is_empty() {
         // Said as a hint, not a verdict: a busier machine and a fault that left no signal look alike.
         out.push(
-            "no latency, error or saturation signal fires: every rank is slower alike, which is also what              other heavy work on this machine looks like"
+            "no latency, error or saturation signal fires: every rank is slower alike, which is also what \
+             other heavy work on this machine looks like"
                 .into(),
         );
     }
@@ -1178,6 +1253,7 @@ pub async fn run_drill<S: SnapshotSource>(
             }
         }
         s.cleanup(drill.cleanup_deadline).await;
+        s.rejudge();
     } else {
         guard.disarm();
     }

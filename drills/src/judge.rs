@@ -179,6 +179,30 @@ impl SteadyAgain {
     }
 }
 
+/// Judges a failed verification's snapshots again, against the lab's steady state after the cleanup
+/// (`after`), when that steady state shows the machine got slower during the drill than the tolerance
+/// allows; `None` when it did not (the pre-fault baseline stands).
+pub fn rejudge(
+    spec: &Verify,
+    pre: PreFault,
+    after: PreFault,
+    from_ms: u64,
+    snaps: &[Snapshot],
+) -> Option<Outcome<Recovery>> {
+    if after.samples_per_s >= pre.samples_per_s * (1.0 - spec.within_pct / 100.0) {
+        return None;
+    }
+    let mut tracker = RecoveryTracker::new(spec, after, from_ms);
+    let mut outcome = Outcome::Pending("no snapshot to judge".into());
+    for s in snaps {
+        outcome = tracker.push(s);
+        if !matches!(outcome, Outcome::Pending(_)) {
+            break;
+        }
+    }
+    Some(outcome)
+}
+
 /// Why the lab is not steady in this snapshot, if it is not.
 pub fn unsteady_now(s: &Snapshot) -> Option<String> {
     let st = &s.status;
@@ -755,6 +779,39 @@ pub(crate) mod tests {
             why.starts_with("not steady 10 s after the cleanup: steady, but at 15%"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_machine_that_got_slower_is_judged_against_the_lab_after_the_cleanup() {
+        let spec = verify(15.0, 10, 30);
+        // The fix worked, but the machine lost a third of its capacity: the job runs at 66% of the
+        // pre-fault rate, and so does the lab after the cleanup.
+        let snaps: Vec<Snapshot> = (0..=20)
+            .map(|t| snap(t, Some(265.0), Some(0.45), 100 + t * 3))
+            .collect();
+        let after = PreFault {
+            samples_per_s: 270.0,
+            step_seconds: 0.45,
+            ..base()
+        };
+        let Some(Outcome::Done(r)) = rejudge(&spec, base(), after, T0, &snaps) else {
+            panic!()
+        };
+        assert_eq!(r.back_at_ms, T0);
+        // A fix that left the fault in place stays far below the lab's normal after the cleanup.
+        let stuck: Vec<Snapshot> = (0..=32)
+            .map(|t| snap(t, Some(190.0), Some(0.6), 100 + t * 2))
+            .collect();
+        assert!(matches!(
+            rejudge(&spec, base(), after, T0, &stuck),
+            Some(Outcome::Failed(_))
+        ));
+        // When the lab after the cleanup is where it was before, the pre-fault baseline stands.
+        let same = PreFault {
+            samples_per_s: 380.0,
+            ..base()
+        };
+        assert_eq!(rejudge(&spec, base(), same, T0, &stuck), None);
     }
 
     #[test]

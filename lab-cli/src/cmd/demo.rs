@@ -272,6 +272,7 @@ async fn story(
             }
         }
         s.cleanup(loaded.drill.cleanup_deadline).await;
+        s.rejudge();
         let report = s.into_report(&loaded.drill, &loaded.origin);
         let f = &report.figures;
         println!(
