@@ -63,15 +63,17 @@ fn list() -> anyhow::Result<ExitCode> {
             .iter()
             .map(|s| match s {
                 lab_drills::spec::Step::Inject(f) => format!("inject {f}"),
-                lab_drills::spec::Step::Expect(e) => format!(
-                    "expect {}",
-                    e.signals
-                        .iter()
-                        .map(ToString::to_string)
-                        .chain(e.throughput_below_pct.map(|p| format!("throughput < {p:.0}%")))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+                lab_drills::spec::Step::Expect(e) => {
+                    let signals: Vec<String> = e.signals.iter().map(ToString::to_string).collect();
+                    let mut parts = Vec::new();
+                    if !signals.is_empty() {
+                        parts.push(format!("{} alerts", signals.join(" and ")));
+                    }
+                    if let Some(p) = e.throughput_below_pct {
+                        parts.push(format!("throughput < {p:.0}%"));
+                    }
+                    format!("expect {}", parts.join(", "))
+                }
                 lab_drills::spec::Step::Remediate(r) => format!(
                     "remediate: {}",
                     r.command.as_deref().unwrap_or("the lab's own clear")
