@@ -3,7 +3,7 @@
 //! meta collection (see [`crate::storage`]).
 //!
 //! The steps lost to a failure are the steps between the checkpoint the job resumes from and the furthest
-//! step it had reached, which rank 0 records in the progress record about once a second and again when it
+//! step it had reached, which rank 0 records in the progress record four times a second and again when it
 //! exits on a failure. Totals over the job's life live in the same record, so every incarnation of the job
 //! reports them, not just the one that saw the failure.
 

@@ -4,7 +4,7 @@
 //! Every step makes exactly one storage request (an HTTP range of the rank's current shard, over a
 //! keep-alive connection to the server's public address), and the read is timed including the parse and
 //! row-checksum verification, so a CPU-starved rank's reads look slow too. Rank 0 checkpoints every K
-//! steps and records progress about once a second, both from a background thread so that storage never
+//! steps and records its progress four times a second, both from a background thread so that storage never
 //! stalls the step for them. Any rank that waits longer than the watchdog timeout, at rendezvous or at
 //! the all-reduce, or whose neighbour goes away, returns an error so that the process exits non-zero and
 //! the job restarts from its checkpoint.
@@ -27,6 +27,9 @@ use crate::model::Model;
 use crate::rendezvous::{self, Hello, Observer, Outcome, Resume};
 use crate::storage::{self, Storage};
 use crate::{error_chain, serve};
+
+/// How often rank 0 records the furthest step reached (what a restart's lost steps are counted from).
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// Everything a rank is told at start.
 #[derive(Debug, Clone)]
@@ -788,7 +791,7 @@ impl Trainer<'_> {
                         Err(TrySendError::Disconnected(_)) => {}
                     }
                 }
-                if last_progress.elapsed() >= Duration::from_secs(1) {
+                if last_progress.elapsed() >= PROGRESS_EVERY {
                     let _ = w.tx.try_send(JobWrite::Progress(self.step));
                     last_progress = Instant::now();
                 }
