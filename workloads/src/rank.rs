@@ -330,67 +330,8 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
     let shards: Vec<ShardEntry> = manifest.shards_for(rank).into_iter().cloned().collect();
     let mut storage = Storage::new(&opts.master, opts.storage_timeout);
     let _ = storage.refresh_topology();
-    let mut servers: Vec<String> = shards.iter().map(|s| label_for(&mut storage, s)).collect();
-    servers.dedup();
-    for server in &servers {
-        for kind in ["connect", "http", "timeout", "checksum"] {
-            registry.touch(m::STORAGE_READ_ERRORS, &[("server", server), ("kind", kind)]);
-        }
-        registry.touch(m::STORAGE_READ_BYTES, &[("server", server)]);
-        registry.touch(m::STORAGE_CHECKSUMS_VERIFIED, &[("server", server)]);
-    }
-    let main_server = servers.first().cloned().unwrap_or_default();
-    let world_label = opts.world_size.to_string();
-    let rank_label = rank.to_string();
-    registry.set(
-        m::RANK_INFO,
-        &[
-            ("rank", &rank_label),
-            ("world_size", &world_label),
-            ("server", &main_server),
-        ],
-        1.0,
-    );
-
-    // Rendezvous.
-    let events = RendezvousEvents {
-        rank,
-        registry: &registry,
-        last: std::cell::Cell::new(0),
-    };
-    let rendezvous_deadline = Instant::now() + opts.watchdog_timeout;
-    let hello = |ip: IpAddr| Hello {
-        protocol: rendezvous::PROTOCOL.into(),
-        rank,
-        world_size: opts.world_size,
-        ring_addr: match &opts.advertise {
-            Some(host) => join_host_port(host, ring_port),
-            None if rank == 0 => format!(":{ring_port}"),
-            None => SocketAddr::new(ip, ring_port).to_string(),
-        },
-        dataset: opts.dataset.clone(),
-        model_size: opts.model_size as u64,
-    };
-    let outcome = if rank == 0 {
-        let host = bind_host(opts, rendezvous_deadline)?;
-        eprintln!(
-            "rank 0: hosting the rendezvous on {} for {} ranks",
-            host.local_addr(),
-            opts.world_size
-        );
-        let me = hello(IpAddr::from([127, 0, 0, 1]));
-        host.run(&me, rendezvous_deadline, &events, || {
-            decide_resume(opts, &manifest)
-        })
-    } else {
-        rendezvous::join(&opts.rendezvous, &hello, rendezvous_deadline, &events)
-    };
-    let outcome = outcome.map_err(|e| {
-        if matches!(e, WorkloadError::Watchdog { .. }) {
-            registry.inc(m::COLLECTIVE_ERRORS, &[("kind", "timeout")], 1.0);
-        }
-        e
-    })?;
+    let main_server = export_servers(opts, &registry, &mut storage, &shards);
+    let outcome = meet(opts, &registry, &manifest, ring_port)?;
     registry.set(m::RENDEZVOUS_WAITING, &[], 0.0);
     registry.set(m::PEERS_CONNECTED, &[], f64::from(opts.world_size));
     let Outcome {
@@ -426,7 +367,8 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
     let ring = allreduce::connect_ring(&spec, &ring_listener, &|why| {
         registry.inc(m::COLLECTIVE_ERRORS, &[("kind", "protocol")], 1.0);
         eprintln!("rank {rank}: {why}");
-    })?;
+    })
+    .inspect_err(|_| registry.inc(m::COLLECTIVE_ERRORS, &[("kind", "timeout")], 1.0))?;
     let writer = (rank == 0).then(|| JobWriter::spawn(opts, &resume, registry.clone()));
     let mut trainer = Trainer {
         opts,
@@ -444,6 +386,76 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
         last_checkpoint: resume.start_step,
     };
     trainer.train(&resume).map_err(|e| trainer.on_failure(e))
+}
+
+/// Looks up which server holds each of the rank's shards, creates the per-server series at zero and the
+/// info metric, and returns the server the rank reads from.
+fn export_servers(
+    opts: &RankOptions,
+    registry: &Registry,
+    storage: &mut Storage,
+    shards: &[ShardEntry],
+) -> String {
+    let mut servers: Vec<String> = shards.iter().map(|s| label_for(storage, s)).collect();
+    servers.sort();
+    servers.dedup();
+    for server in &servers {
+        for kind in ["connect", "http", "timeout", "checksum"] {
+            registry.touch(m::STORAGE_READ_ERRORS, &[("server", server), ("kind", kind)]);
+        }
+        registry.touch(m::STORAGE_READ_BYTES, &[("server", server)]);
+        registry.touch(m::STORAGE_CHECKSUMS_VERIFIED, &[("server", server)]);
+    }
+    let main = shards.first().map(|s| label_for(storage, s)).unwrap_or_default();
+    let (world, rank) = (opts.world_size.to_string(), opts.rank.to_string());
+    registry.set(
+        m::RANK_INFO,
+        &[("rank", &rank), ("world_size", &world), ("server", &main)],
+        1.0,
+    );
+    main
+}
+
+/// Rendezvous: rank 0 hosts it and decides where the job resumes; the others join. A watchdog timeout is
+/// counted before it is returned.
+fn meet(opts: &RankOptions, registry: &Registry, manifest: &Manifest, ring_port: u16) -> Result<Outcome> {
+    let rank = opts.rank;
+    let events = RendezvousEvents {
+        rank,
+        registry,
+        last: std::cell::Cell::new(0),
+    };
+    let deadline = Instant::now() + opts.watchdog_timeout;
+    let hello = |ip: IpAddr| Hello {
+        protocol: rendezvous::PROTOCOL.into(),
+        rank,
+        world_size: opts.world_size,
+        ring_addr: match &opts.advertise {
+            Some(host) => join_host_port(host, ring_port),
+            // Rank 0 learns its address from the connections it accepts.
+            None if rank == 0 => format!(":{ring_port}"),
+            None => SocketAddr::new(ip, ring_port).to_string(),
+        },
+        dataset: opts.dataset.clone(),
+        model_size: opts.model_size as u64,
+    };
+    let outcome = if rank == 0 {
+        let host = bind_host(opts, deadline)?;
+        eprintln!(
+            "rank 0: hosting the rendezvous on {} for {} ranks",
+            host.local_addr(),
+            opts.world_size
+        );
+        let me = hello(IpAddr::from([127, 0, 0, 1]));
+        host.run(&me, deadline, &events, || decide_resume(opts, manifest))
+    } else {
+        rendezvous::join(&opts.rendezvous, &hello, deadline, &events)
+    };
+    outcome.inspect_err(|e| {
+        if matches!(e, WorkloadError::Watchdog { .. }) {
+            registry.inc(m::COLLECTIVE_ERRORS, &[("kind", "timeout")], 1.0);
+        }
+    })
 }
 
 fn join_host_port(host: &str, port: u16) -> String {
