@@ -426,7 +426,12 @@ async fn prove_unplaceable(rt: &dyn Runtime, ranks: u32) -> Result<String, Strin
                     .map(|(n, v)| format!("{n}={}", v.map_or("?".into(), |v| v.to_string())))
                     .collect::<Vec<_>>()
             );
-            if !pending.is_empty() && all_new && running.iter().all(|p| p.ready) {
+            // The ranks beyond the node's GPUs are the Pending ones, and every rank below them runs: a rank
+            // that is only briefly Pending while it restarts does not count.
+            let expected: Vec<u32> = (st.gpus_capacity..ranks).collect();
+            let pending_idx: Vec<u32> = pending.iter().filter_map(|p| p.index).collect();
+            let placed = running.len() as u32 == ranks.min(st.gpus_capacity);
+            if pending_idx == expected && placed && all_new && running.iter().all(|p| p.ready) {
                 return Ok(format!(
                     "{} Pending ({}); {} running ranks restarted, Ready, and expecting {ranks} peers",
                     pending
