@@ -283,8 +283,13 @@ pub fn read_response(
     if chunked {
         read_chunked(r, body, &mut line)?;
     } else if let Some(n) = length {
-        body.resize(n, 0);
-        r.read_exact(body)?;
+        // `read_to_end` fills spare capacity without zeroing it first (a reused buffer stays allocated).
+        body.reserve(n);
+        r.take(n as u64).read_to_end(body)?;
+        if body.len() != n {
+            let msg = format!("connection closed after {} of {n} body bytes", body.len());
+            return Err(ReadError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, msg)));
+        }
     } else {
         // No length and not chunked: the body runs to the end of the connection.
         r.take(MAX_BODY as u64 + 1).read_to_end(body)?;
