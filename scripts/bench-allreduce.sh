@@ -15,8 +15,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RANKS=${RANKS:-4}
 SIZES=${SIZES:-1,16,64}
 ROUNDS=${ROUNDS:-3}
-ITERS=${ITERS:-20}
-WARMUP=${WARMUP:-3}
+ITERS=${ITERS:-10}
+WARMUP=${WARMUP:-2}
 
 say() { printf '[bench-allreduce] %s\n' "$*" >&2; }
 

@@ -7,7 +7,7 @@
 #
 # Starts its own `weed master` and one `weed volume` (rack storage-0) on free loopback ports, seeds a small
 # dataset with lab-seeder, and compares, on keep-alive connections:
-#   - batch-sized HTTP range reads (128 rows, what a rank does every step), 1 and 4 connections;
+#   - batch-sized HTTP range reads (256 rows, what a rank does every step), 1 and 4 connections;
 #   - whole-shard reads, 1 connection;
 #   - and, on its own line, the rank's full read path (range read + decode + per-row checksum).
 # Installs wrk from Debian when missing (needs root) and weed via scripts/tools.sh.
@@ -84,7 +84,7 @@ print(f"{'reads':<22} {'conns':>5} {'bytes':>8} {'lab reads/s':>12} {'lab MB/s':
 for line in open(sys.argv[1]):
     mode, conns, size, lab, wrk = line.split()
     size, lab, wrk = int(size), float(lab), float(wrk)
-    name = "batch range (128 rows)" if mode == "range" else "whole shard"
+    name = "batch range (256 rows)" if mode == "range" else "whole shard"
     print(f"{name:<22} {conns:>5} {size:>8} {lab:>12.0f} {lab*size/1e6:>9.1f} {wrk:>12.0f} {wrk*size/1e6:>9.1f} {lab/wrk:>7.2f}x")
 v = json.loads(sys.argv[2])
 print(f"{'rank path (+verify)':<22} {v['connections']:>5} {v['bytes_per_read']:>8} {v['reads_per_s']:>12.0f} {v['mb_per_s']:>9.1f}")
