@@ -202,6 +202,19 @@ pub fn lab_groups(sys: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
+/// The processes in a lab's group and in every group under it.
+pub fn tree_processes(root: &Path) -> Vec<u32> {
+    let mut pids = read_procs(root);
+    if let Ok(entries) = fs::read_dir(root) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                pids.extend(read_procs(&e.path()));
+            }
+        }
+    }
+    pids
+}
+
 fn read_procs(group: &Path) -> Vec<u32> {
     fs::read_to_string(group.join("cgroup.procs"))
         .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())

@@ -517,7 +517,7 @@ pub async fn down(name: &str, progress: &dyn Progress) -> Result<DownReport> {
             None => cgroup::find_lab_group(Path::new("/sys/fs/cgroup"), name),
         };
         match root {
-            Some(r) => cgroup::remove_tree(&r).map_err(RuntimeError::Other),
+            Some(r) => remove_cgroups(&r).await,
             None => Ok(()),
         }
     })
@@ -531,6 +531,28 @@ pub async fn down(name: &str, progress: &dyn Progress) -> Result<DownReport> {
     })
     .await?;
     Ok(report)
+}
+
+/// Removes the lab's cgroup tree. A live process still in it belongs to the lab whatever its environment
+/// says, and is stopped. One that was just killed can stay in its group for a moment (an orphan until init
+/// reaps it), so removal is retried for a few seconds before the groups left are named.
+async fn remove_cgroups(root: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match cgroup::remove_tree(root) {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(RuntimeError::Other(e)),
+            Err(_) => {
+                let members: Vec<ProcRecord> = cgroup::tree_processes(root)
+                    .into_iter()
+                    .filter_map(|pid| ProcRecord::of("a process in the lab's cgroup", pid, false))
+                    .filter(ProcRecord::alive)
+                    .collect();
+                procs::stop_all(&members, Duration::from_secs(1));
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
 }
 
 #[async_trait]
