@@ -24,12 +24,16 @@ fn pct(s: &Snapshot) -> f64 {
 }
 
 fn sigkill(pid: u32) {
+    signal(pid, "-KILL");
+}
+
+fn signal(pid: u32, sig: &str) {
     let ok = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
+        .args([sig, &pid.to_string()])
         .status()
         .unwrap()
         .success();
-    assert!(ok, "kill -KILL {pid} failed");
+    assert!(ok, "kill {sig} {pid} failed");
 }
 
 fn alive(pid: u32) -> bool {
@@ -312,6 +316,16 @@ fn ledger_shows(lab: &Lab, child: &mut Child, needle: &str, deadline: Duration) 
     false
 }
 
+/// SIGKILLs `child` if it is still running and reaps it; false if it had already finished.
+fn kill_mid(child: &mut Child) -> bool {
+    if child.try_wait().unwrap().is_some() {
+        return false;
+    }
+    sigkill(child.id());
+    let _ = child.wait();
+    true
+}
+
 /// The ledger's entries still active (injecting, injected or clearing), as `id phase`.
 fn active_entries(lab: &Lab) -> Vec<String> {
     let l = read_json(&lab.dir().join("ledger.json"));
@@ -403,6 +417,37 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
     assert_eq!(checksum_errors, 0.0, "ranks read data that failed its checksum");
     assert!(verified > 0.0, "the ranks verified no row at all");
 
+    // A rank that stops answering (SIGSTOP: the kernel still accepts connections to its metrics port, the
+    // rank never reads them): `lab status` answers within its own deadlines and names the silent endpoint.
+    let frozen = pid_of(&lab, "rank-1");
+    signal(frozen, "-STOP");
+    let t = Instant::now();
+    let out = wait_bounded(
+        env.command(&lab, &["status", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        "lab status with a frozen rank",
+        Duration::from_secs(30),
+    );
+    let answered = t.elapsed();
+    signal(frozen, "-CONT");
+    env.keep(&out);
+    assert!(out.status.success(), "{}", text(&out));
+    let s: Snapshot = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        s.scrape_errors.iter().any(|e| e.starts_with("rank-1")),
+        "the silent rank-1 is not named: {:?}",
+        s.scrape_errors
+    );
+    eprintln!(
+        "lab status with rank-1 stopped answered in {:.1} s: {:?}",
+        answered.as_secs_f64(),
+        s.scrape_errors
+    );
+    env.recovered(&lab, "after rank-1 was stopped and continued");
+
     // The `lab` command killed in the middle of an inject: the ledger says so, and a clear restores.
     let mut child = env
         .command(&lab, &["fault", "inject", "slow-storage"])
@@ -413,8 +458,10 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
         "the inject never recorded its before value"
     );
     std::thread::sleep(Duration::from_millis(300));
-    sigkill(child.id());
-    let _ = child.wait();
+    assert!(
+        kill_mid(&mut child),
+        "the slow-storage inject finished before it could be killed"
+    );
     let active = active_entries(&lab);
     assert!(
         active
@@ -432,55 +479,74 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
     assert_eq!(proxy_delay_ms(&lab, 1), 0.0, "the delay outlived clear --all");
     assert!(active_entries(&lab).is_empty(), "{:?}", active_entries(&lab));
 
-    // Killed while the unplaceable-rank inject waits for its proof (ranks scaled, world size changed).
+    // Killed half-way through the unplaceable-rank inject: the supervisor is stopped as soon as the ledger
+    // holds the values the inject replaces, so the command is certainly waiting on one of its changes
+    // (scale to 5, then world size 5) when it dies. The change it had sent is applied once the supervisor
+    // continues: a half-made fault, which `lab status` must show as it is and `clear --all` must undo.
+    let sup = supervisor_pid(&lab);
     let mut child = env
         .command(&lab, &["fault", "inject", "unplaceable-rank"])
         .spawn()
         .unwrap();
-    assert!(ledger_shows(
-        &lab,
-        &mut child,
-        "\"kind\": \"ranks\"",
-        Duration::from_secs(30)
-    ));
-    std::thread::sleep(Duration::from_secs(3));
-    sigkill(child.id());
-    let _ = child.wait();
-    let s = status_is_true(&lab, &env);
-    assert_eq!(
-        (s.status.ranks_desired, s.status.world_size),
-        (5, 5),
-        "lab status must show the half-made fault as it is"
+    let seen = ledger_shows(&lab, &mut child, "\"kind\": \"ranks\"", Duration::from_secs(30));
+    signal(sup, "-STOP");
+    std::thread::sleep(Duration::from_secs(1));
+    let killed = kill_mid(&mut child);
+    signal(sup, "-CONT");
+    assert!(
+        seen && killed,
+        "the unplaceable-rank inject was not caught under way"
     );
+    assert!(
+        active_entries(&lab).iter().any(|e| e.ends_with(" injecting")),
+        "{:?}",
+        active_entries(&lab)
+    );
+    let s = status_is_true(&lab, &env);
+    eprintln!(
+        "unplaceable-rank inject killed half-way: {} ranks wanted, world size {}",
+        s.status.ranks_desired, s.status.world_size
+    );
+    assert_eq!(s.status.ranks_desired, 5, "{}", summary(&s));
     env.ok(&lab, &["fault", "clear", "--all"]);
     let s = env.recovered(&lab, "after a killed unplaceable-rank inject and clear --all");
     assert_eq!((s.status.ranks_desired, s.status.world_size), (4, 4));
 
-    // Killed in the middle of a clear: the next clear finishes the job.
-    env.ok(&lab, &["fault", "inject", "throttled-rank"]);
+    // Killed in the middle of a clear. The proxy whose delay is being removed is stopped first, so the clear
+    // is certainly under way (its request to the proxy waits) when the command dies.
+    env.ok(&lab, &["fault", "inject", "slow-storage"]);
+    let proxy = pid_of(&lab, "storage-1-proxy");
+    signal(proxy, "-STOP");
     let mut child = env.command(&lab, &["fault", "clear", "--all"]).spawn().unwrap();
-    let caught = ledger_shows(
+    let seen = ledger_shows(
         &lab,
         &mut child,
         "\"phase\": \"clearing\"",
         Duration::from_secs(20),
     );
-    sigkill(child.id());
-    let _ = child.wait();
-    eprintln!(
-        "clear killed {}: active {:?}",
-        if caught {
-            "while clearing"
-        } else {
-            "after it finished"
-        },
-        active_entries(&lab)
+    let killed = kill_mid(&mut child);
+    signal(proxy, "-CONT");
+    assert!(seen && killed, "the clear was not caught under way");
+    let active = active_entries(&lab);
+    assert!(
+        active
+            .iter()
+            .any(|e| e.starts_with("slow-storage-") && e.ends_with(" clearing")),
+        "{active:?}"
+    );
+    let st = env.ok(&lab, &["fault", "status"]);
+    assert!(
+        st.contains("clearing"),
+        "fault status must show the unfinished clear:\n{st}"
     );
     env.ok(&lab, &["fault", "clear", "--all"]);
     assert!(active_entries(&lab).is_empty());
-    let s = env.recovered(&lab, "after a killed clear");
-    let r1 = s.status.ranks().find(|p| p.index == Some(1)).unwrap();
-    assert_eq!(r1.resources.cpu_live.map(|m| m.0), Some(400));
+    assert_eq!(
+        proxy_delay_ms(&lab, 1),
+        0.0,
+        "the delay outlived the second clear"
+    );
+    env.recovered(&lab, "after a killed clear and clear --all");
 
     // Killed in the middle of a drill, right after its inject: nothing cleans up for it but clear --all.
     let drill_file = work.path().join("quick.yaml");
@@ -502,8 +568,7 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
         }
     }
     assert!(seen.last().is_some_and(|l| l.contains("✓ inject")), "{seen:#?}");
-    sigkill(child.id());
-    let _ = child.wait();
+    assert!(kill_mid(&mut child), "the drill ended before it could be killed");
     assert!(
         proxy_delay_ms(&lab, 1) >= 300.0,
         "the drill's fault should still be applied"
@@ -603,7 +668,14 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
     sigkill(supervisor_pid(&lab));
     std::thread::sleep(Duration::from_millis(500));
     env.fails(&lab, &["status"], &["supervisor", "lab down"]);
-    env.fails(&lab, &["fault", "clear", "--all"], &["supervisor"]);
+    env.fails(
+        &lab,
+        &["fault", "inject", "slow-storage"],
+        &["supervisor", "lab down"],
+    );
+    // Nothing is injected, and the ledger says so without the supervisor.
+    let out = env.ok(&lab, &["fault", "clear", "--all"]);
+    assert!(out.contains("nothing to clear"), "{out}");
     assert!(
         lab.dir().join("supervisor.sock").exists(),
         "the stale socket is part of this case"
