@@ -55,7 +55,7 @@ trap cleanup EXIT
 lab_pids() { # every live, non-zombie process with STRAGGLER_LAB=<name>
   local p
   for p in /proc/[0-9]*; do
-    if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "STRAGGLER_LAB=$NAME" \
+    if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "STRAGGLER_LAB=$NAME" \
         && ! awk '{ sub(/.*\) /, ""); exit !($1 == "Z") }' "$p/stat" 2>/dev/null; then
       echo "${p#/proc/}"
     fi
@@ -198,6 +198,8 @@ python3 - "$OUT" "$recover_pct" <<'EOF'
 import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 print(f"{'fault':<18}{'cycles':>7}{'back':>6}{'inject med':>12}{'recover med':>13}{'recover max':>13}{'min % under':>13}{'min % back':>12}")
+print("  (% under: a 2 s status window right after the inject; recover: from the end of the clear until a 2 s")
+print("   window at or above the threshold with 4/4 ranks Ready, so about 2-3 s is the resolution)")
 for f in ["slow-storage", "throttled-rank", "unplaceable-rank"]:
     r = [x for x in rows if x["fault"] == f]
     ok = [x for x in r if x["ok"] == "1"]
