@@ -204,12 +204,17 @@ mod tests {
         assert!(o.timed_out);
         assert!(o.duration < Duration::from_secs(5), "{:?}", o.duration);
         let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-        // The background sleep was in the command's group and is gone (or a zombie about to be reaped).
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        assert!(
-            stat.is_empty() || stat.rsplit(')').next().unwrap().trim_start().starts_with('Z'),
-            "{stat}"
-        );
+        // The background sleep was in the command's group: it is gone (or a zombie about to be reaped) once
+        // the kill has been delivered.
+        let gone = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.is_empty() || stat.rsplit(')').next().unwrap().trim_start().starts_with('Z')
+        };
+        let until = Instant::now() + Duration::from_secs(5);
+        while !gone() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(gone(), "the command's background child {pid} outlived it");
     }
 
     #[test]

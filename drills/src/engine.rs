@@ -280,7 +280,6 @@ pub struct Session<'a, S: SnapshotSource> {
     timeline: Vec<Point>,
     lost: StepsLost,
     inject_ms: Option<u64>,
-    inject_done_ms: Option<u64>,
     detection: Option<Detection>,
     lowest_pct: Option<f64>,
     fault_pcts: Vec<f64>,
@@ -332,7 +331,6 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             timeline: Vec::new(),
             lost: StepsLost::default(),
             inject_ms: None,
-            inject_done_ms: None,
             detection: None,
             lowest_pct: None,
             fault_pcts: Vec::new(),
@@ -559,7 +557,6 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         let result = self
             .during(async move { lab_faults::inject(lab.runtime.as_ref(), &lab.ledger, fault).await })
             .await;
-        self.inject_done_ms = Some(now_ms());
         match result {
             Ok(done) => {
                 let summary = done.entry.proof.clone().unwrap_or(what);
@@ -590,7 +587,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                 Verdict::Error,
             );
         };
-        let mut tracker = ExpectTracker::new(spec.clone(), base, from, self.inject_done_ms.unwrap_or(from));
+        let mut tracker = ExpectTracker::new(spec.clone(), base, from);
         let mut last_progress = started;
         loop {
             let s = self.next().await;

@@ -253,7 +253,6 @@ pub struct Detection {
 pub struct ExpectTracker {
     spec: Expect,
     started_ms: u64,
-    ready_from_ms: u64,
     baseline: PreFault,
     fired: BTreeMap<GoldenSignal, Seen>,
     drop: Option<Seen>,
@@ -263,13 +262,13 @@ pub struct ExpectTracker {
 }
 
 impl ExpectTracker {
-    /// Expectations counted from `started_ms` (the start of the injection); Ready is held to account from
-    /// `ready_from_ms` (the end of the injection: a fault may restart ranks on its way in).
-    pub fn new(spec: Expect, baseline: PreFault, started_ms: u64, ready_from_ms: u64) -> Self {
+    /// Expectations counted from `started_ms` (the start of the injection). Ready is held to account from
+    /// the detection on, through the hold: what Kubernetes says while the signals say the job is broken
+    /// (a fault may restart ranks on its way in, as a rollout does).
+    pub fn new(spec: Expect, baseline: PreFault, started_ms: u64) -> Self {
         ExpectTracker {
             spec,
             started_ms,
-            ready_from_ms,
             baseline,
             fired: BTreeMap::new(),
             drop: None,
@@ -324,24 +323,22 @@ impl ExpectTracker {
                 });
             }
         }
-        if s.at_ms >= self.ready_from_ms
-            && let Some(want) = self.spec.ranks_ready
-        {
-            let (ready, total) = s.status.ranks_ready();
-            if self.ready_min.is_none_or(|(r, _)| ready < r) {
-                self.ready_min = Some((ready, total));
-            }
-            if ready < want as usize {
-                return Outcome::Failed(format!(
-                    "Kubernetes' view changed {:.0} s after the injection: {ready}/{total} ranks Running and Ready, the drill expects {want} to stay Ready ({})",
-                    elapsed as f64 / 1000.0,
-                    not_ready(s)
-                ));
-            }
-        }
         let missing = self.missing();
         if missing.is_empty() {
             let at = *self.met_at.get_or_insert(s.at_ms);
+            if let Some(want) = self.spec.ranks_ready {
+                let (ready, total) = s.status.ranks_ready();
+                if self.ready_min.is_none_or(|(r, _)| ready < r) {
+                    self.ready_min = Some((ready, total));
+                }
+                if ready < want as usize {
+                    return Outcome::Failed(format!(
+                        "Kubernetes' view changed while the job was broken, {:.0} s after the injection: {ready}/{total} ranks Running and Ready, the drill expects {want} to stay Ready ({})",
+                        elapsed as f64 / 1000.0,
+                        not_ready(s)
+                    ));
+                }
+            }
             if s.at_ms.saturating_sub(at) >= self.spec.hold.as_millis() as u64 {
                 return Outcome::Done(self.detection(at));
             }
@@ -841,7 +838,6 @@ pub(crate) mod tests {
             expect(vec![GoldenSignal::Latency], Some(50.0), Some(4)),
             base(),
             T0,
-            T0 + 2_000,
         );
         assert!(matches!(
             e.push(&snap(1, Some(380.0), Some(0.3), 1)),
@@ -864,7 +860,7 @@ pub(crate) mod tests {
     fn a_hold_keeps_watching_after_detection() {
         let mut spec = expect(vec![], Some(50.0), None);
         spec.hold = Duration::from_secs(5);
-        let mut e = ExpectTracker::new(spec, base(), T0, T0);
+        let mut e = ExpectTracker::new(spec, base(), T0);
         assert!(matches!(
             e.push(&snap(2, Some(40.0), Some(3.0), 1)),
             Outcome::Pending(_)
@@ -890,7 +886,6 @@ pub(crate) mod tests {
             expect(vec![GoldenSignal::Saturation], Some(50.0), None),
             base(),
             T0,
-            T0,
         );
         for t in 1..=30 {
             assert!(matches!(
@@ -909,13 +904,8 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn ready_dropping_fails_the_expectation_but_not_during_the_injection() {
-        let mut e = ExpectTracker::new(
-            expect(vec![GoldenSignal::Throughput], None, Some(4)),
-            base(),
-            T0,
-            T0 + 5_000,
-        );
+    fn ready_dropping_fails_the_expectation_but_not_before_detection() {
+        let mut e = ExpectTracker::new(expect(vec![GoldenSignal::Throughput], None, Some(4)), base(), T0);
         let mut s = snap(2, Some(100.0), None, 1);
         s.status.pods[1].ready = false;
         assert!(
@@ -923,6 +913,7 @@ pub(crate) mod tests {
             "a fault may restart ranks while it goes in"
         );
         let mut s = snap(6, Some(100.0), None, 1);
+        alert(&mut s, GoldenSignal::Throughput, "LabTrainingThroughputLow");
         s.status.pods[1].ready = false;
         s.status.pods[1].reason = Some("CrashLoopBackOff".into());
         let Outcome::Failed(why) = e.push(&s) else {

@@ -116,7 +116,8 @@ pub struct Expect {
     pub signals: Vec<GoldenSignal>,
     /// The job's throughput must drop below this percentage of the pre-fault baseline.
     pub throughput_below_pct: Option<f64>,
-    /// At least this many ranks must stay Running and Ready the whole time (Kubernetes sees nothing wrong).
+    /// At least this many ranks must be Running and Ready from detection on, through the hold: while the
+    /// signals say the job is broken, Kubernetes sees nothing wrong.
     pub ranks_ready: Option<u32>,
     /// After detection, keep watching this long before going on (measures the fault's steady effect).
     #[serde(with = "secs")]
