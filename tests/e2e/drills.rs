@@ -430,6 +430,7 @@ fn demo_runs_the_seed_story_to_completion() {
         .lines()
         .skip_while(|l| !l.contains("What was measured"))
         .collect();
+    eprintln!("{}", table.join("\n"));
     assert_eq!(
         table.iter().filter(|l| l.starts_with("PASS ")).count(),
         3,
