@@ -599,6 +599,31 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
     let v3 = verify_storage(&lab);
     same_data(&v2, &v3, "after the faults and drills");
 
+    // Remediations with values the lab cannot take are refused with a reason and change nothing.
+    let spec_before = std::fs::read(lab.dir().join("spec.json")).unwrap();
+    let ledger_before = std::fs::read(lab.dir().join("ledger.json")).unwrap();
+    for (args, want) in [
+        (&["scale", "ranks", "0"][..], "ranks"),
+        (&["scale", "ranks", "65"], "ranks"),
+        (&["config", "world-size", "0"], "world size"),
+        (&["resize", "rank", "9", "--cpu", "100m"], "rank-9"),
+        (&["resize", "rank", "1", "--cpu", "0m"], "cpu"),
+        (&["restart", "rank", "9"], "rank-9"),
+        (&["apply", "--cpu", "0m"], "cpu"),
+    ] {
+        let err = env.fails(&lab, args, &[]);
+        assert!(
+            err.to_lowercase().contains(want),
+            "lab {}: want {want:?} in {err}",
+            args.join(" ")
+        );
+    }
+    assert_eq!(std::fs::read(lab.dir().join("spec.json")).unwrap(), spec_before);
+    assert_eq!(
+        std::fs::read(lab.dir().join("ledger.json")).unwrap(),
+        ledger_before
+    );
+
     // Corrupted files while the lab runs. A garbage spec: the supervisor holds the truth and rewrites it.
     std::fs::write(lab.dir().join("spec.json"), b"\x00garbage{").unwrap();
     env.ok(&lab, &["status"]);
@@ -980,6 +1005,50 @@ fn a_corrupted_state_folder_gives_clear_errors_and_down_still_cleans_up() {
         eprintln!("cgroup v1 cpu controller not writable here: the cgroup part was skipped");
     }
     assert!(lab_tests::lab_processes(&lab.name).is_empty());
+}
+
+#[test]
+fn bad_arguments_to_every_command_are_refused_and_touch_nothing() {
+    let env = Env::new(&[]);
+    let lab = Lab::new("e2e-args");
+    for args in [
+        &["--name", "..", "down"][..],
+        &["--name", "../../tmp", "status"],
+        &["--name", "", "fault", "clear", "--all"],
+        &["--name", "x y", "up", "--runtime", "local"],
+        &["scale", "ranks", "-1"],
+        &["scale", "nodes", "3"],
+        &["resize", "rank", "x", "--cpu", "100m"],
+        &["resize", "rank", "1"],
+        &["restart", "rank"],
+        &["apply"],
+        &["config", "world-size", "many"],
+        &["status", "--window", "soon"],
+        &["incident", "--window", "-1s"],
+        &["fault", "clear"],
+        &["fault", "clear", "x", "--all"],
+        &["fault", "inject", "slow-storage", "--jitter", "lots"],
+        &["fault", "inject", "throttled-rank", "--rank", "-2"],
+        &["drill", "run"],
+        &["drill", "validate", "/nonexistent/drill.yaml"],
+        &["up", "--runtime", "local", "--port-base", "70000"],
+        &["up", "--runtime", "local", "--baseline-timeout", "forever"],
+        &["down", "--force"],
+        &["no-such-command"],
+    ] {
+        let out = env.run(&lab, args);
+        assert!(!out.status.success(), "lab {args:?} should fail:\n{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !err.trim().is_empty(),
+            "lab {args:?}: no reason given:\n{}",
+            text(&out)
+        );
+    }
+    assert!(
+        std::fs::read_dir(lab.state.path()).unwrap().next().is_none(),
+        "a refused command created something in the state folder"
+    );
 }
 
 /// The steps `lab up` prints (`✓ name`), in order; the CLI is killed right after the one named.
