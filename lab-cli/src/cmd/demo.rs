@@ -23,7 +23,7 @@ use crate::cmd::lifecycle;
 /// How long the demo watches a fault after detecting it, so the screen shows its steady effect.
 const HOLD: Duration = Duration::from_secs(10);
 /// How long the demo gives the seed's first, incomplete fix for fault 3 before the second one.
-const WRONG_FIX_WINDOW: Duration = Duration::from_secs(45);
+const WRONG_FIX_WINDOW: Duration = Duration::from_secs(30);
 
 pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<ExitCode> {
     let clock = Instant::now();
