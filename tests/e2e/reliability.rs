@@ -603,13 +603,13 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
     let spec_before = std::fs::read(lab.dir().join("spec.json")).unwrap();
     let ledger_before = std::fs::read(lab.dir().join("ledger.json")).unwrap();
     for (args, want) in [
-        (&["scale", "ranks", "0"][..], "ranks"),
-        (&["scale", "ranks", "65"], "ranks"),
+        (&["scale", "ranks", "0"][..], "rank count"),
+        (&["scale", "ranks", "65"], "rank count"),
         (&["config", "world-size", "0"], "world size"),
-        (&["resize", "rank", "9", "--cpu", "100m"], "rank-9"),
-        (&["resize", "rank", "1", "--cpu", "0m"], "cpu"),
-        (&["restart", "rank", "9"], "rank-9"),
-        (&["apply", "--cpu", "0m"], "cpu"),
+        (&["resize", "rank", "9", "--cpu", "100m"], "out of range"),
+        (&["resize", "rank", "1", "--cpu", "0m"], "cpu quantity"),
+        (&["restart", "rank", "9"], "out of range"),
+        (&["apply", "--cpu", "0m"], "cpu quantity"),
     ] {
         let err = env.fails(&lab, args, &[]);
         assert!(
