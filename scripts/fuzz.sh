@@ -95,7 +95,7 @@ for t in $targets; do
   summary+=("$(printf '%-12s %-10s %12s %10s %8s %8s %8s' "$t" "$verdict" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${added:-?}" "$corpus")")
 done
 
-printf '\n%-12s %-10s %12s %10s %8s %8s %8s\n' target result execs "execs/s" cov "new" corpus
+printf '\n%-12s %-10s %12s %10s %8s %8s %8s\n' target result execs "execs/s" cov "new" files
 printf '%s\n' "${summary[@]}"
 printf '(%ss each; logs in fuzz/artifacts/<target>.log)\n' "$seconds"
 if [ ${#failed[@]} -gt 0 ]; then

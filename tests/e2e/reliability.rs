@@ -148,6 +148,10 @@ fn verify_storage(lab: &Lab) -> Value {
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["action"], "verified", "{v}");
+    eprintln!(
+        "storage verified: {} shards, {} bytes, checkpoint at step {} (crc32 {})",
+        v["shards"], v["bytes"], v["verified"]["checkpoint_step"], v["verified"]["checkpoint_crc32"]
+    );
     v
 }
 
@@ -296,7 +300,13 @@ impl Env {
         let s = self.wait_for(lab, what, Duration::from_secs(240), |s| {
             pct(s) >= 90.0 && s.status.ranks_ready() == (4, 4)
         });
-        eprintln!("{what}: back at {:.0}% of baseline", pct(&s));
+        eprintln!(
+            "{what}: back at {:.0}% of baseline (step {}, checkpoint {:?}, steps lost in all {})",
+            pct(&s),
+            s.training.step,
+            s.training.checkpoint_step,
+            s.training.steps_lost
+        );
         s
     }
 }
@@ -412,8 +422,12 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
     status_is_true(&lab, &env);
     let v2 = verify_storage(&lab);
     same_data(&v1, &v2, "after SIGKILL of storage-0");
-    let checksum_errors = rank_metric(&lab, "lab_storage_read_errors_total", &["kind=\"checksum\""]);
-    let verified = rank_metric(&lab, "lab_storage_checksums_verified_total", &[]);
+    let checksum_errors = rank_metric(
+        &lab,
+        lab_model::metrics::STORAGE_READ_ERRORS,
+        &["kind=\"checksum\""],
+    );
+    let verified = rank_metric(&lab, lab_model::metrics::STORAGE_CHECKSUMS_VERIFIED, &[]);
     assert_eq!(checksum_errors, 0.0, "ranks read data that failed its checksum");
     assert!(verified > 0.0, "the ranks verified no row at all");
 
