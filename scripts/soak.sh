@@ -55,7 +55,7 @@ trap cleanup EXIT
 lab_pids() { # every live, non-zombie process with STRAGGLER_LAB=<name>
   local p
   for p in /proc/[0-9]*; do
-    if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "STRAGGLER_LAB=$NAME" \
+    if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -q "^STRAGGLER_LAB=$NAME@" \
         && ! awk '{ sub(/.*\) /, ""); exit !($1 == "Z") }' "$p/stat" 2>/dev/null; then
       echo "${p#/proc/}"
     fi

@@ -14,7 +14,9 @@ use crate::{Result, Runtime, RuntimeError, kube, local, state};
 /// [`RuntimeError::NotRunning`] when no lab of that name is recorded; the runtime's error when it cannot
 /// be reached.
 pub async fn open(name: &str) -> Result<Arc<dyn Runtime>> {
-    let rec = state::read_record(name)?.ok_or_else(|| RuntimeError::NotRunning { name: name.to_string() })?;
+    let rec = state::read_record(name)?.ok_or_else(|| RuntimeError::NotRunning {
+        name: name.to_string(),
+    })?;
     Ok(match rec.runtime {
         RuntimeKind::Local => Arc::new(LocalRuntime::open(&rec)?),
         RuntimeKind::Kind | RuntimeKind::Cluster => Arc::new(kube::open(&rec).await?),
@@ -62,7 +64,13 @@ pub struct Choice {
 /// Picks kind when Docker is reachable and `kind` is installed at a supported version, else local.
 pub async fn choose() -> Choice {
     match kube::kind::preflight().await {
-        Ok(v) => Choice { runtime: RuntimeKind::Kind, reason: format!("Docker is reachable and {v} is installed") },
-        Err(e) => Choice { runtime: RuntimeKind::Local, reason: format!("{e}") },
+        Ok(v) => Choice {
+            runtime: RuntimeKind::Kind,
+            reason: format!("Docker is reachable and {v} is installed"),
+        },
+        Err(e) => Choice {
+            runtime: RuntimeKind::Local,
+            reason: format!("{e}"),
+        },
     }
 }

@@ -988,7 +988,7 @@ fn a_corrupted_state_folder_gives_clear_errors_and_down_still_cleans_up() {
     use std::os::unix::process::CommandExt;
     let mut stray = Command::new("sleep")
         .arg("600")
-        .env("STRAGGLER_LAB", &lab.name)
+        .env("STRAGGLER_LAB", format!("{}@{}", lab.name, dir.display()))
         .process_group(0)
         .spawn()
         .unwrap();

@@ -215,9 +215,10 @@ fn collect_ports(v: &serde_json::Value, out: &mut BTreeSet<u16>) {
     }
 }
 
-/// Live processes carrying `STRAGGLER_LAB=<lab>` in their environment, as `pid name`.
+/// Live processes carrying `STRAGGLER_LAB=<lab>@<folder>` in their environment, as `pid name` (the
+/// tests give every lab its own name, so the name alone identifies it).
 pub fn lab_processes(lab: &str) -> Vec<String> {
-    let needle = format!("STRAGGLER_LAB={lab}");
+    let needle = format!("STRAGGLER_LAB={lab}@");
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -226,7 +227,7 @@ pub fn lab_processes(lab: &str) -> Vec<String> {
         let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+        if env.split(|b| *b == 0).any(|kv| kv.starts_with(needle.as_bytes())) {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             if stat
                 .rsplit(')')

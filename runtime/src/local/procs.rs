@@ -107,10 +107,11 @@ pub fn write_table(path: &Path, records: &[ProcRecord]) -> crate::Result<()> {
     crate::state::write_atomic(path, &bytes)
 }
 
-/// Every live process that carries `STRAGGLER_LAB=<lab>` in its environment: everything a lab started,
+/// Every live process that carries `STRAGGLER_LAB=<lab>@<its folder>` in its environment: everything a lab started,
 /// found without trusting any record (the supervisor may have died before writing one).
 pub fn lab_processes(lab: &str) -> Vec<ProcRecord> {
-    let needle = format!("{}={lab}", super::supervisor::LAB_ENV);
+    let value = super::supervisor::lab_env_value(lab, &crate::state::lab_dir(lab));
+    let needle = format!("{}={value}", super::supervisor::LAB_ENV);
     let me = std::process::id();
     let Ok(rd) = fs::read_dir("/proc") else {
         return Vec::new();

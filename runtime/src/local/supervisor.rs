@@ -25,8 +25,15 @@ use super::proto::{LocalStatus, Request, Response};
 use super::spec::{LocalConfig, LocalSpec, Paths, PortAllocator, RankPorts};
 use crate::{Delay, Result, RuntimeError, ScrapeTarget, TargetKind, state};
 
-/// The environment variable every process of a lab carries, naming the lab: leak checks look for it.
+/// The environment variable every process of a lab carries, naming the lab and its folder
+/// (`<name>@<folder>`, see [`lab_env_value`]): `lab down` and leak checks look for it, and two labs of the
+/// same name in different state folders never mistake each other's processes.
 pub const LAB_ENV: &str = "STRAGGLER_LAB";
+
+/// The value of [`LAB_ENV`] for the lab whose folder is `dir`.
+pub fn lab_env_value(name: &str, dir: &Path) -> String {
+    format!("{name}@{}", dir.display())
+}
 /// The cgroup that holds the lab's processes other than ranks (no limit; used to find them all).
 const SVC_GROUP: &str = "svc";
 const BACKOFF_START: Duration = Duration::from_secs(1);
@@ -641,7 +648,7 @@ impl Sup {
             .open(self.paths.log(&name))?;
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&args)
-            .env(LAB_ENV, &self.cfg.name)
+            .env(LAB_ENV, lab_env_value(&self.cfg.name, &self.cfg.dir))
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
