@@ -330,7 +330,10 @@ impl LocalRuntime {
         let child = std::process::Command::new(&self.cfg.lab_bin)
             .arg("__supervise")
             .arg(&self.cfg.dir)
-            .env(supervisor::LAB_ENV, supervisor::lab_env_value(&self.cfg.name, &self.cfg.dir))
+            .env(
+                supervisor::LAB_ENV,
+                supervisor::lab_env_value(&self.cfg.name, &self.cfg.dir),
+            )
             .stdin(Stdio::null())
             .stdout(
                 log.try_clone()
