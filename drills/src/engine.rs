@@ -1145,6 +1145,14 @@ pub fn evidence(s: &Snapshot) -> Vec<String> {
             p.reason.as_ref().map_or(String::new(), |r| format!(" ({r})"))
         ));
     }
+    let restarted: Vec<String> = st
+        .ranks()
+        .filter(|p| p.restarts > 0)
+        .map(|p| format!("{} {}", p.name, p.restarts))
+        .collect();
+    if !restarted.is_empty() {
+        k.push_str(&format!("; restarts: {}", restarted.join(", ")));
+    }
     out.push(k);
     let t = &s.training;
     out.push(format!(
