@@ -23,16 +23,10 @@ fn pad(s: &str, width: usize) -> String {
 fn kubernetes(s: &Snapshot) -> Vec<String> {
     let st = &s.status;
     let (ranks_ready, ranks) = st.ranks_ready();
-    let servers: Vec<_> = st
-        .pods
-        .iter()
-        .filter(|p| p.role == lab_model::Role::StorageServer)
-        .collect();
-    let servers_ready = servers.iter().filter(|p| p.is_running_ready()).count();
+    let (servers_ready, servers) = st.servers_ready();
     let mut out = vec![
         format!(
-            "KUBERNETES  ranks {ranks_ready}/{ranks} Ready · storage {servers_ready}/{} Ready · GPUs {}",
-            servers.len(),
+            "KUBERNETES  ranks {ranks_ready}/{ranks} Ready · storage {servers_ready}/{servers} Ready · GPUs {}",
             st.gpus_capacity
         ),
         format!(
@@ -42,12 +36,7 @@ fn kubernetes(s: &Snapshot) -> Vec<String> {
     ];
     for p in &st.pods {
         let r = &p.resources;
-        let cpu = match (r.cpu_live, r.cpu_spec.or(r.cpu_template)) {
-            (Some(l), Some(sp)) => format!("{l}/{sp}"),
-            (Some(l), None) => l.to_string(),
-            (None, Some(sp)) => format!("-/{sp}"),
-            (None, None) => "-".into(),
-        };
+        let cpu = r.cpu_live_spec();
         let cpu = if r.drifted() { format!("{cpu}*") } else { cpu };
         out.push(format!(
             "{:<15} {:<9} {:<5} {:<8} {:<13} {:<3} {}",

@@ -119,12 +119,7 @@ fn render_head(frame: &mut Frame, area: Rect, snap: &Snapshot, state: &State, no
 fn render_kubernetes(frame: &mut Frame, area: Rect, snap: &Snapshot) {
     let st = &snap.status;
     let (ranks_ready, ranks) = st.ranks_ready();
-    let servers: Vec<_> = st
-        .pods
-        .iter()
-        .filter(|p| p.role == lab_model::Role::StorageServer)
-        .collect();
-    let servers_ready = servers.iter().filter(|p| p.is_running_ready()).count();
+    let (servers_ready, servers) = st.servers_ready();
     let gpus_used: u32 = st
         .pods
         .iter()
@@ -132,18 +127,12 @@ fn render_kubernetes(frame: &mut Frame, area: Rect, snap: &Snapshot) {
         .map(|p| p.resources.gpus)
         .sum();
     let title = format!(
-        " Kubernetes · ranks {ranks_ready}/{ranks} Ready · storage {servers_ready}/{} Ready · GPUs {gpus_used}/{} ",
-        servers.len(),
+        " Kubernetes · ranks {ranks_ready}/{ranks} Ready · storage {servers_ready}/{servers} Ready · GPUs {gpus_used}/{} ",
         st.gpus_capacity
     );
     let rows = st.pods.iter().map(|p| {
         let r = &p.resources;
-        let cpu = match (r.cpu_live, r.cpu_spec.or(r.cpu_template)) {
-            (Some(l), Some(s)) => format!("{l}/{s}"),
-            (Some(l), None) => l.to_string(),
-            (None, Some(s)) => format!("-/{s}"),
-            (None, None) => "-".to_string(),
-        };
+        let cpu = r.cpu_live_spec();
         let cpu = if r.drifted() { format!("{cpu}*") } else { cpu };
         let phase_style = match p.phase {
             Phase::Running | Phase::Succeeded => Style::new(),

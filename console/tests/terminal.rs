@@ -7,147 +7,42 @@
 //! kills that server when done.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use lab_tests::Tmux;
 
 fn demo() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_lab-console-demo"))
 }
 
-fn ensure_tmux() {
-    let ok = || {
-        Command::new("tmux")
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if ok() {
-        return;
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let _ = Command::new("bash")
-        .arg(root.join("scripts/tools.sh"))
-        .arg("tmux")
-        .output();
+/// Runs the demo in the foreground of the pane's shell, and waits for its first screen.
+fn run_demo(t: &Tmux, args: &str) {
+    t.line(&format!("clear; {} {args}; echo EXITED $?", demo().display()));
+    t.wait_for("Training: 100% of normal", Duration::from_secs(10));
+}
+
+/// After the console ended: its exit code is shown on the shell's own screen, and the terminal is back
+/// in cooked mode with echo.
+fn assert_restored(t: &Tmux, code: i32) {
+    let pane = t.wait_for(&format!("EXITED {code}"), Duration::from_secs(10));
     assert!(
-        ok(),
-        "tmux is missing and scripts/tools.sh could not install it: apt-get install tmux"
+        !pane.contains("┌ Kubernetes"),
+        "the console's screen is still shown:\n{pane}"
     );
-}
-
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(name: &str) -> Tmux {
-        ensure_tmux();
-        let t = Tmux {
-            socket: format!("lab-console-{name}-{}", std::process::id()),
-        };
-        t.cmd(&[
-            "new-session",
-            "-d",
-            "-x",
-            "150",
-            "-y",
-            "40",
-            "env RUST_BACKTRACE=0 PS1='$ ' bash --norc --noprofile",
-        ]);
-        t.wait_for("$", Duration::from_secs(5));
-        t
-    }
-
-    fn cmd(&self, args: &[&str]) -> Output {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "0"];
-        args.extend(keys);
-        self.cmd(&args);
-    }
-
-    fn line(&self, text: &str) {
-        self.keys(&[text, "Enter"]);
-    }
-
-    fn pane(&self) -> String {
-        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "0"]).stdout).into_owned()
-    }
-
-    fn wait_for(&self, text: &str, within: Duration) -> String {
-        let until = Instant::now() + within;
-        loop {
-            let pane = self.pane();
-            if pane.contains(text) {
-                return pane;
-            }
-            assert!(
-                Instant::now() < until,
-                "{text:?} did not appear; the pane shows:\n{pane}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn wait_gone(&self, text: &str, within: Duration) {
-        let until = Instant::now() + within;
-        while self.pane().contains(text) {
-            assert!(Instant::now() < until, "{text:?} is still shown");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Runs the demo in the foreground of the pane's shell, and waits for its first screen.
-    fn run_demo(&self, args: &str) {
-        self.line(&format!("clear; {} {args}; echo EXITED $?", demo().display()));
-        self.wait_for("Training: 100% of normal", Duration::from_secs(10));
-    }
-
-    /// After the console ended: its exit code is shown on the shell's own screen, and the terminal is back
-    /// in cooked mode with echo.
-    fn assert_restored(&self, code: i32) {
-        let pane = self.wait_for(&format!("EXITED {code}"), Duration::from_secs(10));
-        assert!(
-            !pane.contains("┌ Kubernetes"),
-            "the console's screen is still shown:\n{pane}"
-        );
-        // The quotes keep the marker out of the echoed command line.
-        self.line("echo \"MO\"\"DES $(stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\\n' ' ')\"");
-        let pane = self.wait_for("MODES ", Duration::from_secs(5));
-        assert!(
-            pane.contains("MODES icanon echo"),
-            "terminal not restored:\n{pane}"
-        );
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .arg("kill-server")
-            .output();
-    }
+    // The quotes keep the marker out of the echoed command line.
+    t.line("echo \"MO\"\"DES $(stty -a | tr ' ' '\\n' | grep -x -e icanon -e echo -e -icanon -e -echo | tr '\\n' ' ')\"");
+    let pane = t.wait_for("MODES ", Duration::from_secs(5));
+    assert!(
+        pane.contains("MODES icanon echo"),
+        "terminal not restored:\n{pane}"
+    );
 }
 
 #[test]
 fn keys_send_actions_show_feedback_and_quit_restores_the_terminal() {
-    let t = Tmux::start("keys");
-    t.run_demo("");
+    let t = Tmux::start("lab-console-keys", 150, 40);
+    run_demo(&t, "");
     t.keys(&["s"]);
     t.wait_for(
         "Training: 7% of normal · storage-1 read p50 488 ms (siblings 3.0 ms)",
@@ -164,21 +59,21 @@ fn keys_send_actions_show_feedback_and_quit_restores_the_terminal() {
     t.keys(&["S"]);
     t.wait_for("Training: 100% of normal", Duration::from_secs(5));
     t.keys(&["q"]);
-    t.assert_restored(0);
+    assert_restored(&t, 0);
 }
 
 #[test]
 fn ctrl_c_restores_the_terminal() {
-    let t = Tmux::start("ctrlc");
-    t.run_demo("");
+    let t = Tmux::start("lab-console-ctrlc", 150, 40);
+    run_demo(&t, "");
     t.keys(&["C-c"]);
-    t.assert_restored(0);
+    assert_restored(&t, 0);
 }
 
 #[test]
 fn sigterm_restores_the_terminal() {
-    let t = Tmux::start("term");
-    t.run_demo("");
+    let t = Tmux::start("lab-console-term", 150, 40);
+    run_demo(&t, "");
     let shell = String::from_utf8_lossy(&t.cmd(&["display-message", "-p", "-t", "0", "#{pane_pid}"]).stdout)
         .trim()
         .to_string();
@@ -195,17 +90,17 @@ fn sigterm_restores_the_terminal() {
         .status()
         .unwrap();
     assert!(status.success());
-    t.assert_restored(0);
+    assert_restored(&t, 0);
 }
 
 #[test]
 fn a_panic_restores_the_terminal() {
-    let t = Tmux::start("panic");
-    t.run_demo("--panic-after-ms 1500");
+    let t = Tmux::start("lab-console-panic", 150, 40);
+    run_demo(&t, "--panic-after-ms 1500");
     let pane = t.wait_for("EXITED 101", Duration::from_secs(10));
     assert!(
         pane.contains("panicking on purpose"),
         "the panic message is lost:\n{pane}"
     );
-    t.assert_restored(101);
+    assert_restored(&t, 101);
 }

@@ -344,12 +344,8 @@ impl Bundle {
         if pending > 0 {
             kubernetes.push_str(&format!(", {pending} Pending"));
         }
-        let servers: Vec<_> = st.pods.iter().filter(|p| p.role == Role::StorageServer).collect();
-        kubernetes.push_str(&format!(
-            "; storage {}/{} Ready",
-            servers.iter().filter(|p| p.is_running_ready()).count(),
-            servers.len()
-        ));
+        let (servers_ready, servers) = st.servers_ready();
+        kubernetes.push_str(&format!("; storage {servers_ready}/{servers} Ready"));
         let training_line = match (t.pct_of_baseline, t.samples_per_s) {
             (Some(p), Some(v)) => format!(
                 "training at {p:.0}% of normal ({v:.0} of {:.0} samples/s), step time {}",

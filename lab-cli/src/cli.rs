@@ -165,7 +165,7 @@ pub struct JsonArg {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print the whole snapshot as JSON (schema: docs/status.md).
+    /// Print the whole snapshot as JSON (schema: docs/telemetry.md, "The snapshot").
     #[arg(long)]
     pub json: bool,
     /// How long to watch the job before answering (rates need two scrapes).

@@ -66,6 +66,16 @@ impl Resources {
     pub fn drifted(&self) -> bool {
         matches!((self.cpu_live, self.cpu_template), (Some(l), Some(t)) if l != t)
     }
+
+    /// The CPU limit as `live/spec` (the template when there is no spec), `-` for what is unknown.
+    pub fn cpu_live_spec(&self) -> String {
+        match (self.cpu_live, self.cpu_spec.or(self.cpu_template)) {
+            (Some(l), Some(s)) => format!("{l}/{s}"),
+            (Some(l), None) => l.to_string(),
+            (None, Some(s)) => format!("-/{s}"),
+            (None, None) => "-".to_string(),
+        }
+    }
 }
 
 /// One role instance, shaped like a pod.
@@ -186,8 +196,20 @@ impl LabStatus {
 
     /// `(ready, total)` over the ranks only.
     pub fn ranks_ready(&self) -> (usize, usize) {
-        let ranks: Vec<&PodStatus> = self.ranks().collect();
-        (ranks.iter().filter(|p| p.is_running_ready()).count(), ranks.len())
+        self.ready_of(Role::Rank)
+    }
+
+    /// `(ready, total)` over the storage servers only.
+    pub fn servers_ready(&self) -> (usize, usize) {
+        self.ready_of(Role::StorageServer)
+    }
+
+    fn ready_of(&self, role: Role) -> (usize, usize) {
+        let of_role: Vec<&PodStatus> = self.pods.iter().filter(|p| p.role == role).collect();
+        (
+            of_role.iter().filter(|p| p.is_running_ready()).count(),
+            of_role.len(),
+        )
     }
 }
 

@@ -2,99 +2,9 @@
 //! beside the job's, the slow-storage key injects the fault, and the headline changes to name the slow
 //! server while every rank stays Ready; `c` clears it, `q` quits and gives the terminal back.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use lab_tests::{Lab, bin_dir, serial, weed};
-
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start() -> Tmux {
-        let ok = || {
-            Command::new("tmux")
-                .arg("-V")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        };
-        if !ok() {
-            let tools = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/tools.sh");
-            let _ = Command::new("bash").arg(tools).arg("tmux").output();
-        }
-        assert!(
-            ok(),
-            "tmux is missing and scripts/tools.sh could not install it: apt-get install tmux"
-        );
-        let t = Tmux {
-            socket: format!("lab-e2e-console-{}", std::process::id()),
-        };
-        t.cmd(&[
-            "new-session",
-            "-d",
-            "-x",
-            "160",
-            "-y",
-            "50",
-            "env PS1='$ ' bash --norc --noprofile",
-        ]);
-        t.wait_for("$", Duration::from_secs(5));
-        t
-    }
-
-    fn cmd(&self, args: &[&str]) -> Output {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "tmux {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "0"];
-        args.extend(keys);
-        self.cmd(&args);
-    }
-
-    fn pane(&self) -> String {
-        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "0"]).stdout).into_owned()
-    }
-
-    /// Waits until the pane's first line (the headline) or the whole pane holds `text`.
-    fn wait_for(&self, text: &str, within: Duration) -> String {
-        let until = Instant::now() + within;
-        loop {
-            let pane = self.pane();
-            if pane.contains(text) {
-                return pane;
-            }
-            assert!(
-                Instant::now() < until,
-                "{text:?} did not appear within {within:?}; the pane shows:\n{pane}"
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .arg("kill-server")
-            .output();
-    }
-}
+use lab_tests::{Lab, Tmux, bin_dir, serial, weed};
 
 fn headline(pane: &str) -> String {
     pane.lines().next().unwrap_or_default().trim_end().to_string()
@@ -116,7 +26,7 @@ fn console_key_injects_slow_storage_and_the_headline_names_the_slow_server() {
     let _one = serial();
     let mut lab = Lab::up("e2e-console", &[]);
     let ports = lab.ports();
-    let t = Tmux::start();
+    let t = Tmux::start("lab-e2e-console", 160, 50);
     let line = format!(
         "clear; env LAB_STATE_DIR='{}' LAB_NAME='{}' LAB_WEED='{}' '{}' console; echo EXITED $?",
         lab.state.path().display(),

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use lab_model::Snapshot;
 
+pub mod tmux;
+pub use tmux::Tmux;
+
 /// End-to-end labs share two cores: one at a time, whatever test binary thread asks.
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());

@@ -14,7 +14,7 @@ use lab_model::status::{LabStatus, RuntimeKind};
 use serde_json::json;
 
 use super::manifests::names as obj;
-use super::status::{cpu_of, role_of};
+use super::status::{cpu_of, rank_cpu_limit, role_of};
 use super::{DelayChoice, KubeRuntime, api};
 use crate::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget};
 
@@ -339,17 +339,7 @@ impl KubeRuntime {
     }
 
     fn spec_cpu(pod: &Pod) -> Option<Millicores> {
-        pod.spec
-            .as_ref()?
-            .containers
-            .iter()
-            .find(|c| c.name == obj::RANK_CONTAINER)?
-            .resources
-            .as_ref()?
-            .limits
-            .as_ref()?
-            .get("cpu")
-            .and_then(cpu_of)
+        rank_cpu_limit(pod.spec.as_ref()?)
     }
 
     async fn resize(&self, rank: u32, cpu: Millicores) -> Result<()> {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ListParams};
 use lab_model::Millicores;
@@ -18,6 +18,19 @@ use crate::{Result, ScrapeTarget, TargetKind};
 /// A CPU quantity (`150m`, `0.4`, `1`) in millicores.
 pub fn cpu_of(q: &Quantity) -> Option<Millicores> {
     q.0.parse().ok()
+}
+
+/// The CPU limit of the rank container in a pod spec (a pod's, or the StatefulSet template's).
+pub(crate) fn rank_cpu_limit(spec: &PodSpec) -> Option<Millicores> {
+    spec.containers
+        .iter()
+        .find(|c| c.name == obj::RANK_CONTAINER)?
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("cpu")
+        .and_then(cpu_of)
 }
 
 /// A whole-number quantity (a GPU count).
@@ -290,20 +303,7 @@ impl KubeRuntime {
 
     /// The CPU limit in the StatefulSet's template.
     pub(crate) fn template_cpu(sts: &StatefulSet) -> Option<Millicores> {
-        sts.spec
-            .as_ref()?
-            .template
-            .spec
-            .as_ref()?
-            .containers
-            .iter()
-            .find(|c| c.name == obj::RANK_CONTAINER)?
-            .resources
-            .as_ref()?
-            .limits
-            .as_ref()?
-            .get("cpu")
-            .and_then(cpu_of)
+        rank_cpu_limit(sts.spec.as_ref()?.template.spec.as_ref()?)
     }
 
     /// The world size in `lab-config`.
