@@ -14,7 +14,7 @@ use lab_model::status::{LabStatus, RuntimeKind};
 use serde_json::json;
 
 use super::manifests::names as obj;
-use super::status::{cpu_of, rank_cpu_limit, role_of};
+use super::status::{cpu_limit, rank_cpu_limit, role_of};
 use super::{DelayChoice, KubeRuntime, api};
 use crate::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget};
 
@@ -324,18 +324,9 @@ impl KubeRuntime {
     }
 
     fn live_cpu(pod: &Pod) -> Option<Millicores> {
-        pod.status
-            .as_ref()?
-            .container_statuses
-            .as_ref()?
-            .iter()
-            .find(|c| c.name == obj::RANK_CONTAINER)?
-            .resources
-            .as_ref()?
-            .limits
-            .as_ref()?
-            .get("cpu")
-            .and_then(cpu_of)
+        let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+        let rank = statuses.iter().find(|c| c.name == obj::RANK_CONTAINER)?;
+        cpu_limit(rank.resources.as_ref()?)
     }
 
     fn spec_cpu(pod: &Pod) -> Option<Millicores> {

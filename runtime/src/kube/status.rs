@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ListParams};
 use lab_model::Millicores;
@@ -22,15 +22,13 @@ pub fn cpu_of(q: &Quantity) -> Option<Millicores> {
 
 /// The CPU limit of the rank container in a pod spec (a pod's, or the StatefulSet template's).
 pub(crate) fn rank_cpu_limit(spec: &PodSpec) -> Option<Millicores> {
-    spec.containers
-        .iter()
-        .find(|c| c.name == obj::RANK_CONTAINER)?
-        .resources
-        .as_ref()?
-        .limits
-        .as_ref()?
-        .get("cpu")
-        .and_then(cpu_of)
+    let rank = spec.containers.iter().find(|c| c.name == obj::RANK_CONTAINER)?;
+    cpu_limit(rank.resources.as_ref()?)
+}
+
+/// The CPU limit in a container's resources (as specified, or as the kubelet reports them live).
+pub(crate) fn cpu_limit(r: &ResourceRequirements) -> Option<Millicores> {
+    r.limits.as_ref()?.get("cpu").and_then(cpu_of)
 }
 
 /// A whole-number quantity (a GPU count).
