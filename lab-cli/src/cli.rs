@@ -168,8 +168,10 @@ pub struct StatusArgs {
     /// Print the whole snapshot as JSON (schema: docs/telemetry.md, "The snapshot").
     #[arg(long)]
     pub json: bool,
-    /// How long to watch the job before answering (rates need two scrapes).
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    /// How long to watch the job before answering. Rates need two scrapes, and a golden signal fires
+    /// only once its rule has held for its `for` (up to 5 s): a shorter window answers sooner but may show
+    /// no alert for a fault that is there.
+    #[arg(long, default_value = "6s", value_parser = parse_duration)]
     pub window: std::time::Duration,
 }
 
@@ -309,8 +311,9 @@ pub struct IncidentArgs {
     /// Print the bundle as JSON.
     #[arg(long)]
     pub json: bool,
-    /// How long to watch the job before answering.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    /// How long to watch the job before answering; long enough for the golden-signal rules' `for`
+    /// durations (up to 5 s) to pass, so that what fires is in the bundle.
+    #[arg(long, default_value = "6s", value_parser = parse_duration)]
     pub window: std::time::Duration,
 }
 

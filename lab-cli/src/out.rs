@@ -64,6 +64,15 @@ impl Progress for Steps {
     }
 }
 
+/// The `--name` flag to repeat in a suggested command: empty for the default lab.
+pub fn name_flag(name: &str) -> String {
+    if name == "lab" {
+        String::new()
+    } else {
+        format!(" --name {name}")
+    }
+}
+
 /// An error and its causes on one line: `what failed: because: because`.
 pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();

@@ -1,6 +1,7 @@
 //! What several commands share: the running lab, its telemetry driver with the learned baseline, and a
 //! snapshot taken over a short window.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,14 +46,25 @@ pub fn driver(name: &str, rt: Arc<dyn Runtime>) -> Driver {
 }
 
 /// Watches the lab for `window` and returns the last snapshot (rates need at least two scrapes).
+/// On a terminal, a line on stderr says how long it watches, and is wiped before the answer.
 pub async fn snapshot(name: &str, rt: Arc<dyn Runtime>, window: Duration) -> Snapshot {
     let mut d = driver(name, rt);
     let ticks = (window.as_secs_f64().max(1.0)).ceil() as u32 + 1;
+    let tty = std::io::stderr().is_terminal();
+    if tty {
+        eprint!(
+            "watching lab {name:?} for {} s (--window) …",
+            ticks.saturating_sub(1)
+        );
+    }
     let mut every = tokio::time::interval(Duration::from_secs(1));
     let mut last = None;
     for _ in 0..ticks {
         every.tick().await;
         last = Some(d.tick().await);
+    }
+    if tty {
+        eprint!("\r\x1b[2K");
     }
     last.expect("at least one tick")
 }

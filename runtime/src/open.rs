@@ -61,6 +61,18 @@ pub struct Choice {
     pub reason: String,
 }
 
+/// Why kind could not be used, in words that fit after "kind is unusable here,": the install hint
+/// without its advice to pick the local runtime, which `auto` just did.
+fn fallback_reason(e: &RuntimeError) -> String {
+    match e {
+        RuntimeError::MissingTool { tool, hint } => {
+            let hint = hint.trim_end_matches(", or use --runtime local");
+            format!("{tool}: {hint}")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Picks kind when Docker is reachable and `kind` is installed at a supported version, else local.
 pub async fn choose() -> Choice {
     match kube::kind::preflight().await {
@@ -70,7 +82,7 @@ pub async fn choose() -> Choice {
         },
         Err(e) => Choice {
             runtime: RuntimeKind::Local,
-            reason: format!("{e}"),
+            reason: format!("--runtime auto: kind is unusable here, {}", fallback_reason(&e)),
         },
     }
 }

@@ -174,7 +174,7 @@ fn same_data(before: &Value, after: &Value, what: &str) {
 fn status_is_true(lab: &Lab, env: &Env) -> Snapshot {
     let start = Instant::now();
     loop {
-        let out = env.run(lab, &["status", "--json"]);
+        let out = env.run(lab, &["status", "--json", "--window", "2s"]);
         assert!(out.status.success(), "{}", text(&out));
         let s: Snapshot = serde_json::from_slice(&out.stdout).unwrap();
         let dead: Vec<String> = s
@@ -281,7 +281,7 @@ impl Env {
     ) -> Snapshot {
         let start = Instant::now();
         loop {
-            let out = self.run(lab, &["status", "--json"]);
+            let out = self.run(lab, &["status", "--json", "--window", "2s"]);
             assert!(out.status.success(), "{}", text(&out));
             let s: Snapshot = serde_json::from_slice(&out.stdout).unwrap();
             if cond(&s) {
@@ -437,7 +437,7 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
     signal(frozen, "-STOP");
     let t = Instant::now();
     let out = wait_bounded(
-        env.command(&lab, &["status", "--json"])
+        env.command(&lab, &["status", "--json", "--window", "2s"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -997,7 +997,7 @@ fn a_corrupted_state_folder_gives_clear_errors_and_down_still_cleans_up() {
         && std::fs::write(group.join("rank-0/cgroup.procs"), stray.id().to_string()).is_ok();
     for args in [
         &["status"][..],
-        &["status", "--json"],
+        &["status", "--json", "--window", "2s"],
         &["fault", "inject", "throttled-rank"],
         &["fault", "clear", "--all"],
         &["fault", "status"],
@@ -1112,7 +1112,7 @@ fn killing_lab_up_at_each_step_leaves_a_lab_that_status_reports_and_down_removes
 
         // Status answers (what is there, or that the supervisor is gone) and does not hang.
         let out = wait_bounded(
-            env.command(&lab, &["status", "--json"])
+            env.command(&lab, &["status", "--json", "--window", "2s"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

@@ -109,9 +109,9 @@ impl Lab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// `lab status --json`, parsed.
+    /// `lab status --json --window 2s`, parsed: quick, for polling; alerts may not have fired yet.
     pub fn snapshot(&self) -> Snapshot {
-        let s = self.ok(&["status", "--json"]);
+        let s = self.ok(&["status", "--json", "--window", "2s"]);
         serde_json::from_str(&s).unwrap_or_else(|e| panic!("status --json is not a snapshot ({e}):\n{s}"))
     }
 

@@ -19,6 +19,7 @@ use lab_model::status::Phase;
 use crate::cli::{Cli, Command, DemoArgs, RuntimeArg};
 use crate::cmd::drill::{Printer, prepare};
 use crate::cmd::lifecycle;
+use crate::out;
 
 /// How long the demo watches a fault after detecting it, so the screen shows its steady effect.
 const HOLD: Duration = Duration::from_secs(10);
@@ -67,11 +68,7 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<ExitCode> {
     println!("{}", table(&rows));
     let passed = rows.len() == 3 && rows.iter().all(|r| r.report.verdict == Verdict::Pass);
     if keep {
-        let flag = if name == "lab" {
-            String::new()
-        } else {
-            format!(" --name {name}")
-        };
+        let flag = out::name_flag(name);
         println!(
             "The lab stays up: lab console{flag} · lab fault inject slow-storage{flag} · lab down{flag}"
         );

@@ -75,7 +75,11 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
         for c in &done.changes {
             println!("  change: {}", c.line());
         }
-        println!("  clear with: lab fault clear {}", done.entry.id);
+        println!(
+            "  clear with: lab fault clear {}{}",
+            done.entry.id,
+            out::name_flag(name)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

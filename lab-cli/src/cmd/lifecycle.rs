@@ -123,11 +123,7 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
         for n in &st.notes {
             println!("note: {n}");
         }
-        let flag = if name == "lab" {
-            String::new()
-        } else {
-            format!(" --name {name}")
-        };
+        let flag = out::name_flag(name);
         println!(
             "Next: lab console{flag} · lab fault inject slow-storage{flag} · lab status{flag} · lab down{flag}"
         );
