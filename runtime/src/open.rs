@@ -61,14 +61,10 @@ pub struct Choice {
     pub reason: String,
 }
 
-/// Why kind could not be used, in words that fit after "kind is unusable here,": the install hint
-/// without its advice to pick the local runtime, which `auto` just did.
+/// Why kind could not be used, in words that fit after "kind is unusable here,".
 fn fallback_reason(e: &RuntimeError) -> String {
     match e {
-        RuntimeError::MissingTool { tool, hint } => {
-            let hint = hint.trim_end_matches(", or use --runtime local");
-            format!("{tool}: {hint}")
-        }
+        RuntimeError::MissingTool { tool, hint } => format!("{tool}: {hint}"),
         other => other.to_string(),
     }
 }

@@ -42,9 +42,7 @@ pub fn cluster_config(cluster: &str, node_image: &str) -> String {
 pub async fn preflight() -> Result<String> {
     let docker = Docker::connect_with_defaults().map_err(|e| RuntimeError::MissingTool {
         tool: "docker".into(),
-        hint: format!(
-            "cannot connect to the Docker API ({e}): install Docker and start it, or use --runtime local"
-        ),
+        hint: format!("cannot connect to the Docker API ({e}): install Docker and start it"),
     })?;
     check_docker(&docker).await?;
     check_kind("kind").await
@@ -61,8 +59,7 @@ pub async fn check_docker(docker: &Docker) -> Result<()> {
     }
     Err(RuntimeError::MissingTool {
         tool: "docker".into(),
-        hint: "the Docker daemon does not answer: start Docker (Docker Desktop, or `sudo systemctl start docker`), \
-               or use --runtime local"
+        hint: "the Docker daemon does not answer: start Docker (Docker Desktop, or `sudo systemctl start docker`)"
             .into(),
     })
 }
@@ -75,7 +72,7 @@ pub async fn check_kind(program: &str) -> Result<String> {
     let out = run(program, &["version"], Duration::from_secs(20)).await.map_err(|_| RuntimeError::MissingTool {
         tool: "kind".into(),
         hint: format!(
-            "install kind v{}.{}.{} or newer (`go install sigs.k8s.io/kind@v0.30.0`, or a release binary), or use --runtime local",
+            "install kind v{}.{}.{} or newer (`go install sigs.k8s.io/kind@v0.30.0`, or a release binary)",
             MIN_KIND.0, MIN_KIND.1, MIN_KIND.2
         ),
     })?;

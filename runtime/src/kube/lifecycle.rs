@@ -150,7 +150,9 @@ async fn run_up(
 ) -> Result<KubeRuntime> {
     let client = match kopts.mode {
         ClusterMode::Kind => {
-            let detail = step(progress, "preflight", kind::preflight()).await?;
+            // Asked for kind by name: the local runtime is the way out of a missing tool.
+            let preflight = async { kind::preflight().await.map_err(or_use_local) };
+            let detail = step(progress, "preflight", preflight).await?;
             progress.note(&format!("Docker is reachable; {detail} is installed"));
             let cluster = rec.cluster.clone().unwrap_or_default();
             let kubeconfig = rec
@@ -670,3 +672,14 @@ pub async fn down(record: &LabRecord, progress: &dyn Progress) -> Result<()> {
 // Keep the trait in scope for `rt.scrape_targets()` above.
 #[allow(unused_imports)]
 use Runtime as _;
+
+/// A missing tool's hint, with the runtime that needs none of them.
+fn or_use_local(e: RuntimeError) -> RuntimeError {
+    match e {
+        RuntimeError::MissingTool { tool, hint } => RuntimeError::MissingTool {
+            tool,
+            hint: format!("{hint}, or use --runtime local"),
+        },
+        other => other,
+    }
+}
