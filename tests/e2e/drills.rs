@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use lab_tests::{Lab, serial, text};
+use lab_tests::{Lab, lines_until_injected, serial, text};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -301,24 +301,13 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
 }
 
 fn interrupted_drill_clears_its_fault(lab: &Lab) {
-    use std::io::BufRead;
     let mut child = lab
         .command(&["drill", "run", "slow-storage"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut seen = Vec::new();
-    for line in std::io::BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        let injected = line.contains("✓ inject");
-        seen.push(line);
-        if injected {
-            break;
-        }
-    }
-    assert!(seen.last().is_some_and(|l| l.contains("✓ inject")), "{seen:#?}");
+    lines_until_injected(child.stdout.take().unwrap());
     let status = lab.ok(&["fault", "status"]);
     assert!(status.contains("slow-storage"), "{status}");
     std::process::Command::new("kill")

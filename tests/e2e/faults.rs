@@ -5,11 +5,7 @@ use std::time::Duration;
 
 use lab_model::Snapshot;
 use lab_model::status::Phase;
-use lab_tests::{Lab, serial, text};
-
-fn pct(s: &Snapshot) -> f64 {
-    s.training.pct_of_baseline.unwrap_or(f64::NAN)
-}
+use lab_tests::{Lab, pct, serial, text};
 
 fn all_running_ready(s: &Snapshot) -> bool {
     s.status
@@ -26,20 +22,6 @@ fn all_running_ready(s: &Snapshot) -> bool {
 /// Throughput back within 10% of the baseline, measured over a full window.
 fn wait_recovered(lab: &Lab, what: &str) -> Snapshot {
     lab.wait_for(what, Duration::from_secs(120), |s| pct(s) >= 90.0)
-}
-
-/// The delay the proxy in front of storage server `i` adds right now, read from its control API.
-fn proxy_delay_ms(lab: &Lab, i: usize) -> f64 {
-    let cfg: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(lab.dir().join("lab.json")).unwrap()).unwrap();
-    let port = cfg["config"]["storage"][i]["control"].as_u64().unwrap();
-    let out = std::process::Command::new("curl")
-        .args(["-s", "-m", "3", &format!("http://127.0.0.1:{port}/delay")])
-        .output()
-        .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out)));
-    v["delay_ms"].as_f64().unwrap()
 }
 
 #[test]
@@ -156,7 +138,7 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
     );
 
     lab.ok(&["fault", "clear", "--all"]);
-    assert_eq!(proxy_delay_ms(&lab, 1), 0.0);
+    assert_eq!(lab.proxy_delay_ms(1), 0.0);
     let back = wait_recovered(&lab, "throughput back within 10% of baseline after clear");
     assert!(all_running_ready(&back));
     // Clearing again is fine and changes nothing.
@@ -172,7 +154,7 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
     let status = child.wait().unwrap();
     assert!(!status.success(), "an interrupted inject must not report success");
     assert_eq!(
-        proxy_delay_ms(&lab, 1),
+        lab.proxy_delay_ms(1),
         0.0,
         "the delay must be rolled back after Ctrl-C"
     );

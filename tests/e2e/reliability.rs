@@ -16,12 +16,8 @@ use std::time::{Duration, Instant};
 
 use lab_model::Snapshot;
 use lab_model::status::{Phase, Role};
-use lab_tests::{Lab, bin_dir, serial, summary, text};
+use lab_tests::{Lab, bin_dir, lines_until_injected, pct, serial, summary, text, wait_until};
 use serde_json::Value;
-
-fn pct(s: &Snapshot) -> f64 {
-    s.training.pct_of_baseline.unwrap_or(f64::NAN)
-}
 
 fn sigkill(pid: u32) {
     signal(pid, "-KILL");
@@ -89,15 +85,6 @@ fn no_panic(out: &Output, what: &str) {
         "{what} panicked:\n{}",
         text(out)
     );
-}
-
-/// The delay the proxy in front of storage server `i` adds now, from its control API.
-fn proxy_delay_ms(lab: &Lab, i: usize) -> f64 {
-    let cfg = read_json(&lab.dir().join("lab.json"));
-    let port = cfg["config"]["storage"][i]["control"].as_u64().unwrap();
-    let out = curl(&format!("http://127.0.0.1:{port}/delay"));
-    let v: Value = serde_json::from_str(&out).unwrap_or_else(|_| panic!("proxy answered {out:?}"));
-    v["delay_ms"].as_f64().unwrap()
 }
 
 fn curl(url: &str) -> String {
@@ -279,21 +266,12 @@ impl Env {
         deadline: Duration,
         cond: impl Fn(&Snapshot) -> bool,
     ) -> Snapshot {
-        let start = Instant::now();
-        loop {
+        let next = || {
             let out = self.run(lab, &["status", "--json", "--window", "2s"]);
             assert!(out.status.success(), "{}", text(&out));
-            let s: Snapshot = serde_json::from_slice(&out.stdout).unwrap();
-            if cond(&s) {
-                return s;
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "timed out waiting for {what}; last snapshot:\n{}",
-                summary(&s)
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+            serde_json::from_slice(&out.stdout).unwrap()
+        };
+        wait_until(what, deadline, next, cond)
     }
 
     fn recovered(&self, lab: &Lab, what: &str) -> Snapshot {
@@ -334,6 +312,23 @@ fn kill_mid(child: &mut Child) -> bool {
     sigkill(child.id());
     let _ = child.wait();
     true
+}
+
+/// A fault whose inject or clear was killed half-way: its ledger entry (id starting `prefix`) is left in
+/// `phase`, and `lab fault status` shows that phase.
+fn assert_unfinished(env: &Env, lab: &Lab, prefix: &str, phase: &str) {
+    let active = active_entries(lab);
+    assert!(
+        active
+            .iter()
+            .any(|e| e.starts_with(prefix) && e.ends_with(&format!(" {phase}"))),
+        "{active:?}"
+    );
+    let st = env.ok(lab, &["fault", "status"]);
+    assert!(
+        st.contains(phase),
+        "fault status must show the unfinished {phase}:\n{st}"
+    );
 }
 
 /// The ledger's entries still active (injecting, injected or clearing), as `id phase`.
@@ -476,21 +471,10 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
         kill_mid(&mut child),
         "the slow-storage inject finished before it could be killed"
     );
-    let active = active_entries(&lab);
-    assert!(
-        active
-            .iter()
-            .any(|e| e.starts_with("slow-storage-") && e.ends_with(" injecting")),
-        "{active:?}"
-    );
-    let st = env.ok(&lab, &["fault", "status"]);
-    assert!(
-        st.contains("injecting"),
-        "fault status must show the unfinished inject:\n{st}"
-    );
+    assert_unfinished(&env, &lab, "slow-storage-", "injecting");
     env.fails(&lab, &["fault", "inject", "slow-storage"], &["already injected"]);
     env.ok(&lab, &["fault", "clear", "--all"]);
-    assert_eq!(proxy_delay_ms(&lab, 1), 0.0, "the delay outlived clear --all");
+    assert_eq!(lab.proxy_delay_ms(1), 0.0, "the delay outlived clear --all");
     assert!(active_entries(&lab).is_empty(), "{:?}", active_entries(&lab));
 
     // Killed half-way through the unplaceable-rank inject: the supervisor is stopped as soon as the ledger
@@ -541,25 +525,10 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
     let killed = kill_mid(&mut child);
     signal(proxy, "-CONT");
     assert!(seen && killed, "the clear was not caught under way");
-    let active = active_entries(&lab);
-    assert!(
-        active
-            .iter()
-            .any(|e| e.starts_with("slow-storage-") && e.ends_with(" clearing")),
-        "{active:?}"
-    );
-    let st = env.ok(&lab, &["fault", "status"]);
-    assert!(
-        st.contains("clearing"),
-        "fault status must show the unfinished clear:\n{st}"
-    );
+    assert_unfinished(&env, &lab, "slow-storage-", "clearing");
     env.ok(&lab, &["fault", "clear", "--all"]);
     assert!(active_entries(&lab).is_empty());
-    assert_eq!(
-        proxy_delay_ms(&lab, 1),
-        0.0,
-        "the delay outlived the second clear"
-    );
+    assert_eq!(lab.proxy_delay_ms(1), 0.0, "the delay outlived the second clear");
     env.recovered(&lab, "after a killed clear and clear --all");
 
     // Killed in the middle of a drill, right after its inject: nothing cleans up for it but clear --all.
@@ -572,25 +541,16 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut seen = Vec::new();
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        let injected = line.contains("✓ inject");
-        seen.push(line);
-        if injected {
-            break;
-        }
-    }
-    assert!(seen.last().is_some_and(|l| l.contains("✓ inject")), "{seen:#?}");
+    lines_until_injected(child.stdout.take().unwrap());
     assert!(kill_mid(&mut child), "the drill ended before it could be killed");
     assert!(
-        proxy_delay_ms(&lab, 1) >= 300.0,
+        lab.proxy_delay_ms(1) >= 300.0,
         "the drill's fault should still be applied"
     );
     let st = env.ok(&lab, &["fault", "status"]);
     assert!(st.contains("slow-storage"), "{st}");
     env.ok(&lab, &["fault", "clear", "--all"]);
-    assert_eq!(proxy_delay_ms(&lab, 1), 0.0);
+    assert_eq!(lab.proxy_delay_ms(1), 0.0);
     env.recovered(&lab, "after a killed drill and clear --all");
 
     // The same drill run to completion, with its reports, and the incident bundle: inspected for secrets.
@@ -648,11 +608,7 @@ fn crash_matrix_on_a_running_lab_loses_nothing_and_down_leaves_nothing() {
     let saved = std::fs::read(&ledger).unwrap();
     std::fs::write(&ledger, &saved[..saved.len() / 2]).unwrap();
     env.fails(&lab, &["fault", "inject", "slow-storage"], &["ledger", "corrupt"]);
-    assert_eq!(
-        proxy_delay_ms(&lab, 1),
-        0.0,
-        "a refused inject must apply nothing"
-    );
+    assert_eq!(lab.proxy_delay_ms(1), 0.0, "a refused inject must apply nothing");
     env.fails(&lab, &["fault", "clear", "--all"], &["ledger", "corrupt"]);
     env.fails(&lab, &["fault", "status"], &["ledger", "corrupt"]);
     env.ok(&lab, &["status"]);

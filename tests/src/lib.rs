@@ -125,19 +125,24 @@ impl Lab {
 
     /// Polls the snapshot until `cond` holds, or panics after `deadline` with the last one.
     pub fn wait_for(&self, what: &str, deadline: Duration, cond: impl Fn(&Snapshot) -> bool) -> Snapshot {
-        let start = Instant::now();
-        loop {
-            let s = self.snapshot();
-            if cond(&s) {
-                return s;
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "timed out waiting for {what}; last snapshot:\n{}",
-                summary(&s)
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+        wait_until(what, deadline, || self.snapshot(), cond)
+    }
+
+    /// The delay the latency proxy in front of storage server `i` adds now, read from its control API.
+    pub fn proxy_delay_ms(&self, i: usize) -> f64 {
+        let cfg: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(self.dir().join("lab.json")).expect("lab.json"))
+                .expect("lab.json is JSON");
+        let port = cfg["config"]["storage"][i]["control"]
+            .as_u64()
+            .expect("the proxy's control port");
+        let out = Command::new("curl")
+            .args(["-s", "-m", "5", &format!("http://127.0.0.1:{port}/delay")])
+            .output()
+            .expect("curl");
+        let v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("proxy answered:\n{}", text(&out)));
+        v["delay_ms"].as_f64().expect("delay_ms")
     }
 
     /// The lab's folder inside the state folder.
@@ -328,6 +333,50 @@ fn decode_addr(hex: &str) -> String {
     } else {
         format!("[{ip}]:{port}")
     }
+}
+
+/// Takes snapshots from `next` until `cond` holds, every half second, or panics after `deadline` with the
+/// last one.
+pub fn wait_until(
+    what: &str,
+    deadline: Duration,
+    mut next: impl FnMut() -> Snapshot,
+    cond: impl Fn(&Snapshot) -> bool,
+) -> Snapshot {
+    let start = Instant::now();
+    loop {
+        let s = next();
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out waiting for {what}; last snapshot:\n{}",
+            summary(&s)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Training throughput as % of the baseline; NaN before a baseline is known.
+pub fn pct(s: &Snapshot) -> f64 {
+    s.training.pct_of_baseline.unwrap_or(f64::NAN)
+}
+
+/// Reads a running `lab drill run`'s live lines up to the one that says its inject took effect, and
+/// returns them; panics if the output ends first.
+pub fn lines_until_injected(stdout: impl std::io::Read) -> Vec<String> {
+    use std::io::BufRead;
+    let mut seen = Vec::new();
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.expect("the drill's output");
+        let injected = line.contains("✓ inject");
+        seen.push(line);
+        if injected {
+            return seen;
+        }
+    }
+    panic!("the drill never reported its inject: {seen:#?}");
 }
 
 /// Stdout and stderr of a finished command, for failure messages.
