@@ -396,7 +396,9 @@ fn export_servers(
     storage: &mut Storage,
     shards: &[ShardEntry],
 ) -> String {
-    let mut servers: Vec<String> = shards.iter().map(|s| label_for(storage, s)).collect();
+    let labels: Vec<String> = shards.iter().map(|s| label_for(storage, s)).collect();
+    let main = labels.first().cloned().unwrap_or_default();
+    let mut servers = labels;
     servers.sort();
     servers.dedup();
     for server in &servers {
@@ -406,7 +408,6 @@ fn export_servers(
         registry.touch(m::STORAGE_READ_BYTES, &[("server", server)]);
         registry.touch(m::STORAGE_CHECKSUMS_VERIFIED, &[("server", server)]);
     }
-    let main = shards.first().map(|s| label_for(storage, s)).unwrap_or_default();
     let (world, rank) = (opts.world_size.to_string(), opts.rank.to_string());
     registry.set(
         m::RANK_INFO,
