@@ -216,7 +216,7 @@ async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progre
     let cg_root = local
         .cgroup_root
         .clone()
-        .unwrap_or_else(|| PathBuf::from("/sys/fs/cgroup"));
+        .unwrap_or_else(|| PathBuf::from(cgroup::SYS_CGROUP));
     let (cgroups, cpu_limit_note) = match Cgroups::create(&cg_root, &opts.name) {
         Ok(cg) => (Some(cg), None),
         Err(cgroup::Unavailable(why)) => {
@@ -517,7 +517,7 @@ pub async fn down(name: &str, progress: &dyn Progress) -> Result<DownReport> {
         // Without a readable record the group is found by the lab's name, where `lab up` makes it by default.
         let root = match &cfg {
             Some(c) => c.cgroups.as_ref().map(|c| c.lab_root.clone()),
-            None => cgroup::find_lab_group(Path::new("/sys/fs/cgroup"), name),
+            None => cgroup::find_lab_group(Path::new(cgroup::SYS_CGROUP), name),
         };
         match root {
             Some(r) => remove_cgroups(&r).await,
