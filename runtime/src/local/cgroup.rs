@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 /// The CFS period the lab uses: 100 ms, Kubernetes' default.
 pub const PERIOD_US: u64 = 100_000;
 
-/// Every lab's cgroup is named with this prefix and the lab's name (lab names have no dots, so no other
-/// group can be mistaken for a lab's).
 /// Where the cgroup filesystem is mounted unless `lab up` is told otherwise.
 pub const SYS_CGROUP: &str = "/sys/fs/cgroup";
 
+/// Every lab's cgroup is named with this prefix and the lab's name (lab names have no dots, so no other
+/// group can be mistaken for a lab's).
 pub const GROUP_PREFIX: &str = "straggler-lab.";
 
 /// The cgroup name of lab `lab`.
