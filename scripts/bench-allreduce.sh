@@ -67,6 +67,7 @@ fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# shellcheck disable=SC2054  # 'tcp,self' is one MCA value, not two elements
 mpi_flags=(--oversubscribe --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 [ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
 

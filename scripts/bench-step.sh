@@ -137,6 +137,7 @@ EOF
 all_at() { local v=$1; printf '%s ' "$v" "$v" "$v" "$v"; }
 results="$work/results.tsv"
 say "baseline: $RANKS ranks at $CPU each, $STEPS steps"
+# shellcheck disable=SC2046  # one CPU quantity per rank, split on purpose
 run_job baseline "$STEPS" $(all_at "$CPU") >>"$results"
 if [[ " $SCENARIOS " == *" throttled "* ]]; then
   say "throttled-rank: rank 1 at $THROTTLED, the others at $CPU, $STEPS steps"
@@ -145,6 +146,7 @@ fi
 if [[ " $SCENARIOS " == *" slow-storage "* ]]; then
   say "slow-storage: storage-1 +${DELAY_MS} ms on every request, $DELAY_STEPS steps"
   start_proxies 1 "$DELAY_MS"
+  # shellcheck disable=SC2046  # one CPU quantity per rank, split on purpose
   run_job slow-storage "$DELAY_STEPS" $(all_at "$CPU") >>"$results"
 fi
 

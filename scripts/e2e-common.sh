@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by scripts/kind-e2e.sh and scripts/k8s-e2e.sh: the lab CLI, the three faults (as built-in drills,
 # or by hand with `lab fault` where the drill engine is missing), and checks through `lab status --json`.
 # Source it after setting NAME, REPORTS and LAB_BIN; it defines functions only.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2154  # inventory() sets before_* and after_* by name (printf -v)
 # Soak: one local lab, CYCLES inject/clear cycles of each of the three faults in a mixed order drawn from a
 # seed. After each clear it waits until the job is back to RECOVER_PCT % of its baseline (`lab status
 # --json`, training.pct_of_baseline) and records how long that took. At the end it checks that nothing

@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
-# The project's test command: installs what the tests need (SeaweedFS, promtool, tmux) when missing,
-# checks formatting and lints, builds every binary, runs the unit and integration tests, then the
-# end-to-end tests of the local lab one at a time (they share the machine's cores with real processes).
+# The project's test command: installs what the tests need (SeaweedFS, promtool, tmux, shellcheck) when
+# missing, checks formatting and lints (Rust and shell), builds every binary, runs the unit and integration
+# tests, then the end-to-end tests of the local lab one at a time (they share the machine's cores with real
+# processes). Every end-to-end test binary runs even when one fails, so one red test hides no other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-eval "$(scripts/tools.sh weed promtool tmux)"
+# An install that fails stops here, with its own error (an `eval "$(…)"` would hide the failure).
+env_file=$(mktemp)
+trap 'rm -f "$env_file"' EXIT
+if ! scripts/tools.sh weed promtool tmux shellcheck > "$env_file"; then
+  echo "installing the test tools failed (see above)" >&2
+  exit 1
+fi
+# shellcheck source=/dev/null
+. "$env_file"
 
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Warnings and errors fail the run; shellcheck's style notes are advice.
+mapfile -t shell_scripts < <(git ls-files 'scripts/*.sh' .ci/run 2>/dev/null || ls scripts/*.sh scripts/*/*.sh .ci/run)
+shellcheck -x -S warning "${shell_scripts[@]}"
 
 echo "== build"
 cargo build --workspace --bins --locked
@@ -18,4 +30,4 @@ echo "== unit and integration tests"
 cargo test --workspace --locked --exclude lab-tests
 
 echo "== end-to-end tests (local lab, one at a time)"
-cargo test -p lab-tests --locked -- --test-threads=1
+cargo test -p lab-tests --locked --no-fail-fast -- --test-threads=1

@@ -173,11 +173,27 @@ fn throttled_rank_slows_its_compute_while_its_template_keeps_400m() {
     let _one = serial();
     let mut lab = Lab::up("e2e-throttle", &[]);
     let base = lab.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0);
-    let per_step = |s: &Snapshot, r: u32| {
-        let v = s.ranks.iter().find(|v| v.rank == r).unwrap();
-        v.compute.unwrap() * s.training.step_seconds.unwrap()
+    // Rank-1's compute share against its siblings' median, in one snapshot: in a synchronous job every
+    // rank takes the same step, so a rank that computes slower shows as a larger compute share while its
+    // siblings wait for it. Compared within one run, the figure does not depend on how contended the
+    // machine's cores were before the cut.
+    let against_siblings = |s: &Snapshot| {
+        let mut sib: Vec<f64> = s
+            .ranks
+            .iter()
+            .filter(|v| v.rank != 1)
+            .filter_map(|v| v.compute)
+            .collect();
+        sib.sort_by(f64::total_cmp);
+        let own = s
+            .ranks
+            .iter()
+            .find(|v| v.rank == 1)
+            .and_then(|v| v.compute)
+            .unwrap();
+        own / sib[sib.len() / 2]
     };
-    let compute_before = per_step(&base, 1);
+    let before = against_siblings(&base);
 
     let out = lab.ok(&[
         "fault",
@@ -204,10 +220,13 @@ fn throttled_rank_slows_its_compute_while_its_template_keeps_400m() {
     let pod = s.status.ranks().find(|p| p.index == Some(1)).unwrap();
     assert_eq!(pod.resources.cpu_live.map(|m| m.0), Some(150));
     assert_eq!(pod.resources.cpu_template.map(|m| m.0), Some(400));
-    let growth = per_step(&s, 1) / compute_before;
+    // The cut took effect: rank-1 is now the slowest to compute, clearly apart from its siblings, where
+    // before the cut it was one of them. (The size of the effect is a benchmark figure, not a test's.)
+    let after = against_siblings(&s);
     assert!(
-        growth > 1.8,
-        "rank-1 compute per step grew {growth:.2}x (400/150 = 2.67x expected)"
+        after > 1.25 && after > before * 1.25,
+        "rank-1 computes {after:.2}x its siblings' median after the cut ({before:.2}x before)\n{}",
+        lab_tests::summary(&s)
     );
     let watched = lab.snapshot_over(12);
     assert!(
