@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes node binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# kube-proxy) from the Go module proxy, with k8s.io/kubernetes as a dependency, and etcd from
-# go.etcd.io/etcd/server/v3. The result is cached in a versioned directory outside the checkout and reused
+# kube-proxy, and kubeadm and kubectl for the kind node image) from the Go module proxy, with
+# k8s.io/kubernetes as a dependency, and etcd from go.etcd.io/etcd/server/v3. One build of each binary
+# serves both the bare single-node tier and the kind node image (scripts/kind/node-image.sh). The result
+# is cached in a versioned directory outside the checkout and reused
 # when complete; when only some binaries are missing, only those are built.
 #
 #   scripts/k8s-node/build.sh          build (or reuse) and print the binary directory
@@ -18,13 +20,22 @@ CACHE=${LAB_CACHE:-$HOME/.cache/straggler-lab}
 BASE="$CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 OUT="$BASE/bin"
 TIMES="$BASE/build-times.log"
-K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubeadm kubectl)
 BINARIES=("${K8S_BINARIES[@]}" etcd)
 start=$(date +%s)
 
 log() { printf '[k8s-build %s +%ss] %s\n' "$(date -u +%H:%M:%S)" "$(( $(date +%s) - start ))" "$*" >&2; }
 record() { # record <what> <seconds>
   printf '%s %s %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$1" "$2" >> "$TIMES"
+}
+
+# version_of <binary>: the first line of its version output (kubeadm and kubectl have no --version flag).
+version_of() {
+  case "${1##*/}" in
+    kubeadm.tmp|kubeadm) "$1" version -o short 2>&1 | head -n 1 ;;
+    kubectl.tmp|kubectl) "$1" version --client 2>&1 | head -n 1 ;;
+    *) "$1" --version 2>&1 | head -n 1 ;;
+  esac
 }
 
 complete() {
@@ -99,7 +110,7 @@ if ! k8s_complete; then
     log "go build $name"
     t0=$(date +%s)
     CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$OUT/$name.tmp" "$p"
-    got=$("$OUT/$name.tmp" --version 2>&1 | head -n 1)
+    got=$(version_of "$OUT/$name.tmp")
     case "$got" in
       *"$K8S_VERSION"*) ;;
       *) log "$name reports '$got', expected $K8S_VERSION: the version ldflags did not apply"; exit 1 ;;
