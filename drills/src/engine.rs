@@ -106,9 +106,24 @@ pub enum Event<'a> {
     DrillFinished(&'a DrillReport),
 }
 
+/// Whether [`run_drill`] goes on to the drill's next step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Go on as the drill says.
+    Continue,
+    /// End the drill's plan here (the cleanup still runs): the demo stops a plan whose first fix held.
+    Stop,
+}
+
 /// Receives events as they happen.
 pub trait Observer: Send + Sync {
     fn event(&self, e: &Event<'_>);
+
+    /// After each step [`run_drill`] ran, with the latest snapshot: whether to go on. Lets a display show
+    /// the lab beside a step, and a scripted story end its plan early.
+    fn after_step(&self, _report: &StepReport, _last: Option<&Snapshot>) -> Flow {
+        Flow::Continue
+    }
 }
 
 /// An observer that shows nothing.
@@ -1231,7 +1246,7 @@ pub async fn run_drill<S: SnapshotSource>(
     let check = s.check_lab(drill).await;
     if check.ok {
         let base = s.settle(drill.warmup, drill.baseline).await;
-        if base.ok {
+        if base.ok && observer.after_step(&base, s.last_snapshot()) == Flow::Continue {
             let mut i = 0;
             while let Some(step) = drill.steps.get(i) {
                 let r = match step {
@@ -1241,6 +1256,9 @@ pub async fn run_drill<S: SnapshotSource>(
                     Step::Verify(v) => s.verify(v).await,
                 };
                 i += 1;
+                if observer.after_step(&r, s.last_snapshot()) == Flow::Stop {
+                    break;
+                }
                 if !r.ok {
                     // A verification that fails sends the incident back when the drill has a further
                     // remediation, as the seed's pipeline did; the last verification decides.

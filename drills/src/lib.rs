@@ -20,7 +20,7 @@ pub mod spec;
 
 pub use builtin::{Loaded, resolve};
 pub use bundle::Bundle;
-pub use engine::{Event, Guard, Lab, Observer, Options, Session, SnapshotSource, Ticking, run_drill};
+pub use engine::{Event, Flow, Guard, Lab, Observer, Options, Session, SnapshotSource, Ticking, run_drill};
 pub use error::{DrillError, SpecError};
 pub use report::{DrillReport, RunReport, Verdict};
 pub use spec::Drill;

@@ -131,6 +131,11 @@ pub struct DrillReport {
 }
 
 impl DrillReport {
+    /// Whether the drill ran its cleanup and it failed: the lab is not as the drill found it.
+    pub fn cleanup_failed(&self) -> bool {
+        !self.cleanup.ok && self.steps.iter().any(|s| s.step == "cleanup")
+    }
+
     /// The report of a drill that was not run, with why.
     pub fn not_run(
         drill: &crate::spec::Drill,

@@ -3,7 +3,6 @@
 mod cli;
 mod cmd;
 mod out;
-mod session;
 
 use std::process::ExitCode;
 

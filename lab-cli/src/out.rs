@@ -4,7 +4,9 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use lab_model::Snapshot;
 use lab_runtime::Progress;
+use lab_session::Lab;
 
 /// Prints steps to stderr: `… name` while it runs (on a terminal), then `✓ name  1.2s`.
 #[derive(Debug)]
@@ -86,6 +88,24 @@ pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
         src = c.source();
     }
     s
+}
+
+/// Watches the lab for `window` and returns the last snapshot. On a terminal, a line on stderr says how long
+/// it watches, and is wiped before the answer.
+pub async fn snapshot(lab: &Lab, window: Duration) -> Snapshot {
+    let tty = std::io::stderr().is_terminal();
+    if tty {
+        eprint!(
+            "watching lab {:?} for {} s (--window) …",
+            lab.name(),
+            lab_session::snapshot_ticks(window).saturating_sub(1)
+        );
+    }
+    let snap = lab.snapshot(window).await;
+    if tty {
+        eprint!("\r\x1b[2K");
+    }
+    snap
 }
 
 /// Prints a value as pretty JSON on stdout.

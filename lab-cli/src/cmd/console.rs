@@ -1,15 +1,12 @@
 //! `lab console`: the telemetry driver feeds the console snapshots; the console's keys come back here as
 //! actions and go to the fault engine with each fault's default parameters.
 
-use std::process::ExitCode;
-use std::sync::Arc;
-
 use lab_console::{Action, FaultKey, Feedback};
-use lab_faults::{FaultKind, Ledger};
-use lab_runtime::Runtime;
-use tokio::sync::{mpsc, watch};
-
-use crate::session;
+use lab_faults::FaultKind;
+use lab_session::Lab;
+use lab_session::guard::Clear;
+use std::process::ExitCode;
+use tokio::sync::mpsc;
 
 fn kind(k: FaultKey) -> FaultKind {
     match k {
@@ -20,26 +17,20 @@ fn kind(k: FaultKey) -> FaultKind {
 }
 
 pub async fn console(name: &str) -> anyhow::Result<ExitCode> {
-    let rt = lab_runtime::open::open(name).await?;
-    let (snap_tx, snap_rx) = watch::channel(None);
-    let driver = tokio::spawn(session::driver(name, rt.clone()).run(snap_tx));
+    let lab = Lab::open(name).await?;
+    let watch = lab.watch();
     let (act_tx, act_rx) = mpsc::channel(4);
     let (fb_tx, fb_rx) = mpsc::channel(16);
-    let handler = tokio::spawn(act(rt, Ledger::of_lab(name), act_rx, fb_tx));
-    let result = lab_console::run(snap_rx, act_tx, fb_rx).await;
-    driver.abort();
+    let handler = tokio::spawn(act(lab, act_rx, fb_tx));
+    let result = lab_console::run(watch.subscribe(), act_tx, fb_rx).await;
+    drop(watch);
     // An inject or clear in flight finishes (or rolls back) before the console exits: never half a fault.
     let _ = handler.await;
     result?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn act(
-    rt: Arc<dyn Runtime>,
-    ledger: Ledger,
-    mut actions: mpsc::Receiver<Action>,
-    feedback: mpsc::Sender<Feedback>,
-) {
+async fn act(lab: Lab, mut actions: mpsc::Receiver<Action>, feedback: mpsc::Sender<Feedback>) {
     while let Some(a) = actions.recv().await {
         let fb = match a {
             Action::Quit => break,
@@ -47,7 +38,7 @@ async fn act(
                 let _ = feedback
                     .send(Feedback::working(format!("injecting {k}: {} …", k.describe())))
                     .await;
-                match lab_faults::inject(rt.as_ref(), &ledger, kind(k).default_fault()).await {
+                match lab.inject(kind(k).default_fault()).await {
                     Ok(done) => Feedback::ok(format!(
                         "{} injected: {}",
                         done.entry.id,
@@ -62,15 +53,15 @@ async fn act(
             }
             Action::Clear(k) => {
                 let _ = feedback.send(Feedback::working(format!("clearing {k} …"))).await;
-                match lab_faults::clear(rt.as_ref(), &ledger, k.name()).await {
-                    Ok(Some(e)) => Feedback::ok(format!("{} cleared", e.id)),
-                    Ok(None) => Feedback::ok(format!("{k} is not injected")),
+                match lab.clear(Clear::One(k.name().to_string())).await {
+                    Ok(v) if !v.is_empty() => Feedback::ok(format!("{} cleared", v[0].id)),
+                    Ok(_) => Feedback::ok(format!("{k} is not injected")),
                     Err(e) => Feedback::error(format!("{k}: {e}")),
                 }
             }
             Action::ClearAll => {
                 let _ = feedback.send(Feedback::working("clearing every fault …")).await;
-                match lab_faults::clear_all(rt.as_ref(), &ledger).await {
+                match lab.clear(Clear::All).await {
                     Ok(v) if v.is_empty() => Feedback::ok("no fault was injected"),
                     Ok(v) => Feedback::ok(format!(
                         "cleared {}",

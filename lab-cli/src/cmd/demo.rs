@@ -1,30 +1,45 @@
-//! `lab demo`: the seed story end to end. The lab comes up, then each of the three faults in turn is
-//! injected, detected by the golden signals while Kubernetes still says Ready, remediated and verified on
-//! the job's own signals, with the Kubernetes view beside the training view at each stage. Fault 3 replays
-//! the seed's lesson: scaling back alone leaves the job stalled (verification keeps failing), restoring the
-//! world size brings it back. Ends with a table of what was measured, then takes the lab down.
+//! `lab demo`: the seed story end to end. The lab comes up, then the three built-in drills run through the
+//! one drill runner, as the demo plans them (`lab_session::demo`): each fault injected, detected by the
+//! golden signals while Kubernetes still says Ready, remediated and verified on the job's own signals, with
+//! the Kubernetes view beside the training view at each stage. Fault 3 replays the seed's lesson: scaling
+//! back alone leaves the job stalled (verification keeps failing), restoring the world size brings it back.
+//! Ends with a table of what was measured, then takes the lab down. This file only prints the story.
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::Instant;
 
-use clap::Parser;
-use lab_drills::engine::{Guard, Session};
-use lab_drills::report::{DrillReport, Verdict};
-use lab_drills::spec::{Expect, Remediate, Step, Verify};
-use lab_drills::{Lab, Options, Ticking, builtin};
-use lab_faults::{Fault, FaultKind};
+use lab_drills::engine::{Event, Flow, Observer};
+use lab_drills::report::{DrillReport, StepReport, Verdict};
 use lab_model::Snapshot;
 use lab_model::status::Phase;
+use lab_runtime::UpOptions;
+use lab_session::drills::Ran;
+use lab_session::lifecycle::{Place, UpPlan};
+use lab_session::{Lab, demo};
 
-use crate::cli::{Cli, Command, DemoArgs, RuntimeArg};
-use crate::cmd::drill::{Printer, prepare};
+use crate::cli::DemoArgs;
+use crate::cmd::drill::Printer;
 use crate::cmd::lifecycle;
 use crate::out;
 
-/// How long the demo watches a fault after detecting it, so the screen shows its steady effect.
-const HOLD: Duration = Duration::from_secs(10);
-/// How long the demo gives the seed's first, incomplete fix for fault 3 before the second one.
-const WRONG_FIX_WINDOW: Duration = Duration::from_secs(30);
+/// Each chapter's title and plan, in the order of [`demo::CHAPTERS`].
+const CHAPTERS: [(&str, &str); 3] = [
+    (
+        "a slow storage server",
+        "storage-1 answers every request 300 ms late. Fix: remove the added delay (the lab's own clear).",
+    ),
+    (
+        "one throttled worker",
+        "rank-1's CPU limit is cut in place to 150m; its template keeps 400m. Fix: replace the drifted pod \
+         (`lab restart rank 1`), not re-apply a template that was right all along.",
+    ),
+    (
+        "one worker that cannot be placed",
+        "The job is scaled to 5 ranks on 4 GPUs and told to expect 5 peers. First fix, as in the seed: scale \
+         back to 4 — not enough. Second: restore the world size to 4.",
+    ),
+];
 
 pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<ExitCode> {
     let clock = Instant::now();
@@ -37,25 +52,29 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<ExitCode> {
     if existing {
         println!("Using the lab {name:?} that is already running; it stays up afterwards.");
     } else {
-        let runtime = match a.runtime {
-            RuntimeArg::Auto => "auto",
-            RuntimeArg::Local => "local",
-            RuntimeArg::Kind => "kind",
+        let (kind, reason) = lab_session::lifecycle::choose(lifecycle::requested(a.runtime)).await;
+        let plan = UpPlan {
+            options: UpOptions {
+                name: name.to_string(),
+                ..UpOptions::default()
+            },
+            place: Place::defaults(kind),
         };
-        let Command::Up(up) = Cli::try_parse_from(["lab", "up", "--runtime", runtime])?.command else {
-            unreachable!("`lab up` parses as the up command");
-        };
-        lifecycle::up(name, up).await?;
+        lifecycle::start(&plan, kind, &reason, false).await?;
     }
     let keep = a.keep || existing;
-    let (lab, mut source, options) = prepare(name, None).await?;
-    let guard = Guard::new(lab.clone());
-    let story = story(&lab, &mut source, &options, &guard, clock);
-    let rows = tokio::select! {
-        r = story => r,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("\ninterrupted: clearing what the demo injected");
-            for l in guard.abort().await {
+    let drills = demo::drills()?;
+    let lab = Lab::open(name).await?;
+    let options = lab.drill_options(None);
+    let story = Story::new(clock);
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("\ninterrupted: clearing what the demo injected");
+    };
+    match lab.run_drills(&drills, &options, &story, interrupt).await {
+        Ran::Finished(_) => {}
+        Ran::Interrupted(lines) => {
+            for l in lines {
                 eprintln!("  {l}");
             }
             if !keep {
@@ -63,7 +82,8 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::from(130));
         }
-    };
+    }
+    let rows = story.into_rows();
     println!("\n━━ What was measured ({}) ━━", elapsed(clock));
     println!("{}", table(&rows));
     let passed = rows.len() == 3 && rows.iter().all(|r| r.report.verdict == Verdict::Pass);
@@ -100,6 +120,136 @@ struct Row {
     report: DrillReport,
 }
 
+/// Where the story stands: the chapter being told and what it saw so far.
+#[derive(Default)]
+struct Told {
+    /// Chapters started; the current one is `started - 1`.
+    started: usize,
+    verifies: usize,
+    kubernetes: String,
+    fix: String,
+    rows: Vec<Row>,
+}
+
+/// Tells the drills as the demo's chapters: the drill printer's step lines, and around them the chapter
+/// headings, the Kubernetes view beside the job's at each stage, and each chapter's verdict.
+struct Story {
+    clock: Instant,
+    told: Mutex<Told>,
+}
+
+impl Story {
+    fn new(clock: Instant) -> Self {
+        Story {
+            clock,
+            told: Mutex::default(),
+        }
+    }
+
+    fn told(&self) -> std::sync::MutexGuard<'_, Told> {
+        self.told.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn into_rows(self) -> Vec<Row> {
+        self.told.into_inner().unwrap_or_else(|p| p.into_inner()).rows
+    }
+}
+
+impl Observer for Story {
+    fn event(&self, e: &Event<'_>) {
+        match e {
+            Event::DrillStarted { .. } => {
+                let mut t = self.told();
+                let i = t.started;
+                t.started += 1;
+                t.verifies = 0;
+                t.kubernetes = "-".into();
+                t.fix = String::new();
+                let (title, plan) = CHAPTERS[i.min(2)];
+                println!("\n━━ Fault {} of 3: {title} ({}) ━━", i + 1, elapsed(self.clock));
+                println!("{plan}");
+            }
+            Event::DrillFinished(report) => {
+                let mut t = self.told();
+                let title = CHAPTERS[t.started.saturating_sub(1).min(2)].0;
+                let f = &report.figures;
+                let pass = report.verdict == Verdict::Pass;
+                println!(
+                    "{} {}: detected in {}, back to baseline {} after the injection, {} steps lost{}",
+                    if pass { "✓" } else { "✗" },
+                    title,
+                    secs(f.time_to_detect_s),
+                    secs(f.time_to_baseline_s),
+                    f.steps_lost,
+                    if pass {
+                        String::new()
+                    } else {
+                        format!(" — {}", report.reason)
+                    }
+                );
+                let row = Row {
+                    title,
+                    kubernetes: std::mem::take(&mut t.kubernetes),
+                    fix: std::mem::take(&mut t.fix),
+                    report: (*report).clone(),
+                };
+                // A fault that could not be cleaned up leaves nothing fair for the next one; the runner
+                // skips the rest.
+                if !row.report.cleanup.ok {
+                    println!(
+                        "!!! the lab could not be brought back to its steady state: stopping the demo here"
+                    );
+                }
+                t.rows.push(row);
+            }
+            other => Printer.event(other),
+        }
+    }
+
+    fn after_step(&self, r: &StepReport, last: Option<&Snapshot>) -> Flow {
+        let mut t = self.told();
+        let chapter = demo::CHAPTERS[t.started.saturating_sub(1).min(2)];
+        match r.step.as_str() {
+            "baseline" if t.started == 1 => show("Before any fault", last),
+            "expect" => {
+                t.kubernetes = kube_words(last);
+                show("Under the fault: Kubernetes' view beside the job's", last);
+                if r.ok {
+                    match chapter {
+                        lab_faults::FaultKind::SlowStorage => {
+                            t.fix = "the lab's own clear (delay removed)".into();
+                        }
+                        lab_faults::FaultKind::ThrottledRank => t.fix = "lab restart rank 1".into(),
+                        lab_faults::FaultKind::UnplaceableRank => {}
+                    }
+                }
+            }
+            "verify" => {
+                t.verifies += 1;
+                if chapter == lab_faults::FaultKind::UnplaceableRank && t.verifies == 1 {
+                    if r.ok {
+                        t.fix = "lab scale ranks 4 (held, unlike in the seed)".into();
+                        show("After scaling back to 4 ranks", last);
+                        return Flow::Stop;
+                    }
+                    show(
+                        "After scaling back to 4 ranks only: every rank Ready, the job still stalled",
+                        last,
+                    );
+                    println!(
+                        "  → verification failed, so the incident goes back for a second plan: restore the world size"
+                    );
+                    t.fix = "lab scale ranks 4 (not enough) → lab config world-size 4".into();
+                } else if r.ok {
+                    show("Recovered: throughput and step time back at the baseline", last);
+                }
+            }
+            _ => {}
+        }
+        Flow::Continue
+    }
+}
+
 fn show(title: &str, snap: Option<&Snapshot>) {
     let Some(s) = snap else { return };
     println!("\n  ┌─ {title}");
@@ -119,189 +269,6 @@ fn kube_words(s: Option<&Snapshot>) -> String {
         w.push_str(&format!(", {pending} Pending"));
     }
     w
-}
-
-fn parts(kind: FaultKind) -> anyhow::Result<(lab_drills::Loaded, Fault, Expect, Verify)> {
-    let loaded = builtin::builtin(kind.name())?;
-    let mut fault = None;
-    let mut expect = None;
-    let mut verify = None;
-    for s in &loaded.drill.steps {
-        match s {
-            Step::Inject(f) => fault = Some(f.clone()),
-            Step::Expect(e) => expect = Some(e.clone()),
-            Step::Verify(v) => verify = Some(v.clone()),
-            Step::Remediate(_) => {}
-        }
-    }
-    let (Some(fault), Some(mut expect), Some(verify)) = (fault, expect, verify) else {
-        anyhow::bail!(
-            "the built-in drill {} lacks an inject, expect or verify step",
-            kind.name()
-        );
-    };
-    expect.hold = expect.hold.max(HOLD);
-    Ok((loaded, fault, expect, verify))
-}
-
-fn command(cmd: &str) -> Remediate {
-    Remediate {
-        command: Some(cmd.to_string()),
-        timeout: Duration::from_secs(180),
-    }
-}
-
-async fn story(
-    lab: &Lab,
-    source: &mut Ticking,
-    options: &Options,
-    guard: &Guard,
-    clock: Instant,
-) -> Vec<Row> {
-    let printer = Printer;
-    let chapters: [(FaultKind, &'static str, &'static str); 3] = [
-        (
-            FaultKind::SlowStorage,
-            "a slow storage server",
-            "storage-1 answers every request 300 ms late. Fix: remove the added delay (the lab's own clear).",
-        ),
-        (
-            FaultKind::ThrottledRank,
-            "one throttled worker",
-            "rank-1's CPU limit is cut in place to 150m; its template keeps 400m. Fix: replace the drifted pod \
-             (`lab restart rank 1`), not re-apply a template that was right all along.",
-        ),
-        (
-            FaultKind::UnplaceableRank,
-            "one worker that cannot be placed",
-            "The job is scaled to 5 ranks on 4 GPUs and told to expect 5 peers. First fix, as in the seed: scale \
-             back to 4 — not enough. Second: restore the world size to 4.",
-        ),
-    ];
-    let mut rows = Vec::new();
-    for (i, (kind, title, plan)) in chapters.into_iter().enumerate() {
-        println!("\n━━ Fault {} of 3: {title} ({}) ━━", i + 1, elapsed(clock));
-        println!("{plan}");
-        let (loaded, fault, expect, verify) = match parts(kind) {
-            Ok(p) => p,
-            Err(e) => {
-                println!("✗ {e}");
-                continue;
-            }
-        };
-        let mut s = Session::new(lab.clone(), source, &printer, options, guard.clone());
-        let mut kubernetes = "-".to_string();
-        let mut fix = String::new();
-        'chapter: {
-            if !s.check_lab(&loaded.drill).await.ok {
-                break 'chapter;
-            }
-            if !s.settle(loaded.drill.warmup, loaded.drill.baseline).await.ok {
-                break 'chapter;
-            }
-            if i == 0 {
-                show("Before any fault", s.last_snapshot());
-            }
-            if !s.inject(fault).await.ok {
-                break 'chapter;
-            }
-            let detected = s.expect(&expect).await.ok;
-            kubernetes = kube_words(s.last_snapshot());
-            show(
-                "Under the fault: Kubernetes' view beside the job's",
-                s.last_snapshot(),
-            );
-            if !detected {
-                break 'chapter;
-            }
-            match kind {
-                FaultKind::SlowStorage => {
-                    fix = "the lab's own clear (delay removed)".into();
-                    if !s
-                        .remediate(&Remediate {
-                            command: None,
-                            timeout: Duration::from_secs(120),
-                        })
-                        .await
-                        .ok
-                    {
-                        break 'chapter;
-                    }
-                }
-                FaultKind::ThrottledRank => {
-                    fix = "lab restart rank 1".into();
-                    if !s.remediate(&command("lab restart rank 1")).await.ok {
-                        break 'chapter;
-                    }
-                }
-                FaultKind::UnplaceableRank => {
-                    if !s.remediate(&command("lab scale ranks 4")).await.ok {
-                        break 'chapter;
-                    }
-                    let first = Verify {
-                        deadline: WRONG_FIX_WINDOW,
-                        ..verify.clone()
-                    };
-                    if s.verify(&first).await.ok {
-                        fix = "lab scale ranks 4 (held, unlike in the seed)".into();
-                        show("After scaling back to 4 ranks", s.last_snapshot());
-                        break 'chapter;
-                    }
-                    show(
-                        "After scaling back to 4 ranks only: every rank Ready, the job still stalled",
-                        s.last_snapshot(),
-                    );
-                    println!(
-                        "  → verification failed, so the incident goes back for a second plan: restore the world size"
-                    );
-                    s.retry();
-                    fix = "lab scale ranks 4 (not enough) → lab config world-size 4".into();
-                    if !s.remediate(&command("lab config world-size 4")).await.ok {
-                        break 'chapter;
-                    }
-                }
-            }
-            if s.verify(&verify).await.ok {
-                show(
-                    "Recovered: throughput and step time back at the baseline",
-                    s.last_snapshot(),
-                );
-            }
-        }
-        s.cleanup(loaded.drill.cleanup_deadline).await;
-        s.rejudge();
-        let report = s.into_report(&loaded.drill, &loaded.origin);
-        let f = &report.figures;
-        println!(
-            "{} {}: detected in {}, back to baseline {} after the injection, {} steps lost{}",
-            if report.verdict == Verdict::Pass {
-                "✓"
-            } else {
-                "✗"
-            },
-            title,
-            secs(f.time_to_detect_s),
-            secs(f.time_to_baseline_s),
-            f.steps_lost,
-            if report.verdict == Verdict::Pass {
-                String::new()
-            } else {
-                format!(" — {}", report.reason)
-            }
-        );
-        rows.push(Row {
-            title,
-            kubernetes,
-            fix,
-            report,
-        });
-        // A fault that could not be cleaned up leaves nothing fair for the next one.
-        if rows.last().is_some_and(|r| !r.report.cleanup.ok) {
-            println!("!!! the lab could not be brought back to its steady state: stopping the demo here");
-            break;
-        }
-    }
-    rows
 }
 
 fn secs(v: Option<f64>) -> String {

@@ -4,16 +4,15 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use lab_drills::engine::{Event, Guard, Lab, Observer, Options, Ticking};
-use lab_drills::report::{DrillReport, RunReport, Verdict};
+use lab_drills::engine::{Event, Observer};
+use lab_drills::report::Verdict;
 use lab_drills::{DrillError, Loaded, builtin, junit};
-use lab_faults::Ledger;
+use lab_session::Lab;
+use lab_session::drills::Ran;
 
 use crate::cli::{DrillCmd, DrillRunArgs};
-use crate::session;
 
 pub async fn run(name: &str, cmd: DrillCmd) -> anyhow::Result<ExitCode> {
     match cmd {
@@ -168,78 +167,27 @@ impl Observer for Printer {
     }
 }
 
-/// The lab, its snapshot source and the options a drill run (or the demo) needs.
-pub async fn prepare(name: &str, remediate: Option<String>) -> anyhow::Result<(Lab, Ticking, Options)> {
-    let rt = lab_runtime::open::open(name).await?;
-    let lab = Lab {
-        name: name.to_string(),
-        runtime: rt.clone(),
-        ledger: Ledger::of_lab(name),
-    };
-    let source = Ticking::new(session::driver(name, rt), Duration::from_secs(1));
-    let options = Options {
-        remediate,
-        bundle_dir: lab_runtime::state::lab_dir(name).join("incidents"),
-        command_env: vec![
-            ("LAB_NAME".into(), name.to_string()),
-            (
-                "LAB_STATE_DIR".into(),
-                lab_runtime::state::base_dir().display().to_string(),
-            ),
-        ],
-        command_path: std::env::current_exe()
-            .ok()
-            .and_then(|p| p.parent().map(PathBuf::from)),
-    };
-    Ok((lab, source, options))
-}
-
 async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
     let drills: Vec<Loaded> = a
         .files
         .iter()
         .map(|f| lab_drills::resolve(f))
         .collect::<Result<_, _>>()?;
-    let (lab, mut source, options) = prepare(name, a.remediate.clone()).await?;
-    let guard = Guard::new(lab.clone());
-    let started_ms = lab_runtime::state::now_ms();
-    let clock = Instant::now();
-    let printer = Printer;
-    let runtime_kind = lab.runtime.kind().to_string();
-    let all = async {
-        let mut reports: Vec<DrillReport> = Vec::new();
-        for l in &drills {
-            // A drill that could not clean up left the lab in an unknown state: nothing after it is fair.
-            if let Some(prev) = reports
-                .iter()
-                .find(|r| !r.cleanup.ok && r.steps.iter().any(|s| s.step == "cleanup"))
-            {
-                reports.push(DrillReport::not_run(
-                    &l.drill,
-                    &l.origin,
-                    name,
-                    &runtime_kind,
-                    format!("not run: drill {} could not clean up after itself", prev.name),
-                ));
-                continue;
-            }
-            let r = lab_drills::run_drill(&lab, &mut source, &printer, &options, &guard, &l.drill, &l.origin)
-                .await;
-            reports.push(r);
-        }
-        reports
+    let lab = Lab::open(name).await?;
+    let options = lab.drill_options(a.remediate.clone());
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("\ninterrupted: cleaning up what the drill injected");
     };
-    let reports = tokio::select! {
-        r = all => r,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("\ninterrupted: cleaning up what the drill injected");
-            for l in guard.abort().await {
+    let report = match lab.run_drills(&drills, &options, &Printer, interrupt).await {
+        Ran::Finished(r) => r,
+        Ran::Interrupted(lines) => {
+            for l in lines {
                 eprintln!("  {l}");
             }
             return Ok(ExitCode::from(130));
         }
     };
-    let report = RunReport::new(name, started_ms, clock.elapsed().as_secs_f64(), reports);
     if let Some(p) = &a.report {
         let bytes = serde_json::to_vec_pretty(&report)?;
         std::fs::write(p, bytes).with_context(|| format!("cannot write the report to {}", p.display()))?;

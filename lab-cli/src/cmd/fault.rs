@@ -2,8 +2,9 @@
 
 use std::process::ExitCode;
 
-use lab_faults::ledger::FaultPhase;
 use lab_faults::{Fault, FaultKind, Ledger};
+use lab_session::Lab;
+use lab_session::guard::{Clear, Guarded};
 use serde_json::json;
 
 use crate::cli::{ClearArgs, FaultCmd, InjectCmd};
@@ -51,20 +52,18 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
         InjectCmd::ThrottledRank { rank, cpu, json } => (Fault::ThrottledRank { rank, cpu }, json),
         InjectCmd::UnplaceableRank { ranks, json } => (Fault::UnplaceableRank { ranks }, json),
     };
-    let rt = lab_runtime::open::open(name).await?;
-    let ledger = Ledger::of_lab(name);
+    let lab = Lab::open(name).await?;
     if !json {
         eprintln!("injecting {fault} …");
     }
-    let result = tokio::select! {
-        r = lab_faults::inject(rt.as_ref(), &ledger, fault) => r,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("interrupted: rolling back what was applied …");
-            roll_back_interrupted(rt.as_ref(), &ledger).await;
-            return Ok(ExitCode::from(130));
-        }
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
     };
-    let done = result?;
+    let say = |line: &str| eprintln!("{line}");
+    let done = match lab.inject_guarded(fault, interrupt, &say).await? {
+        Guarded::Done(done) => done,
+        Guarded::RolledBack => return Ok(ExitCode::from(130)),
+    };
     if json {
         out::json(&done.entry)?;
     } else {
@@ -84,38 +83,15 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// After Ctrl-C mid-inject: clear every fault that never finished injecting.
-async fn roll_back_interrupted(rt: &dyn lab_runtime::Runtime, ledger: &Ledger) {
-    let ids: Vec<String> = ledger
-        .read()
-        .map(|d| {
-            d.faults
-                .iter()
-                .filter(|e| e.phase == FaultPhase::Injecting)
-                .map(|e| e.id.clone())
-                .collect()
-        })
-        .unwrap_or_default();
-    for id in ids {
-        match lab_faults::clear(rt, ledger, &id).await {
-            Ok(_) => eprintln!("rolled back {id}"),
-            Err(e) => eprintln!("could not roll back {id}: {e}; run `lab fault clear --all`"),
-        }
-    }
-}
-
 async fn clear(name: &str, a: ClearArgs) -> anyhow::Result<ExitCode> {
-    let rt = lab_runtime::open::open(name).await?;
-    let ledger = Ledger::of_lab(name);
-    let cleared = if a.all {
-        lab_faults::clear_all(rt.as_ref(), &ledger).await?
-    } else {
-        let id = a.id.expect("clap requires an id without --all");
-        lab_faults::clear(rt.as_ref(), &ledger, &id)
-            .await?
-            .into_iter()
-            .collect()
-    };
+    let lab = Lab::open(name).await?;
+    let cleared = lab
+        .clear(if a.all {
+            Clear::All
+        } else {
+            Clear::One(a.id.expect("clap requires an id without --all"))
+        })
+        .await?;
     if a.json {
         out::json(&cleared)?;
     } else if cleared.is_empty() {

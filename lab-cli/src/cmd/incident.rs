@@ -6,11 +6,13 @@ use std::process::ExitCode;
 use lab_drills::Bundle;
 
 use crate::cli::IncidentArgs;
-use crate::{out, session};
+use lab_session::Lab;
+
+use crate::out;
 
 pub async fn incident(name: &str, a: IncidentArgs) -> anyhow::Result<ExitCode> {
-    let rt = lab_runtime::open::open(name).await?;
-    let snap = session::snapshot(name, rt, a.window).await;
+    let lab = Lab::open(name).await?;
+    let snap = out::snapshot(&lab, a.window).await;
     let bundle = Bundle::from_snapshot(&snap);
     if a.json {
         out::json(&bundle)?;

@@ -1,23 +1,28 @@
-//! `lab up` and `lab down`.
+//! `lab up` and `lab down`: the flags mapped onto the façade's plan, its result printed.
 
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::Context;
 use lab_model::status::RuntimeKind;
+use lab_runtime::UpOptions;
 use lab_runtime::kube::{self, KubeOptions};
-use lab_runtime::lifecycle::step;
-use lab_runtime::local::{self, LocalOptions};
-use lab_runtime::{Runtime, UpOptions, open};
+use lab_runtime::local::LocalOptions;
+use lab_session::lifecycle::{self, Place, Requested, UpPlan};
 use serde_json::json;
 
 use crate::cli::{DelayPathArg, RuntimeArg, UpArgs};
 use crate::out::{self, Steps};
-use crate::session;
+
+/// The runtime a `--runtime` flag asks for.
+pub fn requested(r: RuntimeArg) -> Requested {
+    match r {
+        RuntimeArg::Auto => Requested::Auto,
+        RuntimeArg::Local => Requested::Local,
+        RuntimeArg::Kind => Requested::Kind,
+    }
+}
 
 pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
-    let opts = UpOptions {
+    let options = UpOptions {
         name: name.to_string(),
         ranks: a.ranks,
         storage_servers: a.storage_servers,
@@ -28,31 +33,17 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
         retain: a.retain,
         baseline_timeout: a.baseline_timeout,
     };
-    let (kind, reason) = if a.kubeconfig.is_some() {
-        (
-            RuntimeKind::Cluster,
-            "--kubeconfig names an existing cluster".to_string(),
-        )
+    let (kind, reason) = lifecycle::choose(if a.kubeconfig.is_some() {
+        Requested::Cluster
     } else {
-        match a.runtime {
-            RuntimeArg::Local => (RuntimeKind::Local, "--runtime local".to_string()),
-            RuntimeArg::Kind => (RuntimeKind::Kind, "--runtime kind".to_string()),
-            RuntimeArg::Auto => {
-                let c = open::choose().await;
-                (c.runtime, c.reason)
-            }
-        }
-    };
-    let steps = Steps::new();
-    eprintln!("Starting lab {name:?} on the {kind} runtime ({reason})");
-    let rt: Arc<dyn Runtime> = match kind {
-        RuntimeKind::Local => {
-            let lo = LocalOptions {
-                port_base: a.port_base,
-                ..LocalOptions::default()
-            };
-            Arc::new(local::up(&opts, &lo, &steps).await?)
-        }
+        requested(a.runtime)
+    })
+    .await;
+    let place = match kind {
+        RuntimeKind::Local => Place::Local(LocalOptions {
+            port_base: a.port_base,
+            ..LocalOptions::default()
+        }),
         RuntimeKind::Kind | RuntimeKind::Cluster => {
             let mut ko = if kind == RuntimeKind::Kind {
                 KubeOptions::kind()
@@ -86,33 +77,21 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
                 ko.build_image = false;
             }
             ko.wait_timeout = a.wait_timeout;
-            Arc::new(kube::up(&opts, &ko, &steps).await?)
+            Place::Kube(Box::new(ko))
         }
     };
-    let learned = step(&steps, "wait for training baseline", async {
-        let mut d = session::driver(name, rt.clone());
-        d.collector_mut().reset_baseline();
-        d.learn_baseline(opts.baseline_timeout).await.ok_or_else(|| {
-            anyhow::anyhow!(
-                "training did not settle into a steady rate within {} s: see `lab status`, and the ranks' logs",
-                opts.baseline_timeout.as_secs()
-            )
-        })
-    })
-    .await;
-    let baseline = match learned {
-        Ok(b) => b,
-        Err(e) => {
-            if !opts.retain {
-                let _ = open::down(name, &lab_runtime::lifecycle::Quiet).await;
-            }
-            return Err(e);
-        }
-    };
-    session::save_baseline(name, &baseline)?;
-    let st = rt.status().await?;
+    start(&UpPlan { options, place }, kind, &reason, a.json).await
+}
+
+/// Brings the lab of `plan` up on `kind` (chosen for `reason`) and prints the result.
+pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let name = plan.options.name.as_str();
+    let steps = Steps::new();
+    eprintln!("Starting lab {name:?} on the {kind} runtime ({reason})");
+    let up = lifecycle::up(plan, &steps).await?;
+    let (baseline, st) = (&up.baseline, &up.status);
     let (ready, total) = st.ranks_ready();
-    if a.json {
+    if json {
         out::json(&json!({ "name": name, "runtime": kind, "baseline": baseline, "status": st }))?;
     } else {
         println!(
@@ -133,25 +112,7 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
 
 pub async fn down(name: &str, json: bool) -> anyhow::Result<ExitCode> {
     let steps = Steps::new();
-    // On Kubernetes a fault outlives the lab's objects only if the cluster does: clear them first. A local
-    // lab's faults live in its own processes and cgroups, which down removes.
-    if let Ok(Some(rec)) = lab_runtime::state::read_record(name)
-        && rec.runtime != RuntimeKind::Local
-        && let Ok(rt) = open::open(name).await
-    {
-        let ledger = lab_faults::Ledger::of_lab(name);
-        let _ = step(&steps, "clear faults", async {
-            tokio::time::timeout(
-                Duration::from_secs(120),
-                lab_faults::clear_all(rt.as_ref(), &ledger),
-            )
-            .await
-            .context("timed out")?
-            .map_err(anyhow::Error::from)
-        })
-        .await;
-    }
-    let existed = open::down(name, &steps).await?;
+    let existed = lifecycle::down(name, &steps).await?;
     if json {
         out::json(&json!({ "name": name, "stopped": existed }))?;
     } else if existed {

@@ -3,13 +3,15 @@
 use std::process::ExitCode;
 
 use crate::cli::StatusArgs;
-use crate::{out, session};
+use lab_session::Lab;
+
+use crate::out;
 
 pub async fn status(name: &str, a: StatusArgs) -> anyhow::Result<ExitCode> {
-    let rt = lab_runtime::open::open(name).await?;
+    let lab = Lab::open(name).await?;
     // A lab whose runtime does not answer is reported as such, not as an empty screen.
-    rt.status().await?;
-    let snap = session::snapshot(name, rt, a.window).await;
+    lab.runtime().status().await?;
+    let snap = out::snapshot(&lab, a.window).await;
     if a.json {
         out::json(&snap)?;
     } else {

@@ -1,0 +1,96 @@
+//! Injecting and clearing faults, with an interrupt that never leaves half a fault: an injection cut
+//! short is rolled back from the ledger (every fault still `Injecting` is cleared).
+
+use std::future::Future;
+
+use lab_faults::ledger::{Entry, FaultPhase};
+use lab_faults::{Fault, Injected, Ledger};
+use lab_runtime::Runtime;
+
+use crate::Lab;
+use crate::error::Result;
+
+/// How a guarded operation ended.
+#[derive(Debug)]
+pub enum Guarded<T> {
+    /// It ran to its end.
+    Done(T),
+    /// It was interrupted; what it had applied was rolled back.
+    RolledBack,
+}
+
+/// What to clear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Clear {
+    /// Every fault the ledger holds as injected.
+    All,
+    /// One fault by id, or by kind (the newest of that kind).
+    One(String),
+}
+
+impl Lab {
+    /// Injects `fault` and proves it took effect (a failed proof rolls back what was applied).
+    ///
+    /// # Errors
+    /// [`crate::SessionError::Fault`] when the fault cannot be injected.
+    pub async fn inject(&self, fault: Fault) -> Result<Injected> {
+        Ok(lab_faults::inject(self.runtime.as_ref(), &self.ledger, fault).await?)
+    }
+
+    /// Injects `fault` and proves it took effect. If `interrupt` completes first (Ctrl-C), what was applied
+    /// is rolled back; `say` receives a line per thing done.
+    ///
+    /// # Errors
+    /// [`crate::SessionError::Fault`] when the fault cannot be injected (after its own rollback).
+    pub async fn inject_guarded(
+        &self,
+        fault: Fault,
+        interrupt: impl Future<Output = ()>,
+        say: &(dyn Fn(&str) + Sync),
+    ) -> Result<Guarded<Injected>> {
+        tokio::select! {
+            r = lab_faults::inject(self.runtime.as_ref(), &self.ledger, fault) => Ok(Guarded::Done(r?)),
+            () = interrupt => {
+                say("interrupted: rolling back what was applied …");
+                roll_back_interrupted(self.runtime.as_ref(), &self.ledger, say).await;
+                Ok(Guarded::RolledBack)
+            }
+        }
+    }
+
+    /// Clears faults and restores exactly their before values; returns the entries cleared.
+    ///
+    /// # Errors
+    /// [`crate::SessionError::Fault`] when a fault cannot be cleared, or `id` names none.
+    pub async fn clear(&self, what: Clear) -> Result<Vec<Entry>> {
+        Ok(match what {
+            Clear::All => lab_faults::clear_all(self.runtime.as_ref(), &self.ledger).await?,
+            Clear::One(id) => lab_faults::clear(self.runtime.as_ref(), &self.ledger, &id)
+                .await?
+                .into_iter()
+                .collect(),
+        })
+    }
+}
+
+/// After an interrupted inject: clear every fault that never finished injecting.
+pub async fn roll_back_interrupted(rt: &dyn Runtime, ledger: &Ledger, say: &(dyn Fn(&str) + Sync)) {
+    let ids: Vec<String> = ledger
+        .read()
+        .map(|d| {
+            d.faults
+                .iter()
+                .filter(|e| e.phase == FaultPhase::Injecting)
+                .map(|e| e.id.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    for id in ids {
+        match lab_faults::clear(rt, ledger, &id).await {
+            Ok(_) => say(&format!("rolled back {id}")),
+            Err(e) => say(&format!(
+                "could not roll back {id}: {e}; run `lab fault clear --all`"
+            )),
+        }
+    }
+}

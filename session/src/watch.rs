@@ -1,0 +1,34 @@
+//! The lab watching itself: the telemetry driver running in its own task, publishing each snapshot (with
+//! the golden-signal rules evaluated) to every reader. Stops when the [`Watch`] is dropped.
+
+use lab_model::Snapshot;
+use lab_telemetry::Driver;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A running telemetry loop and the latest snapshot it produced.
+#[derive(Debug)]
+pub struct Watch {
+    snapshots: watch::Receiver<Option<Snapshot>>,
+    task: JoinHandle<()>,
+}
+
+impl Watch {
+    /// Starts `driver` ticking in its own task.
+    pub fn start(driver: Driver) -> Watch {
+        let (tx, rx) = watch::channel(None);
+        let task = tokio::spawn(driver.run(tx));
+        Watch { snapshots: rx, task }
+    }
+
+    /// A reader of the snapshots; `None` until the first one.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Snapshot>> {
+        self.snapshots.clone()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
