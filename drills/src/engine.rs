@@ -25,7 +25,9 @@ use crate::judge::{
     Detection, ExpectTracker, Outcome, PreFault, Recovery, RecoveryTracker, SteadyAgain, SteadyWindow,
     StepsLost, fmt_s,
 };
-use crate::report::{CleanupReport, DrillReport, Figures, Point, RemediationReport, StepReport, Verdict};
+use crate::report::{
+    CleanupReport, DrillReport, Failure, Figures, Point, RemediationReport, StepName, StepReport, Verdict,
+};
 use crate::spec::{Drill, Expect, Remediate, Requirements, Step, Verify};
 
 /// Where snapshots come from: the telemetry driver in a live run, a list in a test.
@@ -88,12 +90,12 @@ pub enum Event<'a> {
         description: Option<&'a str>,
     },
     StepStarted {
-        step: &'a str,
+        step: StepName,
         what: &'a str,
     },
     /// Where a long step stands, about every ten seconds.
     Progress {
-        step: &'a str,
+        step: StepName,
         elapsed_s: f64,
         text: &'a str,
     },
@@ -268,9 +270,6 @@ pub fn unsuitable(drill: &Drill, status: &LabStatus, lab_seed: Option<u64>) -> O
     None
 }
 
-/// A drill's first failure: its verdict, reason and evidence.
-type Failure = (Verdict, String, Vec<String>);
-
 /// The window over which the lab must be steady again after a drill's cleanup.
 const STEADY_AGAIN_WINDOW: Duration = Duration::from_secs(10);
 
@@ -423,14 +422,14 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         }
     }
 
-    fn start(&self, step: &str, what: &str) -> u64 {
+    fn start(&self, step: StepName, what: &str) -> u64 {
         self.observer.event(&Event::StepStarted { step, what });
         now_ms()
     }
 
     fn finish(
         &mut self,
-        step: &str,
+        step: StepName,
         started: u64,
         ok: bool,
         summary: String,
@@ -438,7 +437,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         verdict_if_failed: Verdict,
     ) -> StepReport {
         let r = StepReport {
-            step: step.to_string(),
+            step,
             ok,
             started_s: self.rel_s(started),
             duration_s: now_ms().saturating_sub(started) as f64 / 1000.0,
@@ -446,14 +445,19 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             evidence: evidence.clone(),
         };
         if !ok && self.failure.is_none() {
-            self.failure = Some((verdict_if_failed, format!("{step}: {summary}"), evidence));
+            self.failure = Some(Failure {
+                step,
+                verdict: verdict_if_failed,
+                reason: format!("{step}: {summary}"),
+                evidence,
+            });
         }
         self.steps.push(r.clone());
         self.observer.event(&Event::StepFinished(&r));
         r
     }
 
-    fn progress(&self, step: &str, started: u64, last: &mut u64, at_ms: u64, text: &str) {
+    fn progress(&self, step: StepName, started: u64, last: &mut u64, at_ms: u64, text: &str) {
         if at_ms.saturating_sub(*last) >= PROGRESS_EVERY_MS {
             *last = at_ms;
             self.observer.event(&Event::Progress {
@@ -466,7 +470,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
 
     /// Checks that the lab can run `drill` and nothing is injected already.
     pub async fn check_lab(&mut self, drill: &Drill) -> StepReport {
-        let started = self.start("check", "the lab fits the drill");
+        let started = self.start(StepName::Check, "the lab fits the drill");
         let result = async {
             let st = self
                 .lab
@@ -506,14 +510,14 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         }
         .await;
         match result {
-            Ok(s) => self.finish("check", started, true, s, vec![], Verdict::Error),
-            Err(e) => self.finish("check", started, false, e, vec![], Verdict::Error),
+            Ok(s) => self.finish(StepName::Check, started, true, s, vec![], Verdict::Error),
+            Err(e) => self.finish(StepName::Check, started, false, e, vec![], Verdict::Error),
         }
     }
 
     /// Watches for `warmup`, then measures the pre-fault baseline over a steady `window`.
     pub async fn settle(&mut self, warmup: Duration, window: Duration) -> StepReport {
-        let started = self.start("baseline", "warm up, then measure the job's normal");
+        let started = self.start(StepName::Baseline, "warm up, then measure the job's normal");
         let warm_until = started + warmup.as_millis() as u64;
         let deadline = warm_until + (window + SETTLE_EXTRA).as_millis() as u64;
         let mut steady = SteadyWindow::new(window.as_millis() as u64);
@@ -540,7 +544,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                         fmt_s(b.step_seconds),
                         b.window_s
                     );
-                    return self.finish("baseline", started, true, summary, vec![], Verdict::Error);
+                    return self.finish(StepName::Baseline, started, true, summary, vec![], Verdict::Error);
                 }
                 Outcome::Pending(why) | Outcome::Failed(why) => {
                     if s.at_ms > deadline {
@@ -549,7 +553,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                             s.at_ms.saturating_sub(started) as f64 / 1000.0
                         );
                         return self.finish(
-                            "baseline",
+                            StepName::Baseline,
                             started,
                             false,
                             summary,
@@ -557,7 +561,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                             Verdict::Error,
                         );
                     }
-                    self.progress("baseline", started, &mut last_progress, s.at_ms, &why);
+                    self.progress(StepName::Baseline, started, &mut last_progress, s.at_ms, &why);
                 }
             }
         }
@@ -566,7 +570,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
     /// Injects `fault` and proves it took effect.
     pub async fn inject(&mut self, fault: Fault) -> StepReport {
         let what = fault.to_string();
-        let started = self.start("inject", &what);
+        let started = self.start(StepName::Inject, &what);
         self.inject_ms.get_or_insert(started);
         let lab = self.lab.clone();
         let result = self
@@ -576,10 +580,10 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             Ok(done) => {
                 let summary = done.entry.proof.clone().unwrap_or(what);
                 let ev = done.changes.iter().map(lab_model::ChangeRecord::line).collect();
-                self.finish("inject", started, true, summary, ev, Verdict::Error)
+                self.finish(StepName::Inject, started, true, summary, ev, Verdict::Error)
             }
             Err(e) => self.finish(
-                "inject",
+                StepName::Inject,
                 started,
                 false,
                 format!("could not inject {what}: {e}"),
@@ -591,10 +595,10 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
 
     /// Waits for the expected signals.
     pub async fn expect(&mut self, spec: &Expect) -> StepReport {
-        let started = self.start("expect", "the golden signals catch it");
+        let started = self.start(StepName::Expect, "the golden signals catch it");
         let (Some(base), Some(from)) = (self.baseline, self.inject_ms) else {
             return self.finish(
-                "expect",
+                StepName::Expect,
                 started,
                 false,
                 "nothing to expect: no baseline or no injection before this step".into(),
@@ -636,13 +640,13 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                         .map(|s| format!("{}: {}", s.what, s.detail))
                         .collect();
                     self.detection = Some(d);
-                    return self.finish("expect", started, true, summary, ev, Verdict::Fail);
+                    return self.finish(StepName::Expect, started, true, summary, ev, Verdict::Fail);
                 }
                 Outcome::Failed(why) => {
-                    return self.finish("expect", started, false, why, evidence(&s), Verdict::Fail);
+                    return self.finish(StepName::Expect, started, false, why, evidence(&s), Verdict::Fail);
                 }
                 Outcome::Pending(text) => {
-                    self.progress("expect", started, &mut last_progress, s.at_ms, &text);
+                    self.progress(StepName::Expect, started, &mut last_progress, s.at_ms, &text);
                 }
             }
         }
@@ -672,13 +676,13 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
     pub async fn remediate(&mut self, spec: &Remediate) -> StepReport {
         let command = self.options.remediate.clone().or_else(|| spec.command.clone());
         let what = command.clone().unwrap_or_else(|| "the lab's own clear".into());
-        let started = self.start("remediate", &what);
+        let started = self.start(StepName::Remediate, &what);
         self.remediation_start_ms = Some(started);
         let bundle = match self.write_bundle() {
             Ok(p) => Some(p),
             Err(e) => {
                 return self.finish(
-                    "remediate",
+                    StepName::Remediate,
                     started,
                     false,
                     format!("cannot write the incident bundle: {e}"),
@@ -798,7 +802,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             ev.push(format!("incident bundle: {b}"));
         }
         self.remediations.push(report);
-        self.finish("remediate", started, ok, summary, ev, Verdict::Fail)
+        self.finish(StepName::Remediate, started, ok, summary, ev, Verdict::Fail)
     }
 
     fn changes_between(&self, from: u64, to: u64) -> Vec<String> {
@@ -818,11 +822,11 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
     /// After a failed verification, lets a further remediation try again: the failure stays in the steps
     /// and the evidence, and the next verification decides the verdict.
     pub fn retry(&mut self) {
-        if let Some((_, reason, _)) = &self.failure
-            && reason.starts_with("verify")
+        if let Some(f) = &self.failure
+            && f.step == StepName::Verify
         {
             self.retried
-                .push(format!("an earlier remediation did not hold: {reason}"));
+                .push(format!("an earlier remediation did not hold: {}", f.reason));
             self.failure = None;
         }
     }
@@ -835,10 +839,10 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             spec.consecutive_steps,
             spec.deadline.as_secs_f64()
         );
-        let started = self.start("verify", &what);
+        let started = self.start(StepName::Verify, &what);
         let Some(base) = self.baseline else {
             return self.finish(
-                "verify",
+                StepName::Verify,
                 started,
                 false,
                 "nothing to verify against: no baseline".into(),
@@ -864,13 +868,13 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                         r.steps
                     );
                     self.recovery = Some(r);
-                    return self.finish("verify", started, true, summary, vec![], Verdict::Fail);
+                    return self.finish(StepName::Verify, started, true, summary, vec![], Verdict::Fail);
                 }
                 Outcome::Failed(why) => {
-                    return self.finish("verify", started, false, why, evidence(&s), Verdict::Fail);
+                    return self.finish(StepName::Verify, started, false, why, evidence(&s), Verdict::Fail);
                 }
                 Outcome::Pending(text) => {
-                    self.progress("verify", started, &mut last_progress, s.at_ms, &text);
+                    self.progress(StepName::Verify, started, &mut last_progress, s.at_ms, &text);
                 }
             }
         }
@@ -879,7 +883,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
     /// Clears whatever the drill injected, then checks that the job is back at its baseline.
     pub async fn cleanup(&mut self, deadline: Duration) -> StepReport {
         let started = self.start(
-            "cleanup",
+            StepName::Cleanup,
             "clear what the drill injected, then check the steady state",
         );
         let lab = self.lab.clone();
@@ -930,7 +934,14 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                 steady: false,
                 summary: cleared_text.clone(),
             };
-            return self.finish("cleanup", started, true, cleared_text, vec![], Verdict::Fail);
+            return self.finish(
+                StepName::Cleanup,
+                started,
+                true,
+                cleared_text,
+                vec![],
+                Verdict::Fail,
+            );
         };
         let mut tracker = SteadyAgain::new(
             base,
@@ -956,14 +967,14 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                         steady: true,
                         summary: summary.clone(),
                     };
-                    return self.finish("cleanup", started, true, summary, vec![], Verdict::Fail);
+                    return self.finish(StepName::Cleanup, started, true, summary, vec![], Verdict::Fail);
                 }
                 Outcome::Failed(why) => {
                     self.cleanup.cleared = cleared.clone();
                     return self.cleanup_failed(started, format!("{cleared_text}, but the lab is {why}"));
                 }
                 Outcome::Pending(text) => {
-                    self.progress("cleanup", started, &mut last_progress, s.at_ms, &text);
+                    self.progress(StepName::Cleanup, started, &mut last_progress, s.at_ms, &text);
                 }
             }
         }
@@ -978,16 +989,13 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         let (spec, from, index) = self.verify_ctx.clone()?;
         let (base, after) = (self.baseline?, self.after?);
         let failed = self.steps.get(index).is_some_and(|r| !r.ok);
-        let ours = self
-            .failure
-            .as_ref()
-            .is_some_and(|(_, reason, _)| reason.starts_with("verify"));
+        let ours = self.failure.as_ref().is_some_and(|f| f.step == StepName::Verify);
         if !failed || !ours || !self.cleanup.ok {
             return None;
         }
         let outcome = crate::judge::rejudge(&spec, base, after, from, &self.verify_snaps)?;
         let started = self.start(
-            "verify",
+            StepName::Verify,
             "again, against the steady state after the cleanup: this machine got slower during the drill",
         );
         let context = format!(
@@ -1006,18 +1014,25 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                     fmt_s(r.step_seconds),
                     r.steps
                 );
-                if let Some((_, reason, _)) = self.failure.take() {
+                if let Some(Failure { reason, .. }) = self.failure.take() {
                     self.retried.push(format!(
                         "against the pre-fault baseline, {reason}; but {context}, and the job was back at that"
                     ));
                 }
                 self.recovery = Some(r);
-                Some(self.finish("verify", started, true, summary, vec![context], Verdict::Fail))
+                Some(self.finish(
+                    StepName::Verify,
+                    started,
+                    true,
+                    summary,
+                    vec![context],
+                    Verdict::Fail,
+                ))
             }
             Outcome::Failed(why) | Outcome::Pending(why) => {
                 let summary = format!("not back at the lab's normal of the moment either: {why}");
                 let r = StepReport {
-                    step: "verify".into(),
+                    step: StepName::Verify,
                     ok: false,
                     started_s: self.rel_s(started),
                     duration_s: 0.0,
@@ -1037,7 +1052,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         self.cleanup.summary = format!("CLEANUP FAILED: {why}");
         let ev = self.last.as_ref().map(evidence).unwrap_or_default();
         let r = self.finish(
-            "cleanup",
+            StepName::Cleanup,
             started,
             false,
             format!("CLEANUP FAILED: {why}"),
@@ -1046,8 +1061,8 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         );
         // A failed cleanup outranks whatever the drill concluded: the lab is not as the drill found it.
         match &mut self.failure {
-            Some((_, reason, _)) if !reason.starts_with("cleanup") => {
-                reason.push_str(&format!("; and CLEANUP FAILED: {why}"));
+            Some(f) if f.step != StepName::Cleanup => {
+                f.reason.push_str(&format!("; and CLEANUP FAILED: {why}"));
             }
             _ => {}
         }
@@ -1068,7 +1083,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         };
         let secs = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1} s"));
         let (verdict, reason, evidence) = match self.failure {
-            Some(f) => f,
+            Some(f) => (f.verdict, f.reason, f.evidence),
             None => (
                 Verdict::Pass,
                 format!(
@@ -1084,7 +1099,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                     .chain(
                         self.steps
                             .iter()
-                            .filter(|s| s.step != "check")
+                            .filter(|s| s.step != StepName::Check)
                             .map(|s| format!("{}: {}", s.step, s.summary)),
                     )
                     .collect(),

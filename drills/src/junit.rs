@@ -211,7 +211,7 @@ mod tests {
             },
             baseline: None,
             steps: vec![StepReport {
-                step: "verify".into(),
+                step: crate::report::StepName::Verify,
                 ok: verdict == Verdict::Pass,
                 started_s: 1.0,
                 duration_s: 2.0,

@@ -46,11 +46,56 @@ pub struct Figures {
     pub fault_throughput_pct: Option<f64>,
 }
 
+/// The steps a drill runs: the drill file's own (inject, expect, remediate, verify) and the engine's
+/// around them (check, baseline, cleanup).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepName {
+    Check,
+    Baseline,
+    Inject,
+    Expect,
+    Remediate,
+    Verify,
+    Cleanup,
+}
+
+impl StepName {
+    /// The step's name in reports and on screen.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepName::Check => "check",
+            StepName::Baseline => "baseline",
+            StepName::Inject => "inject",
+            StepName::Expect => "expect",
+            StepName::Remediate => "remediate",
+            StepName::Verify => "verify",
+            StepName::Cleanup => "cleanup",
+        }
+    }
+}
+
+impl std::fmt::Display for StepName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `pad`, so that `{step:<9}` lines the steps up.
+        f.pad(self.as_str())
+    }
+}
+
+/// A drill's first failure: the step that failed, the verdict it leads to, why, and the evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub step: StepName,
+    pub verdict: Verdict,
+    /// `step: summary`, as the report's reason says it.
+    pub reason: String,
+    pub evidence: Vec<String>,
+}
+
 /// One step as it ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepReport {
-    /// `baseline`, `inject`, `expect`, `remediate`, `verify` or `cleanup`.
-    pub step: String,
+    pub step: StepName,
     pub ok: bool,
     /// Seconds from the start of the drill.
     pub started_s: f64,
@@ -133,7 +178,7 @@ pub struct DrillReport {
 impl DrillReport {
     /// Whether the drill ran its cleanup and it failed: the lab is not as the drill found it.
     pub fn cleanup_failed(&self) -> bool {
-        !self.cleanup.ok && self.steps.iter().any(|s| s.step == "cleanup")
+        !self.cleanup.ok && self.steps.iter().any(|s| s.step == StepName::Cleanup)
     }
 
     /// The report of a drill that was not run, with why.

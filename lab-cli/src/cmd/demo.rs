@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use lab_drills::engine::{Event, Flow, Observer};
-use lab_drills::report::{DrillReport, StepReport, Verdict};
+use lab_drills::report::{DrillReport, StepName, StepReport, Verdict};
 use lab_model::Snapshot;
 use lab_model::status::Phase;
 use lab_runtime::UpOptions;
@@ -209,9 +209,9 @@ impl Observer for Story {
     fn after_step(&self, r: &StepReport, last: Option<&Snapshot>) -> Flow {
         let mut t = self.told();
         let chapter = demo::CHAPTERS[t.started.saturating_sub(1).min(2)];
-        match r.step.as_str() {
-            "baseline" if t.started == 1 => show("Before any fault", last),
-            "expect" => {
+        match r.step {
+            StepName::Baseline if t.started == 1 => show("Before any fault", last),
+            StepName::Expect => {
                 t.kubernetes = kube_words(last);
                 show("Under the fault: Kubernetes' view beside the job's", last);
                 if r.ok {
@@ -224,7 +224,7 @@ impl Observer for Story {
                     }
                 }
             }
-            "verify" => {
+            StepName::Verify => {
                 t.verifies += 1;
                 if chapter == lab_faults::FaultKind::UnplaceableRank && t.verifies == 1 {
                     if r.ok {

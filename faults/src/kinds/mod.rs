@@ -1,0 +1,154 @@
+//! One file per fault: how it is checked against the lab, applied, proven and recovered. The engine
+//! (`crate::engine`) owns the ledger and the order of things; a kind owns only what it does to the lab.
+//! Adding a fault is a file here and a line in [`injector`].
+
+mod slow_storage;
+mod throttled_rank;
+mod unplaceable_rank;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lab_model::ChangeRecord;
+use lab_model::change::ChangeSource;
+use lab_model::status::LabStatus;
+use lab_runtime::state::now_ms;
+use lab_runtime::{DelayPath, Runtime};
+
+use crate::ledger::{Before, Ledger};
+use crate::{Fault, FaultError};
+
+pub use slow_storage::SlowStorage;
+pub use throttled_rank::ThrottledRank;
+pub use unplaceable_rank::UnplaceableRank;
+
+/// How long a fault may take to show its effect before the inject reports that it did not.
+pub(crate) const PROOF_DEADLINE: Duration = Duration::from_secs(90);
+
+/// What one fault acts on: the runtime, and the ledger entry it writes.
+#[derive(Debug)]
+pub struct Cx<'a> {
+    pub rt: &'a dyn Runtime,
+    pub ledger: &'a Ledger,
+    /// The ledger entry's id (`slow-storage-1`).
+    pub id: &'a str,
+    /// The fault, as recorded.
+    pub fault: &'a Fault,
+}
+
+impl Cx<'_> {
+    /// Records in the ledger, before anything changes, the value the fault replaces.
+    ///
+    /// # Errors
+    /// [`FaultError::Ledger`] when the ledger cannot be written.
+    pub async fn set_before(&self, before: Before) -> Result<(), FaultError> {
+        self.ledger.update(|d| {
+            crate::engine::entry_mut(d, self.id)?.before = before;
+            Ok(())
+        })
+    }
+
+    /// A change record made by this fault.
+    pub fn change(
+        &self,
+        target: String,
+        what: &str,
+        before: String,
+        after: String,
+        note: Option<String>,
+    ) -> ChangeRecord {
+        ChangeRecord {
+            at_ms: now_ms(),
+            source: ChangeSource::Fault,
+            target,
+            what: what.into(),
+            before,
+            after,
+            note,
+            fault_id: Some(self.id.to_string()),
+        }
+    }
+}
+
+/// What an apply did, for its proof to read and the ledger to keep.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// How a storage delay reached its path.
+    pub path: Option<DelayPath>,
+    /// Measured before the fault went in, for the proof to compare with (siblings' latency).
+    pub measured_before: Vec<Duration>,
+    /// The changes made; the proof may add the values it read back.
+    pub changes: Vec<ChangeRecord>,
+}
+
+/// One kind of fault. Apply and recover are idempotent: applying what is applied, or recovering what is
+/// back, changes nothing.
+#[async_trait]
+pub trait Injector: Send + Sync {
+    /// Checks the fault against the lab as it is now (its target exists, the change would be one).
+    /// Nothing is changed.
+    ///
+    /// # Errors
+    /// [`FaultError::Invalid`] saying what does not fit.
+    fn check(&self, status: &LabStatus) -> Result<(), FaultError>;
+
+    /// Records the value it replaces ([`Cx::set_before`]), then applies the fault to the lab, whose
+    /// status was read just before.
+    ///
+    /// # Errors
+    /// The runtime's error.
+    async fn apply(&self, cx: &Cx<'_>, status: &LabStatus) -> Result<Applied, FaultError>;
+
+    /// Waits until the fault shows its effect, and says what was measured.
+    ///
+    /// # Errors
+    /// [`FaultError::NotProven`] with what was measured instead.
+    async fn prove(
+        &self,
+        cx: &Cx<'_>,
+        status: &LabStatus,
+        applied: &mut Applied,
+    ) -> Result<String, FaultError>;
+
+    /// Puts back `before` and checks it is back; returns the changes made (none when it already was).
+    ///
+    /// # Errors
+    /// The runtime's error, [`FaultError::NotRestored`], or [`FaultError::Ledger`] for a `before` of another kind.
+    async fn recover(&self, cx: &Cx<'_>, before: &Before) -> Result<Vec<ChangeRecord>, FaultError>;
+}
+
+/// The injector of `fault`: the registry of kinds.
+pub fn injector(fault: &Fault) -> Box<dyn Injector> {
+    match *fault {
+        Fault::SlowStorage {
+            server,
+            delay,
+            jitter,
+        } => Box::new(SlowStorage {
+            server,
+            delay,
+            jitter,
+        }),
+        Fault::ThrottledRank { rank, cpu } => Box::new(ThrottledRank { rank, cpu }),
+        Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
+    }
+}
+
+/// The ledger holds a `before` that does not belong to this kind of fault.
+pub(crate) fn mismatched(cx: &Cx<'_>, before: &Before) -> FaultError {
+    FaultError::Ledger {
+        path: "ledger".into(),
+        what: format!(
+            "entry {}: {} has a mismatched before value {before:?}",
+            cx.id, cx.fault
+        ),
+    }
+}
+
+/// The fault did not show its effect: `why` says what was measured.
+pub(crate) fn not_proven(cx: &Cx<'_>, why: String) -> FaultError {
+    FaultError::NotProven {
+        fault: cx.fault.to_string(),
+        why,
+    }
+}
