@@ -164,16 +164,29 @@ DOCKERFILE
 }
 
 # --- 2. component images --------------------------------------------------------------------------
-# rootfs_file <root> <path>: the path with symlinks resolved inside the root, relative to it.
-rootfs_real() { chroot "$1" readlink -f "$2" | sed 's|^/||'; }
+# add_path <spec> <root> <absolute path in root>: the file at its path with directory symlinks resolved
+# inside the root (bin, sbin, lib, lib64 are symlinks into usr, as in Debian); a file that is itself a
+# symlink (the loader in /usr/lib64, versioned libraries) is added as that symlink plus its target.
+add_path() {
+  local spec=$1 r=$2 p=$3 d f t
+  d=$(chroot "$r" readlink -f "$(dirname "$p")")
+  f="${d#/}/$(basename "$p")"
+  f=${f#/}
+  if [ -L "$r/$f" ]; then
+    t=$(readlink "$r/$f")
+    echo "symlink $f $t" >> "$spec"
+    case "$t" in /*) add_path "$spec" "$r" "$t" ;; *) add_path "$spec" "$r" "$d/$t" ;; esac
+  else
+    echo "file $f $r/$f" >> "$spec"
+  fi
+}
 
 # add_from_rootfs <spec> <root> <binary path in root>: the binary and every library it loads (ldd
-# inside the root), at their real paths (bin, sbin, lib, lib64 are symlinks into usr, as in Debian).
+# inside the root).
 add_from_rootfs() {
   local spec=$1 r=$2 bin=$3 p
   for p in "$bin" $(chroot "$r" ldd "$bin" | awk '/=> \// {print $3} /^\t\// {print $1}'); do
-    p=$(rootfs_real "$r" "$p")
-    echo "file $p $r/$p" >> "$spec"
+    add_path "$spec" "$r" "$p"
   done
 }
 
