@@ -9,6 +9,8 @@
 //! Run against such a cluster (cluster-admin kubeconfig; the controllers it needs are statefulset, job,
 //! deployment, replicaset, namespace, serviceaccount and podgc; the test creates and removes its own
 //! namespace and node, and the node must be the only schedulable one): `LAB_TEST_KUBECONFIG=... cargo test -p lab-runtime --test control_plane -- --ignored`.
+//! `scripts/kube-control-plane.sh test` starts such a control plane, runs this and stops it; the
+//! real-Kubernetes tier (`scripts/k8s-e2e.sh`, run by `.ci/run`) runs that first.
 
 use std::time::{Duration, Instant};
 
