@@ -33,6 +33,9 @@ fn record(ns: &str, wait: Duration) -> KubeRecord {
         namespace: ns.to_string(),
         created_namespace: true,
         cluster: None,
+        created_cluster: false,
+        node_image: String::new(),
+        nodes: 1,
         gpu_resource: GPU.into(),
         advertised_on: Vec::new(),
         ranks: 4,
@@ -112,7 +115,7 @@ async fn the_lab_against_a_real_api_server_scheduler_and_controllers() {
         .await
         .unwrap();
     // The lab's own advertisement: a status patch with a '/' in the key, accepted by the real server.
-    let patched = lk::lifecycle::advertise_gpus(&client, GPU, 4, Duration::from_secs(10))
+    let patched = lk::lifecycle::advertise_gpus(&client, GPU, 4, false, Duration::from_secs(10))
         .await
         .unwrap();
     assert!(patched.contains(&node_name));

@@ -43,6 +43,11 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
+    if a.nodes != 1 && kind != RuntimeKind::Kind {
+        anyhow::bail!(
+            "--nodes is for the kind runtime (the {kind} runtime runs on the nodes it has): add --runtime kind"
+        );
+    }
     let steps = Steps::new();
     eprintln!("Starting lab {name:?} on the {kind} runtime ({reason})");
     let rt: Arc<dyn Runtime> = match kind {
@@ -85,6 +90,7 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
             if a.no_build {
                 ko.build_image = false;
             }
+            ko.nodes = a.nodes;
             ko.wait_timeout = a.wait_timeout;
             Arc::new(kube::up(&opts, &ko, &steps).await?)
         }
