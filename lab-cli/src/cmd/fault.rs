@@ -51,6 +51,10 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
         InjectCmd::ThrottledRank { rank, cpu, json } => (Fault::ThrottledRank { rank, cpu }, json),
         InjectCmd::UnplaceableRank { ranks, json } => (Fault::UnplaceableRank { ranks }, json),
     };
+    // Listen for Ctrl-C from the start (`ctrl_c()` listens only once first polled, so an earlier signal took
+    // the default action: the process died without a word or its exit status); one that arrives while the
+    // lab is being opened is kept and answered by the select below.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let rt = lab_runtime::open::open(name).await?;
     let ledger = Ledger::of_lab(name);
     if !json {
@@ -58,7 +62,7 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
     }
     let result = tokio::select! {
         r = lab_faults::inject(rt.as_ref(), &ledger, fault) => r,
-        _ = tokio::signal::ctrl_c() => {
+        _ = interrupt.recv() => {
             eprintln!("interrupted: rolling back what was applied …");
             roll_back_interrupted(rt.as_ref(), &ledger).await;
             return Ok(ExitCode::from(130));
