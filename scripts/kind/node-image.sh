@@ -30,14 +30,19 @@ ROOTFS_TAR="$BASE_CACHE/rootfs-$(printf '%s\n' "${BASE_PACKAGES[@]}" | sha256sum
 IMAGES="$NODE_CACHE/images"
 ARCHIVE="$NODE_CACHE/kind-node.tar"
 OCI_IMAGE="$LAB_ROOT/scripts/images/oci-image.py"
-BUILD_CONTAINER=""
+# Named here, not in the step that creates it: steps run in subshells, and the exit trap must know it.
+BUILD_CONTAINER="lab-kind-build-$$"
 
 cleanup() {
-  [ -z "$BUILD_CONTAINER" ] || docker_ rm -f -v "$BUILD_CONTAINER" >/dev/null 2>&1 || true
+  docker_ rm -f -v "$BUILD_CONTAINER" >/dev/null 2>&1 || true
   [ -z "${WORK:-}" ] || rm -rf "$WORK"
 }
 trap cleanup EXIT
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/lab-kind-node.XXXXXX")
+
+# quiet <command...>: its output only when it fails (the engine's CLI warns about the legacy builder
+# and the host's ip_forward, both expected here).
+quiet() { "$@" > "$WORK/quiet.log" 2>&1 || { local rc=$?; cat "$WORK/quiet.log" >&2; return "$rc"; }; }
 
 # --- inputs ---------------------------------------------------------------------------------------
 kind_source() {
@@ -63,7 +68,7 @@ coredns_binary() {
     GOBIN="$bin" CGO_ENABLED=0 nice -n 10 go install -trimpath -ldflags "-s -w" \
       "github.com/coredns/coredns@$COREDNS_VERSION" >&2
   fi
-  "$bin/coredns" -version | grep -q "CoreDNS-${COREDNS_VERSION#v}"
+  case "$("$bin/coredns" -version)" in *"CoreDNS-${COREDNS_VERSION#v}"*) ;; *) echo "coredns is not $COREDNS_VERSION" >&2; return 1 ;; esac
   echo "$bin/coredns" > "$WORK/coredns"
 }
 
@@ -159,7 +164,7 @@ ENV container=docker
 STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 DOCKERFILE
-  docker_ build -q -t "$tag" "$WORK/base-build" >/dev/null
+  quiet docker_ build -q -t "$tag" "$WORK/base-build"
   docker_ rmi "$tag-import" >/dev/null
 }
 
@@ -266,9 +271,8 @@ bx() { docker_ exec "$BUILD_CONTAINER" "$@"; }
 assemble() {
   local base=$1 hash=$2 k8s b name ref
   k8s=$(cat "$WORK/k8s-dir")
-  BUILD_CONTAINER="lab-kind-build-$$"
-  docker_ run -d --name "$BUILD_CONTAINER" --entrypoint=sleep --security-opt seccomp=unconfined \
-    "$base" infinity >/dev/null
+  quiet docker_ run -d --name "$BUILD_CONTAINER" --entrypoint=sleep --security-opt seccomp=unconfined \
+    "$base" infinity
   for b in kubeadm kubelet kubectl; do
     docker_ cp "$k8s/$b" "$BUILD_CONTAINER:/usr/bin/$b"
     bx chown root:root "/usr/bin/$b"
@@ -283,15 +287,15 @@ assemble() {
   while read -r name ref; do
     docker_ cp "$IMAGES/$name.oci.tar" "$BUILD_CONTAINER:/kind/images/$name.tar"
     bx ctr -n k8s.io images import --label=io.cri-containerd.pinned=pinned --no-unpack "/kind/images/$name.tar" >/dev/null
-    bx ctr -n k8s.io images ls -q | grep -qxF "$ref" || { echo "$ref not in containerd after import" >&2; return 1; }
+    grep -qxF "$ref" <<<"$(bx ctr -n k8s.io images ls -q)" || { echo "$ref not in containerd after import" >&2; return 1; }
   done < "$WORK/images.list"
-  bx sh -c 'kill $(cat /run/containerd-build.pid); while kill -0 $(cat /run/containerd-build.pid) 2>/dev/null; do sleep 0.2; done; rm -f /run/containerd-build.pid /var/log/containerd-build.log'
+  # Stopped by its PID; it stays a zombie (the container's init, sleep, reaps nothing) once it has exited.
+  bx sh -c 'p=$(cat /run/containerd-build.pid); kill "$p"; while [ -d "/proc/$p" ] && ! grep -q "^State:.*Z" "/proc/$p/status"; do sleep 0.2; done; rm -f /run/containerd-build.pid /var/log/containerd-build.log'
   docker_ commit \
     --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' \
     --change "LABEL straggler-lab.node-inputs=$hash" \
     "$BUILD_CONTAINER" "$NODE_IMAGE" >/dev/null
   docker_ rm -f -v "$BUILD_CONTAINER" >/dev/null
-  BUILD_CONTAINER=""
 }
 
 save_archive() {

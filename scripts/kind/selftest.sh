@@ -118,7 +118,7 @@ YAML
   [ -n "$(kc get pod client -o jsonpath='{.status.podIP}')" ]
 }
 
-dns() { kc exec client -- nslookup kubernetes.default.svc.cluster.local | grep -q 'Address.*198\.51\.100\.129'; }
+dns() { grep -q 'Address.*198\.51\.100\.129' <<<"$(kc exec client -- nslookup kubernetes.default.svc.cluster.local)"; }
 
 service() { [ "$(kc exec client -- wget -q -T 5 -O - http://web.default.svc.cluster.local/)" = "lab-probe ok" ]; }
 
