@@ -8,8 +8,9 @@
 #   STEPS=400 CPU=400m THROTTLED=150m DELAY_MS=300 scripts/bench-step.sh
 #   SCENARIOS= scripts/bench-step.sh        # the baseline only
 #
-# Starts its own SeaweedFS (master and three volume servers on loopback, each behind a small delay proxy
-# that is its public URL), seeds the dataset, and runs four lab-rank processes (release build, default
+# Starts its own SeaweedFS (master and three volume servers on loopback, each behind the lab's own latency
+# proxy, lab-proxy, which is its public URL; the delay is set through the proxy's control API, as the
+# slow-storage fault sets it), seeds the dataset, and runs four lab-rank processes (release build, default
 # batch and model size unless BATCH / MODEL are set), each in its own CPU cgroup (v1 `cpu` controller or
 # v2 `cpu.max`; needs root). Everything it starts is stopped by PID and its cgroups removed at exit.
 set -euo pipefail
@@ -26,10 +27,11 @@ say() { printf '[bench-step] %s\n' "$*" >&2; }
 millis() { local v=$1; case "$v" in *m) echo "${v%m}" ;; *) python3 -c "print(int(float('$v')*1000))" ;; esac; }
 
 eval "$("$root/scripts/tools.sh" weed)"
-say "building lab-rank and lab-seeder (release)"
-(cd "$root" && cargo build -q --release -p lab-workloads --bins)
+say "building lab-rank, lab-seeder and lab-proxy (release)"
+(cd "$root" && cargo build -q --release -p lab-workloads -p lab-latency-proxy --bins)
 rank_bin="$root/target/release/lab-rank"
 seeder="$root/target/release/lab-seeder"
+proxy_bin="$root/target/release/lab-proxy"
 
 work=$(mktemp -d)
 pids=()
@@ -78,27 +80,31 @@ mkdir -p "$work/master"
 "$LAB_WEED" master -ip=127.0.0.1 -ip.bind=127.0.0.1 -port="$mport" -port.grpc="$mgrpc" -mdir="$work/master" \
   -volumeSizeLimitMB=64 >"$work/master.log" 2>&1 &
 pids+=($!)
-vports=(); proxy_ports=()
+vports=(); proxy_ports=(); control_ports=()
 for i in 0 1 2; do
-  vport=$(free_port); vgrpc=$(free_port); pport=$(free_port)
-  vports+=("$vport"); proxy_ports+=("$pport")
+  vport=$(free_port); vgrpc=$(free_port); pport=$(free_port); cport=$(free_port)
+  vports+=("$vport"); proxy_ports+=("$pport"); control_ports+=("$cport")
   mkdir -p "$work/volume-$i"
   "$LAB_WEED" volume -ip=127.0.0.1 -ip.bind=127.0.0.1 -port="$vport" -port.grpc="$vgrpc" -dir="$work/volume-$i" \
     -max=8 -master="127.0.0.1:$mport.$mgrpc" -rack="storage-$i" -dataCenter=lab -publicUrl="127.0.0.1:$pport" \
     >"$work/volume-$i.log" 2>&1 &
   pids+=($!)
+  "$proxy_bin" --listen "127.0.0.1:$pport" --upstream "127.0.0.1:$vport" --control "127.0.0.1:$cport" \
+    >"$work/proxy-$i.log" 2>&1 &
+  proxy_pids+=($!)
 done
-start_proxies() { # start_proxies <server with delay or -1> <delay ms>
-  for p in "${proxy_pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  proxy_pids=()
-  for i in 0 1 2; do
-    local d=0; [ "$i" = "$1" ] && d=$2
-    python3 "$root/scripts/bench/delay_proxy.py" "${proxy_ports[$i]}" "127.0.0.1:${vports[$i]}" "$d" &
-    proxy_pids+=($!)
+for i in 0 1 2; do
+  for _ in $(seq 1 100); do
+    curl -sf -m 2 "http://127.0.0.1:${control_ports[$i]}/healthz" >/dev/null && break
+    sleep 0.1
   done
-  sleep 0.5
+  curl -sf -m 2 "http://127.0.0.1:${control_ports[$i]}/healthz" >/dev/null \
+    || { cat "$work/proxy-$i.log" >&2; say "lab-proxy of storage-$i did not answer"; exit 1; }
+done
+set_delay() { # set_delay <server> <delay ms>: through lab-proxy's control API
+  curl -sf -m 5 -X PUT -d "{\"delay_ms\":$2,\"jitter_ms\":0}" "http://127.0.0.1:${control_ports[$1]}/delay" >/dev/null \
+    || { say "could not set storage-$1's delay"; exit 1; }
 }
-start_proxies -1 0
 say "seeding"
 "$seeder" --master "127.0.0.1:$mport" --ranks $RANKS --seed 1 --wait 60s >"$work/seed.json"
 
@@ -145,7 +151,7 @@ if [[ " $SCENARIOS " == *" throttled "* ]]; then
 fi
 if [[ " $SCENARIOS " == *" slow-storage "* ]]; then
   say "slow-storage: storage-1 +${DELAY_MS} ms on every request, $DELAY_STEPS steps"
-  start_proxies 1 "$DELAY_MS"
+  set_delay 1 "$DELAY_MS"
   # shellcheck disable=SC2046  # one CPU quantity per rank, split on purpose
   run_job slow-storage "$DELAY_STEPS" $(all_at "$CPU") >>"$results"
 fi

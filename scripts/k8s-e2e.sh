@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # End-to-end test on a real single-node Kubernetes built on this machine (scripts/k8s-node/), through the
-# existing-cluster runtime:
+# existing-cluster runtime, after the control-plane tier:
 #
-#   node up → lab up --kubeconfig … → the three faults (built-in drills where the drill engine exists) →
-#   checks through `lab status --json` → lab down → node down
+#   control-plane tier (scripts/kube-control-plane.sh test: runtime/tests/control_plane.rs against a real
+#   API server, scheduler and controllers, no kubelet) → node up → lab up --kubeconfig … → the three
+#   built-in drills → the three faults by hand, checked through `lab status --json` → lab down → node down
 #
 # Checked on the real cluster, each while its fault is injected:
 #   slow-storage      4/4 ranks Ready; the delay path the lab reports (netem, or the latency proxy where the
-#                     kernel has no sch_netem) and storage-1's added container or proxy visible
+#                     kernel has no sch_netem); storage-1's reads, as the ranks see them, slower than each
+#                     sibling's by most of the delay
 #   throttled-rank    4/4 Ready; rank-1's live CPU limit 150m after a real in-place resize while the
 #                     StatefulSet template says 400m; the container's cgroup quota really changed
 #   unplaceable-rank  rank-4 Pending with the real scheduler's "Insufficient lab.dev/gpu" message; the four
 #                     running ranks Ready; world size 5
+# Anything this tier cannot check fails it: a build without the drill engine, a `lab down` that fails.
 #
 #   scripts/k8s-e2e.sh       as root (the node runs containers). LAB_E2E_KEEP_NODE=1 leaves the node up;
 #                            LAB_E2E_NAME, LAB_E2E_REPORTS, LAB_BIN as in kind-e2e.sh.
@@ -43,15 +46,24 @@ fi
 node_started=0
 cleanup() {
   local rc=$?
-  say "lab down"
-  lab down >&2 || say "lab down failed"
+  if [ "$node_started" = 1 ]; then
+    say "lab down"
+    lab_down || rc=1
+  fi
   if [ "$node_started" = 1 ] && [ "${LAB_E2E_KEEP_NODE:-0}" != 1 ]; then
     say "node down"
-    "$NODE_DOWN" >&2 || say "node down left something behind: see its output"
+    "$NODE_DOWN" >&2 || { say "FAILED: node down left something behind: see its output"; rc=1; }
   fi
   say "done in $(( $(date +%s) - E2E_T0 )) s, exit $rc"
+  exit "$rc"
 }
 trap cleanup EXIT
+
+# The control-plane tier first: strict validation of every manifest, the controllers and the scheduler,
+# on its own loopback control plane (it needs the only schedulable node to be its own, so it does not run
+# against the node below). It brings its control plane down whether it passes or not.
+say "control-plane tier"
+"$root/scripts/kube-control-plane.sh" test >&2 || die "the control-plane tier (runtime/tests/control_plane.rs)"
 
 say "node up"
 "$NODE_UP" >&2 || die "the node did not come up"
@@ -87,6 +99,9 @@ check_slow_storage() {
   local s; s=$(status_json)
   say "slow-storage: delay path $(echo "$s" | jq -r .delay_path); storage-1 runs $(echo "$s" | jq -c '[.pods[] | select(.name == "storage-1") | .containers[]]')"
   echo "$s" | jq -e '.delay_path == "netem" or .delay_path == "proxy"' >/dev/null || die "no delay path reported"
+  # The delay took effect where the ranks read: storage-1 at least 250 ms of the 300, and each sibling at
+  # least 200 ms faster (the difference, not the siblings' own figure, which a busy node moves).
+  expect_storage1_slow 90 0.25 0.2
 }
 
 check_throttled_rank() {
@@ -107,11 +122,10 @@ check_unplaceable_rank() {
   status_json | jq -r '.pods[] | select(.name == "rank-4") | "rank-4: " + .message' >&2
 }
 
-if have_drills; then
-  say "drill slow-storage"; run_drill slow-storage
-  say "drill throttled-rank"; run_drill throttled-rank
-  say "drill unplaceable-rank"; run_drill unplaceable-rank
-fi
+have_drills
+say "drill slow-storage"; run_drill slow-storage
+say "drill throttled-rank"; run_drill throttled-rank
+say "drill unplaceable-rank"; run_drill unplaceable-rank
 
 # The same three faults by hand, each checked on the real cluster while it is injected (after making sure
 # a failed drill left nothing injected).

@@ -1,75 +1,253 @@
 #!/usr/bin/env bash
-# End-to-end test of the kind runtime, for machines with Docker and kind (a laptop, or CI):
+# End-to-end test of the kind runtime: the product's headline path, on a real kind cluster.
 #
-#   lab up --runtime kind  →  the three built-in drills  →  checks through `lab status --json`  →  lab down
+#   bad input refused (no record, no cluster left) → lab up --runtime kind → status, incident, console (in
+#   tmux) → Prometheus in the cluster agrees with the lab's alerts on a throttled rank → the three built-in
+#   drills → lab down (cluster and kind's network gone) → lab up --nodes 2 (GPUs split 2 + 2, ranks on both
+#   nodes) → the three faults by hand, each with its proof → lab down → nothing left
 #
-#   scripts/kind-e2e.sh            (LAB_E2E_NAME, LAB_E2E_REPORTS and LAB_BIN override the defaults)
+#   scripts/kind-e2e.sh
 #
-# The cluster is deleted on exit, whatever happened, unless LAB_E2E_KEEP=1. Each drill writes its JSON
-# and JUnit reports under $LAB_E2E_REPORTS. Exits non-zero on the first failure.
+# Where Docker answers (a laptop, a hosted runner), the machine's Docker and kind are used with the pinned
+# node image. Where it does not and the script runs as root on Linux (a CI machine without a registry), it
+# starts the project's private engine (scripts/kind/engine.sh), builds the kind CLI and the offline node
+# image (scripts/kind/tools.sh, scripts/kind/node-image.sh) and stops the engine again at the end.
+#
+# Environment: LAB_E2E_NAME (kind-e2e), LAB_E2E_REPORTS (target/kind-e2e), LAB_BIN (built when unset),
+# LAB_E2E_NODES (2: the multi-node part's node count), LAB_E2E_KEEP=1 (leave the last lab up).
+# Exits non-zero when any check fails; every check that cannot be made fails the run.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NAME=${LAB_E2E_NAME:-kind-e2e}
 REPORTS=${LAB_E2E_REPORTS:-$root/target/kind-e2e}
+NODES=${LAB_E2E_NODES:-2}
 DRILLS=(slow-storage throttled-rank unplaceable-rank)
 E2E_T0=$(date +%s)
 mkdir -p "$REPORTS"
+# The lab's state in a folder of this run's, so the kubeconfig of the cluster is known.
+export LAB_STATE_DIR="$REPORTS/state"
+rm -rf "$LAB_STATE_DIR"
+mkdir -p "$LAB_STATE_DIR"
 
 E2E_TAG=kind-e2e
 . "$root/scripts/e2e-common.sh"
 
-command -v docker >/dev/null || die "docker is not installed: install Docker (the kind runtime needs it)"
-docker info >/dev/null 2>&1 || die "the Docker daemon does not answer: start it"
-command -v kind >/dev/null || die "kind is not installed: go install sigs.k8s.io/kind@v0.30.0"
+FIGURES="$REPORTS/figures.tsv"
+: > "$FIGURES"
+figure() { printf '%s\t%s\n' "$1" "$2" >> "$FIGURES"; say "figure: $1 = $2"; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
 command -v jq >/dev/null || die "jq is not installed: apt-get install jq (or brew install jq)"
 
-if [ -z "${LAB_BIN:-}" ]; then
-  say "building the lab CLI"
-  (cd "$root" && cargo build --release -p lab-cli >&2)
-  LAB_BIN="$root/target/release/lab"
+# --- the engine, kind and the node image ---------------------------------------------------------------
+engine=host
+if [ -z "${DOCKER_HOST:-}" ] && ! docker info >/dev/null 2>&1; then
+  [ "$(uname -s)" = Linux ] && [ "$(id -u)" -eq 0 ] \
+    || die "Docker does not answer: start Docker (this script starts a private engine only as root on Linux)"
+  engine=private
+fi
+node_image_args=()
+if [ "$engine" = private ]; then
+  say "no Docker answers: starting the project's private engine"
+  "$root/scripts/kind/engine.sh" up >&2 || die "the private Docker engine did not start"
+  eval "$("$root/scripts/kind/engine.sh" env)"
+fi
+if ! command -v kind >/dev/null; then
+  say "kind is not installed: building the pinned kind CLI"
+  eval "$("$root/scripts/kind/tools.sh")"
+fi
+say "$(kind version)"
+if [ "$engine" = private ]; then
+  t=$(now)
+  node_image=$("$root/scripts/kind/node-image.sh" | tail -n 1 | awk '{print $1}')
+  [ -n "$node_image" ] || die "the offline node image was not built"
+  figure "node image ready (s)" "$(since "$t")"
+  node_image_args=(--node-image "$node_image")
 fi
 
+# The lab CLI and the binaries the offline lab image is made of; weed and Debian's prometheus for the
+# images where their own cannot be pulled.
+if [ -z "${LAB_BIN:-}" ]; then
+  say "building the lab (release)"
+  (cd "$root" && cargo build --release --locked --workspace --bins >&2)
+  LAB_BIN="$root/target/release/lab"
+fi
+env_file=$(mktemp)
+"$root/scripts/tools.sh" weed promtool tmux > "$env_file" || die "installing weed, promtool and tmux failed"
+# shellcheck source=/dev/null
+. "$env_file"
+rm -f "$env_file"
+
+lab_up=0
 cleanup() {
   local rc=$?
-  if [ "${LAB_E2E_KEEP:-0}" = 1 ]; then
-    say "LAB_E2E_KEEP=1: leaving lab $NAME up (lab down --name $NAME removes it)"
-  else
-    say "lab down"
-    lab down >&2 || say "lab down failed: remove the cluster with kind delete cluster --name lab-$NAME"
+  if [ "$lab_up" = 1 ]; then
+    if [ "${LAB_E2E_KEEP:-0}" = 1 ]; then
+      say "LAB_E2E_KEEP=1: leaving lab $NAME up (LAB_STATE_DIR=$LAB_STATE_DIR lab down --name $NAME)"
+    else
+      say "lab down"
+      lab_down || rc=1
+    fi
+  fi
+  if [ "$engine" = private ] && [ "${LAB_E2E_KEEP:-0}" != 1 ]; then
+    say "stopping the private engine"
+    "$root/scripts/kind/engine.sh" down >&2 || { say "FAILED: the private engine left something behind"; rc=1; }
   fi
   say "done in $(( $(date +%s) - E2E_T0 )) s, exit $rc"
+  exit "$rc"
 }
 trap cleanup EXIT
 
-say "lab up --runtime kind"
-(cd "$root" && lab up --runtime kind) || die "lab up"
+cluster="lab-$NAME"
+no_cluster_left() { # no_cluster_left <when>
+  if kind get clusters 2>/dev/null | grep -qx "$cluster"; then die "$1: kind cluster $cluster is still there"; fi
+  if [ -n "$(docker ps -aq --filter "label=io.x-k8s.kind.cluster=$cluster")" ]; then
+    die "$1: node containers of $cluster are still there"
+  fi
+  if [ -d "$LAB_STATE_DIR/$NAME" ]; then die "$1: the lab's record is still there ($LAB_STATE_DIR/$NAME)"; fi
+}
+
+# --- bad input: refused, nothing half-made stays behind ---------------------------------------------------
+refused() { # refused <what> <expected words> <lab args...>
+  local what=$1 want=$2 out
+  shift 2
+  if out=$(lab "$@" 2>&1); then die "$what: lab $* succeeded"; fi
+  grep -qF -- "$want" <<<"$out" || { printf '%s\n' "$out" >&2; die "$what: the error does not say \"$want\""; }
+  no_cluster_left "$what"
+  say "refused: $what ($(grep -F -- "$want" <<<"$out" | head -n 1 | cut -c1-140))"
+}
+refused "--nodes 9" "out of range" up --runtime kind --nodes 9 "${node_image_args[@]}"
+refused "a node image that does not exist" "cannot be pulled" up --runtime kind --node-image straggler-lab/no-such-node:v0
+if out=$(lab status 2>&1); then die "lab status found a lab after refused ups: $out"; fi
+
+# --- one node: up, status, incident, console ------------------------------------------------------------
+say "lab up --runtime kind ${node_image_args[*]}"
+t=$(now)
+lab_up=1
+(cd "$root" && lab up --runtime kind "${node_image_args[@]}") || die "lab up"
+figure "lab up, 1 node (s)" "$(since "$t")"
 expect_all_ready "after lab up"
 status_json > "$REPORTS/status-up.json"
+jq -e '.runtime == "kind" and .gpus_capacity == 4 and .world_size == 4' "$REPORTS/status-up.json" >/dev/null \
+  || die "status after up: not the kind runtime with 4 GPUs and world size 4"
+lab incident > "$REPORTS/incident-up.txt" || die "lab incident"
+grep -q "storage-1" "$REPORTS/incident-up.txt" || die "lab incident does not show the wiring (no storage-1)"
 
-if have_drills; then
-  for d in "${DRILLS[@]}"; do
-    run_drill "$d"
-    expect_all_ready "after drill $d"
+# The console in a real terminal: Ready beside the job's own signal.
+if command -v tmux >/dev/null; then
+  sock="$REPORTS/tmux.sock"
+  tmux -S "$sock" new-session -d -s console -x 160 -y 45 \
+    "LAB_STATE_DIR=$LAB_STATE_DIR $LAB_BIN --name $NAME console"
+  seen=""
+  for _ in $(seq 1 30); do
+    seen=$(tmux -S "$sock" capture-pane -p -t console 2>/dev/null || true)
+    if grep -q "Kubernetes: 4/4 Ready" <<<"$seen" && grep -q "rank-3" <<<"$seen"; then break; fi
+    sleep 1
   done
+  printf '%s\n' "$seen" > "$REPORTS/console.txt"
+  tmux -S "$sock" send-keys -t console q
+  sleep 1
+  tmux -S "$sock" kill-server 2>/dev/null || true
+  grep -q "Kubernetes: 4/4 Ready" "$REPORTS/console.txt" || die "the console never showed 'Kubernetes: 4/4 Ready' (see $REPORTS/console.txt)"
+  say "console shows 4/4 Ready and the ranks"
 else
-  # Without the drill engine, the same three faults by hand, each checked while injected.
-  say "no drill engine in this build: injecting the three faults with 'lab fault'"
-  lab fault inject slow-storage --server 1 --delay 300ms >&2 || die "inject slow-storage"
-  expect_all_ready "slow-storage injected"
-  lab fault clear --all >&2 || die "clear slow-storage"
+  die "tmux is missing: the console check needs it"
+fi
+
+# --- Prometheus in the cluster agrees with the lab ------------------------------------------------------
+kc() { kubectl --kubeconfig "$LAB_STATE_DIR/$NAME/kubeconfig" "$@"; }
+if ! command -v kubectl >/dev/null; then
+  eval "$("$root/scripts/tools.sh" kubectl)"
+fi
+ns=$(jq -r '.config.namespace' "$LAB_STATE_DIR/$NAME/lab.json")
+prom_alerts() { kc get --raw "/api/v1/namespaces/$ns/services/prometheus:9090/proxy/api/v1/alerts"; }
+prom_alerts >/dev/null || die "Prometheus in the cluster does not answer through the API server"
+lab fault inject throttled-rank --rank 1 --cpu 150m >&2 || die "inject throttled-rank"
+t=$(now)
+wait_snapshot "the lab's LabRankCpuThrottled fires for rank-1" 120 \
+  'any(.alerts[]?; .rule == "LabRankCpuThrottled" and .target == "rank-1")'
+figure "throttled-rank detected by the lab (s)" "$(since "$t")"
+deadline=$(( $(date +%s) + 180 ))
+until prom_alerts | jq -e '.data.alerts | any(.labels.alertname == "LabRankCpuThrottled" and .state == "firing"
+    and ((.labels.pod // .labels.instance // "") | test("rank-1")))' >/dev/null 2>&1; do
+  [ "$(date +%s)" -lt "$deadline" ] || { prom_alerts | jq -c '.data.alerts' >&2 || true; die "Prometheus never fired LabRankCpuThrottled for rank-1"; }
+  sleep 5
+done
+figure "throttled-rank firing in Prometheus (s)" "$(since "$t")"
+prom_alerts | jq -c '[.data.alerts[] | select(.state == "firing") | .labels.alertname] | unique' > "$REPORTS/prometheus-alerts.json"
+say "Prometheus agrees: $(cat "$REPORTS/prometheus-alerts.json")"
+lab fault clear --all >&2 || die "clear throttled-rank"
+
+# --- the three built-in drills --------------------------------------------------------------------------
+have_drills
+for d in "${DRILLS[@]}"; do
+  t=$(now)
+  run_drill "$d"
+  figure "drill $d (s)" "$(since "$t")"
+  if [ -f "$REPORTS/$d.json" ]; then
+    figure "$d: detected after (s)" "$(jq -r '[.. | objects | select(has("figures")) | .figures.time_to_detect_s][0] // "none"' "$REPORTS/$d.json")"
+    figure "$d: throughput under the fault (% of baseline)" "$(jq -r '[.. | objects | select(has("figures")) | .figures.fault_throughput_pct][0] // "none" | if type == "number" then (. * 10 | round / 10) else . end' "$REPORTS/$d.json")"
+    figure "$d: back at baseline after (s)" "$(jq -r '[.. | objects | select(has("figures")) | .figures.time_to_baseline_s][0] // "none"' "$REPORTS/$d.json")"
+  fi
+  expect_all_ready "after drill $d"
+done
+status_json > "$REPORTS/status-drills.json"
+jq -e '.delay_path | test("proxy|netem")' "$REPORTS/status-drills.json" >/dev/null \
+  || die "the status does not say which delay path slow-storage uses"
+say "slow-storage delay path: $(jq -r '.delay_path' "$REPORTS/status-drills.json")"
+
+t=$(now)
+lab_down || die "lab down"
+lab_up=0
+figure "lab down (s)" "$(since "$t")"
+no_cluster_left "after lab down"
+if [ "$(kind get clusters 2>/dev/null | wc -l)" -eq 0 ] && docker network inspect kind >/dev/null 2>&1; then
+  die "after lab down: kind's network is still there"
+fi
+
+# --- more than one node ---------------------------------------------------------------------------------
+if [ "$NODES" -ge 2 ]; then
+  say "lab up --runtime kind --nodes $NODES"
+  t=$(now)
+  lab_up=1
+  (cd "$root" && lab up --runtime kind --nodes "$NODES" "${node_image_args[@]}") || die "lab up --nodes $NODES"
+  figure "lab up, $NODES nodes (s)" "$(since "$t")"
+  expect_all_ready "after lab up --nodes $NODES"
+  s=$(status_json)
+  printf '%s\n' "$s" > "$REPORTS/status-nodes.json"
+  nodes_used=$(jq '[.pods[] | select(.role == "rank") | .node] | unique | length' <<<"$s")
+  [ "$nodes_used" -ge 2 ] || die "the ranks run on $nodes_used node(s), not spread over $NODES"
+  jq -e '.gpus_capacity == 4' <<<"$s" >/dev/null || die "the $NODES nodes do not offer 4 GPUs in all"
+  say "ranks on $nodes_used nodes: $(jq -c '[.pods[] | select(.role == "rank") | {(.name): .node}] | add' <<<"$s")"
+  lab status | grep -q "NODE" || die "lab status shows no node column on $NODES nodes"
+
+  lab fault inject unplaceable-rank --ranks 5 >&2 || die "inject unplaceable-rank"
+  wait_status "rank-4 Pending for want of a GPU on every node, world size 5" 120 \
+    '.world_size == 5 and any(.pods[]; .name == "rank-4" and .phase == "Pending" and ((.reason // "") | test("Insufficient")))'
+  lab fault clear --all >&2 || die "clear unplaceable-rank"
+  wait_status "back to 4 ranks and world size 4" 180 '.world_size == 4 and .ranks_desired == 4'
 
   lab fault inject throttled-rank --rank 1 --cpu 150m >&2 || die "inject throttled-rank"
-  expect_all_ready "throttled-rank injected"
-  wait_status "rank-1 runs at 150m while its template says 400m" 60 \
+  wait_status "rank-1 runs at 150m while its template says 400m" 90 \
     '.pods[] | select(.name == "rank-1") | .resources.cpu_live == "150m" and .resources.cpu_template == "400m"'
   lab fault clear --all >&2 || die "clear throttled-rank"
 
-  lab fault inject unplaceable-rank --ranks 5 >&2 || die "inject unplaceable-rank"
-  wait_status "rank-4 Pending (Insufficient GPU), world size 5" 90 \
-    '.world_size == 5 and any(.pods[]; .name == "rank-4" and .phase == "Pending" and ((.reason // "") | test("Insufficient")))'
-  lab fault clear --all >&2 || die "clear unplaceable-rank"
-  wait_status "back to 4 ranks and world size 4" 120 '.world_size == 4 and .ranks_desired == 4'
+  lab fault inject slow-storage --server 1 --delay 300ms >&2 || die "inject slow-storage"
+  expect_storage1_slow 120 0.2 0.15
+  expect_all_ready "slow-storage injected on $NODES nodes"
+  lab fault clear --all >&2 || die "clear slow-storage"
+
+  t=$(now)
+  lab_down || die "lab down ($NODES nodes)"
+  lab_up=0
+  figure "lab down, $NODES nodes (s)" "$(since "$t")"
+  no_cluster_left "after lab down ($NODES nodes)"
+else
+  die "LAB_E2E_NODES=$NODES: the multi-node part needs at least 2"
 fi
-status_json > "$REPORTS/status-end.json"
+
+say "figures:"
+column -t -s "$(printf '\t')" "$FIGURES" >&2 || cat "$FIGURES" >&2
 finish

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # An install that fails stops here, with its own error (an `eval "$(…)"` would hide the failure).
 env_file=$(mktemp)
 trap 'rm -f "$env_file"' EXIT
-if ! scripts/tools.sh weed promtool tmux shellcheck > "$env_file"; then
+if ! scripts/tools.sh weed promtool tmux shellcheck chromium > "$env_file"; then
   echo "installing the test tools failed (see above)" >&2
   exit 1
 fi

@@ -24,23 +24,39 @@ fn kubernetes(s: &Snapshot) -> Vec<String> {
     let st = &s.status;
     let (ranks_ready, ranks) = st.ranks_ready();
     let (servers_ready, servers) = st.servers_ready();
-    let mut out = vec![
-        format!(
-            "KUBERNETES  ranks {ranks_ready}/{ranks} Ready · storage {servers_ready}/{servers} Ready · GPUs {}",
-            st.gpus_capacity
-        ),
-        format!(
-            "{:<15} {:<9} {:<5} {:<8} {:<13} {:<3} {}",
-            "NAME", "PHASE", "READY", "RESTARTS", "CPU live/spec", "GPU", "REASON"
-        ),
-    ];
+    let mut out = vec![format!(
+        "KUBERNETES  ranks {ranks_ready}/{ranks} Ready · storage {servers_ready}/{servers} Ready · GPUs {}",
+        st.gpus_capacity
+    )];
+    // A node column only where the pods span several nodes (a multi-node kind cluster).
+    let nodes: std::collections::BTreeSet<&str> = st.pods.iter().filter_map(|p| p.node.as_deref()).collect();
+    let node_col = |n: &str| {
+        if nodes.len() > 1 {
+            let w = nodes.iter().map(|n| n.len()).max().unwrap_or(4).max(4);
+            format!("{n:<w$} ")
+        } else {
+            String::new()
+        }
+    };
+    out.push(format!(
+        "{:<15} {}{:<9} {:<5} {:<8} {:<13} {:<3} {}",
+        "NAME",
+        node_col("NODE"),
+        "PHASE",
+        "READY",
+        "RESTARTS",
+        "CPU live/spec",
+        "GPU",
+        "REASON"
+    ));
     for p in &st.pods {
         let r = &p.resources;
         let cpu = r.cpu_live_spec();
         let cpu = if r.drifted() { format!("{cpu}*") } else { cpu };
         out.push(format!(
-            "{:<15} {:<9} {:<5} {:<8} {:<13} {:<3} {}",
+            "{:<15} {}{:<9} {:<5} {:<8} {:<13} {:<3} {}",
             p.name,
+            node_col(p.node.as_deref().unwrap_or("-")),
             p.phase.to_string(),
             if p.ready { "1/1" } else { "0/1" },
             p.restarts,
@@ -201,6 +217,27 @@ pub fn status_text(s: &Snapshot) -> String {
 mod tests {
     use super::*;
     use crate::fixtures;
+
+    #[test]
+    fn a_node_column_appears_only_when_pods_span_several_nodes() {
+        let one = status_text(&fixtures::healthy());
+        assert!(!one.contains("NODE"), "{one}");
+        let mut s = fixtures::healthy();
+        for (i, p) in s.status.pods.iter_mut().enumerate() {
+            p.node = Some(format!(
+                "lab-demo-{}",
+                if i % 2 == 0 { "control-plane" } else { "worker" }
+            ));
+        }
+        let two = status_text(&s);
+        let header = two.lines().find(|l| l.starts_with("NAME")).unwrap();
+        assert!(header.contains(" NODE "), "{two}");
+        assert!(
+            two.lines()
+                .any(|l| l.starts_with("rank-1") && l.contains("lab-demo-worker")),
+            "{two}"
+        );
+    }
 
     #[test]
     fn status_text_baseline() {

@@ -130,6 +130,13 @@ fn render_kubernetes(frame: &mut Frame, area: Rect, snap: &Snapshot) {
         " Kubernetes · ranks {ranks_ready}/{ranks} Ready · storage {servers_ready}/{servers} Ready · GPUs {gpus_used}/{} ",
         st.gpus_capacity
     );
+    // A node column only where the pods span several nodes (a multi-node kind cluster).
+    let nodes: std::collections::BTreeSet<&str> = st.pods.iter().filter_map(|p| p.node.as_deref()).collect();
+    let node_width = if nodes.len() > 1 {
+        nodes.iter().map(|n| n.len()).max().unwrap_or(4).clamp(4, 24) as u16
+    } else {
+        0
+    };
     let rows = st.pods.iter().map(|p| {
         let r = &p.resources;
         let cpu = r.cpu_live_spec();
@@ -144,8 +151,11 @@ fn render_kubernetes(frame: &mut Frame, area: Rect, snap: &Snapshot) {
         } else {
             Span::raw("0/1")
         };
-        Row::new(vec![
-            Cell::from(p.name.clone()),
+        let mut cells = vec![Cell::from(p.name.clone())];
+        if node_width > 0 {
+            cells.push(Cell::from(p.node.clone().unwrap_or_else(|| "-".into())));
+        }
+        cells.extend([
             Cell::from(Span::styled(p.phase.to_string(), phase_style)),
             Cell::from(ready),
             Cell::from(p.restarts.to_string()),
@@ -163,32 +173,28 @@ fn render_kubernetes(frame: &mut Frame, area: Rect, snap: &Snapshot) {
                 "-".to_string()
             }),
             Cell::from(p.reason.clone().unwrap_or_default()),
-        ])
+        ]);
+        Row::new(cells)
     });
-    let header = Row::new([
-        "NAME",
-        "PHASE",
-        "READY",
-        "RESTARTS",
-        "CPU live/spec",
-        "GPU",
-        "REASON",
-    ])
-    .style(heading());
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Length(14),
-            Constraint::Length(7),
-            Constraint::Length(5),
-            Constraint::Length(8),
-            Constraint::Length(13),
-            Constraint::Length(3),
-            Constraint::Min(6),
-        ],
-    )
-    .header(header)
-    .block(Block::bordered().title(title));
+    let mut names = vec!["NAME"];
+    let mut widths = vec![Constraint::Length(14)];
+    if node_width > 0 {
+        names.push("NODE");
+        widths.push(Constraint::Length(node_width));
+    }
+    names.extend(["PHASE", "READY", "RESTARTS", "CPU live/spec", "GPU", "REASON"]);
+    widths.extend([
+        Constraint::Length(7),
+        Constraint::Length(5),
+        Constraint::Length(8),
+        Constraint::Length(13),
+        Constraint::Length(3),
+        Constraint::Min(6),
+    ]);
+    let header = Row::new(names).style(heading());
+    let table = Table::new(rows, widths)
+        .header(header)
+        .block(Block::bordered().title(title));
     frame.render_widget(table, area);
     if snap.status.pods.iter().any(|p| p.resources.drifted()) && area.height > 2 {
         let note = Rect {
@@ -550,6 +556,30 @@ mod tests {
             s.push('\n');
         }
         s
+    }
+
+    #[test]
+    fn pods_on_two_nodes_get_a_node_column() {
+        let one = text(
+            screen(Some(fixtures::healthy()), 150, 34, |_| {})
+                .backend()
+                .buffer(),
+        );
+        assert!(!one.contains("NODE"), "{one}");
+        let mut snap = fixtures::healthy();
+        for (i, p) in snap.status.pods.iter_mut().enumerate() {
+            p.node = Some(
+                if i % 2 == 0 {
+                    "lab-e2e-control-plane"
+                } else {
+                    "lab-e2e-worker"
+                }
+                .into(),
+            );
+        }
+        let two = text(screen(Some(snap), 150, 34, |_| {}).backend().buffer());
+        assert!(two.contains("NODE"), "{two}");
+        assert!(two.contains("lab-e2e-worker"), "{two}");
     }
 
     #[test]

@@ -139,9 +139,14 @@ pub struct UpArgs {
     /// Deploy Prometheus with the golden-signal rules (default: on for kind, off for an existing cluster).
     #[arg(long)]
     pub monitoring: Option<bool>,
-    /// kind: the node image (pinned by digest by default; Kubernetes 1.33 or newer).
+    /// kind: the node image (pinned by digest by default; Kubernetes 1.33 or newer). Where it cannot be
+    /// pulled, the offline image scripts/kind/node-image.sh builds (straggler-lab/kind-node:v1.34.4).
     #[arg(long)]
     pub node_image: Option<String>,
+    /// kind: nodes in the cluster, 1 to 4 (a control plane, the rest workers); every node runs ranks and
+    /// the --gpus are split across them (4 GPUs on 2 nodes: 2 + 2).
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u32,
     /// kind: use the lab image already in Docker (--image) instead of building it from the Dockerfile.
     #[arg(long)]
     pub no_build: bool,

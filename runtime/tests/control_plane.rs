@@ -9,6 +9,8 @@
 //! Run against such a cluster (cluster-admin kubeconfig; the controllers it needs are statefulset, job,
 //! deployment, replicaset, namespace, serviceaccount and podgc; the test creates and removes its own
 //! namespace and node, and the node must be the only schedulable one): `LAB_TEST_KUBECONFIG=... cargo test -p lab-runtime --test control_plane -- --ignored`.
+//! `scripts/kube-control-plane.sh test` starts such a control plane, runs this and stops it; the
+//! real-Kubernetes tier (`scripts/k8s-e2e.sh`, run by `.ci/run`) runs that first.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +33,9 @@ fn record(ns: &str, wait: Duration) -> KubeRecord {
         namespace: ns.to_string(),
         created_namespace: true,
         cluster: None,
+        created_cluster: false,
+        node_image: String::new(),
+        nodes: 1,
         gpu_resource: GPU.into(),
         advertised_on: Vec::new(),
         ranks: 4,
@@ -110,7 +115,7 @@ async fn the_lab_against_a_real_api_server_scheduler_and_controllers() {
         .await
         .unwrap();
     // The lab's own advertisement: a status patch with a '/' in the key, accepted by the real server.
-    let patched = lk::lifecycle::advertise_gpus(&client, GPU, 4, Duration::from_secs(10))
+    let patched = lk::lifecycle::advertise_gpus(&client, GPU, 4, false, Duration::from_secs(10))
         .await
         .unwrap();
     assert!(patched.contains(&node_name));

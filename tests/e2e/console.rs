@@ -78,8 +78,11 @@ fn console_key_injects_slow_storage_and_the_headline_names_the_slow_server() {
     );
 
     // Clear from the console, then quit: the shell gets its terminal back.
+    // Only the clear's own status line says `cleared slow-storage-<n>` (the Changes panel's title says
+    // "cleared" from the start); then the active fault leaves the Changes panel.
     t.keys(&["c"]);
-    t.wait_for("cleared", Duration::from_secs(60));
+    t.wait_for("cleared slow-storage-", Duration::from_secs(60));
+    t.wait_gone("slow-storage on storage-1", Duration::from_secs(30));
     t.keys(&["q"]);
     let pane = t.wait_for("EXITED 0", Duration::from_secs(30));
     assert!(

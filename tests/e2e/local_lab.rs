@@ -37,15 +37,24 @@ fn up_trains_reports_ready_and_down_leaves_nothing() {
     let mode = std::fs::metadata(lab.dir()).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "state folder mode {mode:o}");
 
-    // Every listener the lab opened is on loopback.
+    // Exactly the processes a lab of 4 ranks and 3 storage servers runs (the seeder has finished), named
+    // by program and, for the two programs that play several roles, by role.
     let pids: Vec<u32> = lab_tests::lab_processes(&lab.name)
         .iter()
         .filter_map(|p| p.split(' ').next()?.parse().ok())
         .collect();
-    assert!(
-        pids.len() >= 9,
-        "expected master, 3 servers, 3 proxies, 4 ranks, supervisor: {pids:?}"
-    );
+    let mut running: Vec<String> = pids.iter().map(|p| role_of(*p)).collect();
+    running.sort();
+    let mut want: Vec<String> = ["lab __supervise", "weed master"]
+        .into_iter()
+        .chain(["weed volume"; 3])
+        .chain(["lab-proxy"; 3])
+        .chain(["lab-rank"; 4])
+        .map(String::from)
+        .collect();
+    want.sort();
+    assert_eq!(running, want, "the lab's processes (pids {pids:?})");
+    // Every listener the lab opened is on loopback.
     let listeners = lab_tests::listeners_of(&pids);
     assert!(!listeners.is_empty());
     for l in &listeners {
@@ -72,6 +81,23 @@ fn up_trains_reports_ready_and_down_leaves_nothing() {
     lab.down();
     let left = lab.leftovers(&ports);
     assert!(left.is_empty(), "left behind after lab down: {left:?}");
+}
+
+/// A process's program (the file name of its first argument), with the subcommand for `weed` and `lab`.
+fn role_of(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let args: Vec<String> = raw
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let program = std::path::Path::new(args.first().map_or("", String::as_str))
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match (program.as_str(), args.get(1)) {
+        ("weed" | "lab", Some(sub)) => format!("{program} {sub}"),
+        _ => program,
+    }
 }
 
 #[test]

@@ -251,18 +251,11 @@ pub fn lab_processes(lab: &str) -> Vec<String> {
     out
 }
 
-/// The lab's cgroups under any CPU controller hierarchy.
+/// The lab's cgroup, found the way the local runtime finds it (cgroup v1 `cpu` or `cpu,cpuacct`, or v2).
 pub fn lab_cgroups(lab: &str) -> Vec<PathBuf> {
-    let group = format!("straggler-lab.{lab}");
-    [
-        "/sys/fs/cgroup/cpu",
-        "/sys/fs/cgroup/cpu,cpuacct",
-        "/sys/fs/cgroup",
-    ]
-    .iter()
-    .map(|root| Path::new(root).join(&group))
-    .filter(|p| p.exists())
-    .collect()
+    lab_runtime::local::cgroup::find_lab_group(Path::new(lab_runtime::local::cgroup::SYS_CGROUP), lab)
+        .into_iter()
+        .collect()
 }
 
 /// Which of `ports` have a TCP listener on this machine (IPv4 or IPv6), from /proc/net.

@@ -131,6 +131,13 @@ impl SeedOptions {
             .map(|(_, s)| *s)
             .unwrap_or_else(|| lab_model::names::default_server_for_rank(rank, self.servers))
     }
+
+    /// Rank → the name of the server its shards go to, for every rank the data is cut for.
+    pub fn placement(&self) -> BTreeMap<u32, String> {
+        (0..self.ranks)
+            .map(|r| (r, lab_model::names::storage(self.server_for(r))))
+            .collect()
+    }
 }
 
 /// Seeds the dataset; `log` receives one line per notable event.
@@ -149,9 +156,7 @@ pub fn seed(opts: &SeedOptions, log: &dyn Fn(&str)) -> Result<SeedSummary> {
     store.set_meta_volume(meta_vid);
     let manifest_fid = storage::fixed_fid(meta_vid, storage::MANIFEST_KEY);
 
-    let placement: BTreeMap<u32, String> = (0..opts.ranks)
-        .map(|r| (r, lab_model::names::storage(opts.server_for(r))))
-        .collect();
+    let placement = opts.placement();
     let existing = match store.load_manifest() {
         Ok(m) => Some(m),
         Err(WorkloadError::NoManifest { .. }) => None,
@@ -449,5 +454,70 @@ fn assign_on(master: &mut Master, collection: &str, node: &Node, wait: Duration)
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(ranks: u32, servers: u32) -> SeedOptions {
+        SeedOptions {
+            master: "127.0.0.1:9333".into(),
+            dataset: "lab-train".into(),
+            ranks,
+            seed: 1,
+            features: 32,
+            samples_per_shard: 4096,
+            shards_per_rank: 4,
+            servers,
+            placement: Vec::new(),
+            fresh: false,
+            verify: false,
+            wait: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn the_default_lab_keeps_its_placement() {
+        // 4 ranks on 3 servers: rank 1 (the one the throttled-rank drill slows) reads storage-1 (the one
+        // the slow-storage drill delays), as before.
+        let p = opts(4, 3).placement();
+        let want: Vec<&str> = vec!["storage-0", "storage-1", "storage-2", "storage-0"];
+        assert_eq!(p.values().map(String::as_str).collect::<Vec<_>>(), want);
+    }
+
+    #[test]
+    fn every_server_holds_shards_and_has_readers_when_ranks_cover_them() {
+        for servers in 1..=8u32 {
+            for ranks in servers..=20 {
+                let o = opts(ranks, servers);
+                let p = o.placement();
+                assert_eq!(p.len(), ranks as usize);
+                for s in 0..servers {
+                    let readers = p.values().filter(|n| **n == lab_model::names::storage(s)).count() as u32;
+                    // Balanced: every server has ⌊R/S⌋ or ⌈R/S⌉ readers.
+                    assert!(
+                        readers == ranks / servers || readers == ranks.div_ceil(servers),
+                        "{ranks} ranks on {servers} servers: storage-{s} has {readers} readers"
+                    );
+                }
+            }
+        }
+        // The lab: 16 ranks on 8 servers, two readers each, storage-3..7 included.
+        let p = opts(16, 8).placement();
+        for s in 3..8 {
+            let name = lab_model::names::storage(s);
+            assert_eq!(p.values().filter(|n| **n == name).count(), 2, "{name}");
+        }
+    }
+
+    #[test]
+    fn placement_overrides_win() {
+        let mut o = opts(4, 3);
+        o.placement = vec![(1, 2)];
+        assert_eq!(o.placement()[&1], "storage-2");
+        assert_eq!(o.placement()[&3], "storage-0");
     }
 }

@@ -74,40 +74,46 @@ fn four_ranks_train_on_seeded_seaweedfs() {
         })
         .collect();
 
-    // While they train: readiness, and the metrics of each rank.
+    // While they train: readiness, the metrics of each rank, and the model checksums of ranks caught at
+    // the same step. Each round scrapes the four ranks back to back; a synchronous job keeps them within a
+    // step of each other, so most rounds find pairs at the same step. The wait ends only when such pairs
+    // were compared, so the comparison cannot silently run zero times.
+    const SAME_STEP_PAIRS: u32 = 3;
     let mut scraped = vec![String::new(); 4];
     let mut same_step_checks = 0;
     wait_until(
         Duration::from_secs(60),
-        "every rank past step 20 on /metrics",
+        "every rank past step 20 on /metrics, and model checksums compared at the same step",
         || {
-            for (r, port) in ports.iter().enumerate() {
-                let text = http_get(&format!("127.0.0.1:{port}"), "/metrics").unwrap_or_default();
-                if metric(&text, m::STEP, &[]).unwrap_or(0.0) >= 20.0 && scraped[r].is_empty() {
-                    let ready = http_get(&format!("127.0.0.1:{port}"), "/readyz");
+            let round: Vec<String> = ports
+                .iter()
+                .map(|port| http_get(&format!("127.0.0.1:{port}"), "/metrics").unwrap_or_default())
+                .collect();
+            for (r, text) in round.iter().enumerate() {
+                if metric(text, m::STEP, &[]).unwrap_or(0.0) >= 20.0 && scraped[r].is_empty() {
+                    let ready = http_get(&format!("127.0.0.1:{}", ports[r]), "/readyz");
                     assert!(ready.is_some(), "rank {r} /readyz");
-                    scraped[r] = text;
+                    scraped[r] = text.clone();
                 }
             }
-            scraped.iter().all(|t| !t.is_empty())
+            // Ranks seen at the same step must show the same model checksum.
+            for a in 0..4 {
+                for b in a + 1..4 {
+                    let (sa, sb) = (metric(&round[a], m::STEP, &[]), metric(&round[b], m::STEP, &[]));
+                    if sa.is_some() && sa == sb {
+                        same_step_checks += 1;
+                        assert_eq!(
+                            metric(&round[a], m::MODEL_CHECKSUM, &[]),
+                            metric(&round[b], m::MODEL_CHECKSUM, &[]),
+                            "ranks {a} and {b} at step {sa:?} hold different models"
+                        );
+                    }
+                }
+            }
+            scraped.iter().all(|t| !t.is_empty()) && same_step_checks >= SAME_STEP_PAIRS
         },
     );
-    // Ranks seen at the same step must show the same model checksum.
-    for a in 0..4 {
-        for b in a + 1..4 {
-            let (sa, sb) = (
-                metric(&scraped[a], m::STEP, &[]),
-                metric(&scraped[b], m::STEP, &[]),
-            );
-            if sa.is_some() && sa == sb {
-                same_step_checks += 1;
-                assert_eq!(
-                    metric(&scraped[a], m::MODEL_CHECKSUM, &[]),
-                    metric(&scraped[b], m::MODEL_CHECKSUM, &[])
-                );
-            }
-        }
-    }
+    assert!(same_step_checks >= SAME_STEP_PAIRS);
 
     let mut summaries = Vec::new();
     for (r, p) in ranks.iter_mut().enumerate() {
@@ -201,7 +207,6 @@ fn four_ranks_train_on_seeded_seaweedfs() {
     let log0 = ranks[0].stderr_text();
     assert!(log0.contains("rank 0: checkpoint at step 200 written"), "{log0}");
     assert!(log0.contains("rank 0: step 200 loss "), "{log0}");
-    eprintln!("same-step checksum comparisons while running: {same_step_checks}");
 
     // Rewriting a needle with the bytes it already holds is answered 204, which is a success.
     let mut storage = lab_workloads::storage::Storage::new(&weed.master, Duration::from_secs(5));

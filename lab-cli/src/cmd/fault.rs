@@ -52,12 +52,16 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
         InjectCmd::ThrottledRank { rank, cpu, json } => (Fault::ThrottledRank { rank, cpu }, json),
         InjectCmd::UnplaceableRank { ranks, json } => (Fault::UnplaceableRank { ranks }, json),
     };
+    // Listen for Ctrl-C from the start (`ctrl_c()` listens only once first polled, so an earlier signal took
+    // the default action: the process died without a word or its exit status); one that arrives while the
+    // lab is being opened is kept and answered by the guarded inject.
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let lab = Lab::open(name).await?;
     if !json {
         eprintln!("injecting {fault} …");
     }
     let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
+        sigint.recv().await;
     };
     let say = |line: &str| eprintln!("{line}");
     let done = match lab.inject_guarded(fault, interrupt, &say).await? {

@@ -39,6 +39,11 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
         requested(a.runtime)
     })
     .await;
+    if a.nodes != 1 && kind != RuntimeKind::Kind {
+        anyhow::bail!(
+            "--nodes is for the kind runtime (the {kind} runtime runs on the nodes it has): add --runtime kind"
+        );
+    }
     let place = match kind {
         RuntimeKind::Local => Place::Local(LocalOptions {
             port_base: a.port_base,
@@ -76,6 +81,7 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
             if a.no_build {
                 ko.build_image = false;
             }
+            ko.nodes = a.nodes;
             ko.wait_timeout = a.wait_timeout;
             Place::Kube(Box::new(ko))
         }

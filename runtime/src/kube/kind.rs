@@ -28,11 +28,28 @@ pub fn parse_kind_version(out: &str) -> Option<(u32, u32, u32)> {
     ))
 }
 
-/// The kind config the lab creates its cluster with: one node, the pinned image.
-pub fn cluster_config(cluster: &str, node_image: &str) -> String {
-    format!(
-        "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nname: {cluster}\nnodes:\n  - role: control-plane\n    image: {node_image}\n"
-    )
+/// The pod network of a cluster the lab creates: a documentation range (RFC 5737), so no address the
+/// cluster hands out can be mistaken for one on a real network; each node gets a /26 of it (up to 4).
+pub const POD_SUBNET: &str = "203.0.113.0/24";
+/// The Service network: the upper half of another documentation range (the lower half is left to
+/// Docker's networks where a private engine puts them there).
+pub const SERVICE_SUBNET: &str = "198.51.100.128/25";
+/// The most nodes a lab's kind cluster may have: one /26 of [`POD_SUBNET`] each.
+pub const MAX_NODES: u32 = 4;
+
+/// The kind config the lab creates its cluster with: `nodes` nodes of the pinned image (a control plane,
+/// then workers), pod and Service networks on documentation ranges, and a /26 of pods per node.
+pub fn cluster_config(cluster: &str, node_image: &str, nodes: u32) -> String {
+    let mut c = format!(
+        "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nname: {cluster}\nnetworking:\n  podSubnet: {POD_SUBNET}\n  serviceSubnet: {SERVICE_SUBNET}\nnodes:\n  - role: control-plane\n    image: {node_image}\n"
+    );
+    for _ in 1..nodes.max(1) {
+        c.push_str(&format!("  - role: worker\n    image: {node_image}\n"));
+    }
+    c.push_str(
+        "kubeadmConfigPatches:\n  - |\n    kind: ClusterConfiguration\n    controllerManager:\n      extraArgs:\n        - name: node-cidr-mask-size\n          value: \"26\"\n",
+    );
+    c
 }
 
 /// Docker is reachable through its API, and `kind` is on PATH at a supported version.
@@ -124,11 +141,12 @@ pub async fn create_cluster(
     dir: &Path,
     cluster: &str,
     node_image: &str,
+    nodes: u32,
     kubeconfig: &Path,
     deadline: Duration,
 ) -> Result<()> {
     let config = dir.join("kind-config.yaml");
-    crate::state::write_atomic(&config, cluster_config(cluster, node_image).as_bytes())?;
+    crate::state::write_atomic(&config, cluster_config(cluster, node_image, nodes).as_bytes())?;
     let (c, k) = (
         config.to_string_lossy().into_owned(),
         kubeconfig.to_string_lossy().into_owned(),
@@ -143,8 +161,107 @@ pub async fn create_cluster(
             "--kubeconfig",
             &k,
             "--wait",
-            "120s",
+            &format!("{}s", deadline.as_secs().max(60)),
         ],
+        deadline + Duration::from_secs(60),
+    )
+    .await
+    .map_err(|e| RuntimeError::Other(format!(
+        "{e}: the node did not become Ready; `kind export logs --name {cluster}` collects the node's logs (with --retain the cluster is kept to look at)"
+    )))?;
+    Ok(())
+}
+
+/// The kind clusters that exist (`kind get clusters`).
+///
+/// # Errors
+/// When kind cannot list them (Docker not answering).
+pub async fn clusters() -> Result<Vec<String>> {
+    let out = run("kind", &["get", "clusters"], Duration::from_secs(30)).await?;
+    Ok(out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("No kind clusters"))
+        .map(str::to_string)
+        .collect())
+}
+
+/// Whether Docker has `image`, pulling it when it does not (within `deadline`). `Err` carries why it
+/// could not be had.
+///
+/// # Errors
+/// The pull's own error, or a timeout.
+pub async fn ensure_image(docker: &Docker, image: &str, deadline: Duration) -> Result<()> {
+    if docker.inspect_image(image).await.is_ok() {
+        return Ok(());
+    }
+    let (from, tag) = split_reference(image);
+    let opts = bollard::query_parameters::CreateImageOptionsBuilder::default()
+        .from_image(&from)
+        .tag(&tag)
+        .build();
+    let pull = async {
+        let mut stream = docker.create_image(Some(opts), None, None);
+        while let Some(item) = stream.next().await {
+            item.map_err(|e| RuntimeError::Other(format!("pull {image}: {e}")))?;
+        }
+        Ok::<_, RuntimeError>(())
+    };
+    tokio::time::timeout(deadline, pull)
+        .await
+        .map_err(|_| RuntimeError::Timeout {
+            what: format!("pull {image}"),
+            seconds: deadline.as_secs_f64(),
+        })??;
+    Ok(())
+}
+
+/// `repo:tag` or `repo@sha256:…` into what the pull API takes (`fromImage`, `tag`).
+pub fn split_reference(image: &str) -> (String, String) {
+    if let Some((repo, digest)) = image.split_once('@') {
+        // A digest pins the image: pull by digest, whatever tag the name also carries.
+        let repo = match repo.rsplit_once(':') {
+            Some((r, t)) if !t.contains('/') => r,
+            _ => repo,
+        };
+        return (repo.to_string(), digest.to_string());
+    }
+    match image.rsplit_once(':') {
+        Some((r, t)) if !t.contains('/') => (r.to_string(), t.to_string()),
+        _ => (image.to_string(), "latest".to_string()),
+    }
+}
+
+/// The base images a Dockerfile builds `FROM` (stage names excluded).
+pub fn dockerfile_bases(dockerfile: &str) -> Vec<String> {
+    let mut stages = Vec::new();
+    let mut bases = Vec::new();
+    for line in dockerfile.lines().map(str::trim) {
+        let mut w = line.split_whitespace();
+        if !w.next().is_some_and(|k| k.eq_ignore_ascii_case("FROM")) {
+            continue;
+        }
+        let words: Vec<&str> = w.filter(|x| !x.starts_with("--")).collect();
+        let Some(image) = words.first() else { continue };
+        if !stages.iter().any(|s: &String| s == image) && !bases.iter().any(|b: &String| b == image) {
+            bases.push(image.to_string());
+        }
+        if words.len() >= 3 && words[1].eq_ignore_ascii_case("AS") {
+            stages.push(words[2].to_string());
+        }
+    }
+    bases
+}
+
+/// Loads the image archive at `archive` into every node of `cluster`.
+///
+/// # Errors
+/// When `kind load image-archive` fails.
+pub async fn load_archive(cluster: &str, archive: &Path, deadline: Duration) -> Result<()> {
+    let a = archive.to_string_lossy().into_owned();
+    run(
+        "kind",
+        &["load", "image-archive", &a, "--name", cluster],
         deadline,
     )
     .await?;
@@ -320,9 +437,61 @@ mod tests {
 
     #[test]
     fn config_pins_the_node_image() {
-        let c = cluster_config("lab-demo", super::super::DEFAULT_NODE_IMAGE);
+        let c = cluster_config("lab-demo", super::super::DEFAULT_NODE_IMAGE, 1);
         assert!(c.contains("image: kindest/node:v1.34.0@sha256:"));
         assert!(c.contains("name: lab-demo"));
+        assert!(!c.contains("role: worker"));
+        assert!(c.contains("podSubnet: 203.0.113.0/24"));
+        assert!(c.contains("serviceSubnet: 198.51.100.128/25"));
+        let parsed: serde_json::Value = serde_norway::from_str(&c).unwrap();
+        assert_eq!(parsed["nodes"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn more_nodes_are_workers_beside_one_control_plane() {
+        let c = cluster_config("lab-demo", "straggler-lab/kind-node:v1.34.4", 3);
+        let parsed: serde_json::Value = serde_norway::from_str(&c).unwrap();
+        let roles: Vec<&str> = parsed["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["control-plane", "worker", "worker"]);
+        // Every node gets a /26 of the pod network, so four fit.
+        let patch = parsed["kubeadmConfigPatches"][0].as_str().unwrap();
+        assert!(patch.contains("node-cidr-mask-size"), "{patch}");
+    }
+
+    #[test]
+    fn references_split_for_the_pull_api() {
+        assert_eq!(
+            split_reference("debian:bookworm-slim"),
+            ("debian".into(), "bookworm-slim".into())
+        );
+        assert_eq!(
+            split_reference("prom/prometheus"),
+            ("prom/prometheus".into(), "latest".into())
+        );
+        assert_eq!(
+            split_reference("localhost:5000/lab"),
+            ("localhost:5000/lab".into(), "latest".into())
+        );
+        assert_eq!(
+            split_reference("kindest/node:v1.34.0@sha256:abc"),
+            ("kindest/node".into(), "sha256:abc".into())
+        );
+    }
+
+    #[test]
+    fn the_dockerfile_names_its_base_images_not_its_stages() {
+        let d = "FROM rust:1.95-slim-bookworm AS build\nRUN x\nFROM --platform=linux/amd64 python:3.12 AS weed\nFROM debian:bookworm-slim\nCOPY --from=build /a /b\nFROM build\n";
+        assert_eq!(
+            dockerfile_bases(d),
+            ["rust:1.95-slim-bookworm", "python:3.12", "debian:bookworm-slim"]
+        );
+        let ours = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Dockerfile")).unwrap();
+        assert_eq!(dockerfile_bases(&ours).len(), 3, "{ours}");
     }
 
     #[test]

@@ -21,7 +21,8 @@ use crate::lifecycle::{Progress, UpOptions, step};
 use crate::state::{self, LabRecord};
 use crate::{Result, Runtime, RuntimeError};
 
-/// Where the golden-signal rule file lives in the repository.
+/// Where the golden-signal rule file lives in the repository (the binary embeds it:
+/// [`super::manifests::RULES`]).
 pub const RULES_PATH: &str = "manifests/rules/golden-signals.yaml";
 /// The kubeconfig of a kind lab, in the lab's directory.
 const KIND_KUBECONFIG: &str = "kubeconfig";
@@ -46,6 +47,9 @@ pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) 
         namespace,
         created_namespace: false,
         cluster: (kopts.mode == ClusterMode::Kind).then(|| format!("lab-{}", opts.name)),
+        created_cluster: false,
+        node_image: kopts.node_image.clone(),
+        nodes: kopts.nodes,
         gpu_resource: kopts.gpu_resource.clone(),
         advertised_on: Vec::new(),
         ranks: opts.ranks,
@@ -150,41 +154,51 @@ async fn run_up(
 ) -> Result<KubeRuntime> {
     let client = match kopts.mode {
         ClusterMode::Kind => {
-            // Asked for kind by name: the local runtime is the way out of a missing tool.
-            let preflight = async { kind::preflight().await.map_err(or_use_local) };
-            let detail = step(progress, "preflight", preflight).await?;
-            progress.note(&format!("Docker is reachable; {detail} is installed"));
+            let docker = step(progress, "preflight", kind_preflight(kopts, rec, progress)).await?;
             let cluster = rec.cluster.clone().unwrap_or_default();
             let kubeconfig = rec
                 .kubeconfig
                 .clone()
                 .unwrap_or_else(|| dir.join(KIND_KUBECONFIG));
+            // From here on the cluster is the lab's: a failure tears it down, half-made or not.
+            rec.created_cluster = true;
+            save(dir, &opts.name, rec)?;
+            let nodes = rec.nodes;
             step(
                 progress,
                 "create cluster",
-                kind::create_cluster(dir, &cluster, &kopts.node_image, &kubeconfig, kopts.wait_timeout),
+                kind::create_cluster(
+                    dir,
+                    &cluster,
+                    &rec.node_image,
+                    nodes,
+                    &kubeconfig,
+                    kopts.wait_timeout,
+                ),
             )
             .await?;
-            if kopts.build_image {
-                let root = match &kopts.build_context {
-                    Some(r) => r.clone(),
-                    None => std::env::current_dir()
-                        .ok()
-                        .and_then(|d| kind::find_build_context(&d))
-                        .ok_or_else(|| RuntimeError::InvalidInput("no Dockerfile found: run `lab up` from the repository, or build the image yourself and pass --no-build".into()))?,
-                };
-                step(
-                    progress,
-                    "build image",
-                    kind::build_image(&root, &rec.image, Duration::from_secs(3600), &|_| {}),
-                )
-                .await?;
-            }
-            step(
+            let images = step(
                 progress,
-                "load image",
-                kind::load_image(&cluster, &rec.image, kopts.wait_timeout),
+                "build images",
+                build_images(&docker, kopts, rec, dir, progress),
             )
+            .await?;
+            save(dir, &opts.name, rec)?;
+            step(progress, "load images", async {
+                for image in &images {
+                    match image {
+                        LabImage::InDocker(name) => {
+                            kind::load_image(&cluster, name, kopts.wait_timeout).await?
+                        }
+                        LabImage::Archive(path) => {
+                            let loaded = kind::load_archive(&cluster, path, kopts.wait_timeout).await;
+                            let _ = std::fs::remove_file(path);
+                            loaded?;
+                        }
+                    }
+                }
+                Ok::<_, RuntimeError>(())
+            })
             .await?;
             connect(Some(&kubeconfig), None, rec.request_timeout).await?
         }
@@ -231,10 +245,12 @@ pub async fn deploy(
     let rt = KubeRuntime::with_client(opts.name.clone(), client.clone(), rec.clone());
 
     if kopts.advertise_gpus {
+        // A lab's own multi-node kind cluster: every node runs ranks, and the GPUs are split across them.
+        let split = rec.mode == ClusterMode::Kind && rec.nodes > 1;
         let nodes = step(
             progress,
             "advertise GPUs",
-            advertise_gpus(&client, &rec.gpu_resource, opts.gpus, rec.wait_timeout),
+            advertise_gpus(&client, &rec.gpu_resource, opts.gpus, split, rec.wait_timeout),
         )
         .await?;
         rec.advertised_on = nodes;
@@ -305,8 +321,12 @@ pub async fn deploy(
     .await?;
     if rec.monitoring {
         step(progress, "deploy monitoring", async {
-            let rules = read_rules(kopts.build_context.as_deref())?;
-            api::apply_all(&client, &rec.namespace, &settings.prometheus(&rules)?).await?;
+            api::apply_all(
+                &client,
+                &rec.namespace,
+                &settings.prometheus(super::manifests::RULES)?,
+            )
+            .await?;
             let deployments: Api<Deployment> = Api::namespaced(client.clone(), &rec.namespace);
             api::wait_for(
                 deployments,
@@ -437,8 +457,16 @@ fn job_failed(j: Option<&Job>) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Failed" && c.status == "True"))
 }
 
+/// How `gpus` are shared by `nodes` nodes: as evenly as they go, the first nodes taking the remainder.
+pub fn split_gpus(gpus: u32, nodes: usize) -> Vec<u32> {
+    let n = u32::try_from(nodes.max(1)).unwrap_or(u32::MAX);
+    (0..n).map(|i| gpus / n + u32::from(i < gpus % n)).collect()
+}
+
 /// Adds `gpus` of `resource` to every node's capacity (the kubelet copies it to allocatable) and waits
-/// until one node offers them. Returns the nodes patched.
+/// until the nodes offer them. With `split` the GPUs are shared out across the nodes instead (a lab's own
+/// multi-node cluster), and the control plane's `NoSchedule` taint is lifted so it runs ranks too.
+/// Returns the nodes patched.
 ///
 /// # Errors
 /// When nodes cannot be listed or patched, or allocatable does not follow in time.
@@ -446,6 +474,7 @@ pub async fn advertise_gpus(
     client: &Client,
     resource: &str,
     gpus: u32,
+    split: bool,
     deadline: Duration,
 ) -> Result<Vec<String>> {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -456,43 +485,77 @@ pub async fn advertise_gpus(
             .map_err(|e| api::kube_err("list nodes", e))
     })
     .await?;
+    let mut names: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return Err(RuntimeError::Kube("the cluster has no nodes".into()));
+    }
+    let shares = if split {
+        split_gpus(gpus, names.len())
+    } else {
+        vec![gpus; names.len()]
+    };
     let mut patched = Vec::new();
-    for n in &list.items {
-        let name = n.metadata.name.clone().unwrap_or_default();
-        let patch = serde_json::json!({ "status": { "capacity": { resource: gpus.to_string() } } });
+    for (name, share) in names.iter().zip(&shares) {
+        let patch = serde_json::json!({ "status": { "capacity": { resource: share.to_string() } } });
         api::within("advertise GPUs", deadline, async {
             nodes
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| api::kube_err(format!("advertise {resource} on node {name}"), e))
         })
         .await?;
-        patched.push(name);
+        patched.push(name.clone());
     }
-    let Some(first) = patched.first().cloned() else {
-        return Err(RuntimeError::Kube("the cluster has no nodes".into()));
-    };
-    let res = resource.to_string();
-    let offers = move |n: Option<&Node>| {
-        n.and_then(|n| {
-            n.status
-                .as_ref()?
-                .allocatable
-                .as_ref()?
-                .get(&res)
-                .and_then(super::status::count_of)
-        })
-        .unwrap_or(0)
-            >= gpus
-    };
-    api::wait_for(
-        nodes,
-        &first,
-        &format!("node {first} to offer {gpus} {resource}"),
-        deadline,
-        offers,
-    )
-    .await?;
+    if split {
+        for n in &list.items {
+            let name = n.metadata.name.clone().unwrap_or_default();
+            let taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            let kept: Vec<_> = taints
+                .iter()
+                .filter(|t| t.key != "node-role.kubernetes.io/control-plane")
+                .cloned()
+                .collect();
+            if kept.len() == taints.len() {
+                continue;
+            }
+            let patch = serde_json::json!({ "spec": { "taints": kept } });
+            api::within("let the control plane run ranks", deadline, async {
+                nodes
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| api::kube_err(format!("remove the control-plane taint of node {name}"), e))
+            })
+            .await?;
+        }
+    }
+    for (name, share) in names.iter().zip(shares) {
+        let res = resource.to_string();
+        let offers = move |n: Option<&Node>| {
+            n.and_then(|n| {
+                n.status
+                    .as_ref()?
+                    .allocatable
+                    .as_ref()?
+                    .get(&res)
+                    .and_then(super::status::count_of)
+            })
+            .unwrap_or(0)
+                >= share
+        };
+        api::wait_for(
+            nodes.clone(),
+            name,
+            &format!("node {name} to offer {share} {resource}"),
+            deadline,
+            offers,
+        )
+        .await?;
+    }
     Ok(patched)
 }
 
@@ -515,24 +578,6 @@ async fn withdraw_gpus(client: &Client, resource: &str, nodes: &[String], deadli
         }
     }
     Ok(())
-}
-
-fn read_rules(context: Option<&Path>) -> Result<String> {
-    let roots: Vec<PathBuf> = match context {
-        Some(c) => vec![c.to_path_buf()],
-        None => std::env::current_dir()
-            .map(|d| d.ancestors().map(Path::to_path_buf).collect())
-            .unwrap_or_default(),
-    };
-    for r in roots {
-        let p = r.join(RULES_PATH);
-        if let Ok(text) = std::fs::read_to_string(&p) {
-            return Ok(text);
-        }
-    }
-    Err(RuntimeError::InvalidInput(format!(
-        "the golden-signal rule file {RULES_PATH} was not found: run `lab up` from the repository, or pass --no-monitoring"
-    )))
 }
 
 /// The value of the first sample of `name` in Prometheus text, if any.
@@ -641,12 +686,19 @@ pub async fn down(record: &LabRecord, progress: &dyn Progress) -> Result<()> {
                 .cluster
                 .clone()
                 .unwrap_or_else(|| format!("lab-{}", record.name));
-            step(
-                progress,
-                "delete cluster",
-                kind::delete_cluster(&cluster, rec.kubeconfig.as_deref()),
-            )
-            .await?;
+            if rec.created_cluster {
+                step(
+                    progress,
+                    "delete cluster",
+                    delete_kind_cluster(&cluster, &rec, progress),
+                )
+                .await?;
+            } else {
+                progress.note(&format!(
+                    "the lab never created a cluster (its `up` stopped before): forgetting lab {:?}",
+                    record.name
+                ));
+            }
         }
         ClusterMode::Existing => {
             step(progress, "remove the lab's objects", async {
@@ -681,5 +733,260 @@ fn or_use_local(e: RuntimeError) -> RuntimeError {
             hint: format!("{hint}, or use --runtime local"),
         },
         other => other,
+    }
+}
+
+/// The offline kind node image the project builds (`scripts/kind/node-image.sh`), used when the pinned
+/// default cannot be pulled.
+pub const OFFLINE_NODE_IMAGE: &str = "straggler-lab/kind-node:v1.34.4";
+/// How long pulling one image may take before the lab gives up on it (a real pull of the Rust base
+/// image on a slow line takes minutes; a machine without a registry fails at once).
+const PULL_DEADLINE: Duration = Duration::from_secs(900);
+
+/// An image the cluster needs, and where it is loaded from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LabImage {
+    /// In the Docker engine: `kind load docker-image`.
+    InDocker(String),
+    /// An archive the offline builder wrote: `kind load image-archive`, then removed.
+    Archive(PathBuf),
+}
+
+/// Docker answers, kind is new enough, the cluster's name is free and the node image is at hand.
+async fn kind_preflight(
+    kopts: &KubeOptions,
+    rec: &mut KubeRecord,
+    progress: &dyn Progress,
+) -> Result<bollard::Docker> {
+    if rec.nodes == 0 || rec.nodes > kind::MAX_NODES {
+        return Err(RuntimeError::InvalidInput(format!(
+            "--nodes {} is out of range: a lab's kind cluster has 1 to {} nodes",
+            rec.nodes,
+            kind::MAX_NODES
+        )));
+    }
+    let docker = bollard::Docker::connect_with_defaults().map_err(|e| {
+        or_use_local(RuntimeError::MissingTool {
+            tool: "docker".into(),
+            hint: format!("cannot connect to the Docker API ({e}): install Docker and start it"),
+        })
+    })?;
+    kind::check_docker(&docker).await.map_err(or_use_local)?;
+    let version = kind::check_kind("kind").await.map_err(or_use_local)?;
+    let cluster = rec.cluster.clone().unwrap_or_default();
+    if kind::clusters().await?.contains(&cluster) {
+        return Err(RuntimeError::InvalidInput(format!(
+            "a kind cluster named {cluster:?} already exists and is not this lab's: delete it with \
+             `kind delete cluster --name {cluster}`, or pick another --name"
+        )));
+    }
+    let node_image = &kopts.node_image;
+    match kind::ensure_image(&docker, node_image, PULL_DEADLINE).await {
+        Ok(()) => rec.node_image = node_image.clone(),
+        Err(e)
+            if *node_image == super::DEFAULT_NODE_IMAGE
+                && docker.inspect_image(OFFLINE_NODE_IMAGE).await.is_ok() =>
+        {
+            progress.note(&format!(
+                "the pinned node image cannot be pulled ({e}): using the offline node image {OFFLINE_NODE_IMAGE}"
+            ));
+            rec.node_image = OFFLINE_NODE_IMAGE.to_string();
+        }
+        Err(e) => {
+            return Err(RuntimeError::InvalidInput(format!(
+                "the node image {node_image} is not in Docker and cannot be pulled ({e}): build the offline node \
+                 image with scripts/kind/node-image.sh and pass --node-image {OFFLINE_NODE_IMAGE}"
+            )));
+        }
+    }
+    progress.note(&format!(
+        "Docker answers; {version}; node image {}; {} node{}",
+        rec.node_image,
+        rec.nodes,
+        if rec.nodes == 1 { "" } else { "s" }
+    ));
+    Ok(docker)
+}
+
+/// The images the cluster needs: the lab image (from the Dockerfile where its base images can be had,
+/// else from this machine's release binaries with the offline builder) and, with monitoring,
+/// Prometheus (pulled, else built from Debian's package). Says which path each took.
+async fn build_images(
+    docker: &bollard::Docker,
+    kopts: &KubeOptions,
+    rec: &mut KubeRecord,
+    dir: &Path,
+    progress: &dyn Progress,
+) -> Result<Vec<LabImage>> {
+    let mut images = Vec::new();
+    if !kopts.build_image {
+        docker.inspect_image(&rec.image).await.map_err(|e| {
+            RuntimeError::InvalidInput(format!(
+                "the lab image {} is not in Docker ({e}): build it (`docker build -t {} .`) or drop --no-build",
+                rec.image, rec.image
+            ))
+        })?;
+        progress.note(&format!(
+            "lab image {}: taken from Docker as it is (--no-build)",
+            rec.image
+        ));
+        images.push(LabImage::InDocker(rec.image.clone()));
+    } else {
+        let context = match &kopts.build_context {
+            Some(r) => Some(r.clone()),
+            None => std::env::current_dir()
+                .ok()
+                .and_then(|d| kind::find_build_context(&d)),
+        };
+        let unavailable = match &context {
+            Some(root) => first_unavailable_base(docker, root).await,
+            None => Some("no Dockerfile here (run from the repository to build from it)".to_string()),
+        };
+        match (context, unavailable) {
+            (Some(root), None) => {
+                progress.note(&format!(
+                    "lab image {}: building from {}/Dockerfile",
+                    rec.image,
+                    root.display()
+                ));
+                kind::build_image(&root, &rec.image, Duration::from_secs(3600), &|_| {}).await?;
+                images.push(LabImage::InDocker(rec.image.clone()));
+            }
+            (_, why) => {
+                let why = why.unwrap_or_default();
+                let bin_dir = std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.parent().map(Path::to_path_buf))
+                    .ok_or_else(|| RuntimeError::Other("cannot tell where the lab binary is".into()))?;
+                let weed =
+                    weed_binary(kopts.build_context.as_deref()).ok_or_else(|| RuntimeError::MissingTool {
+                        tool: "weed".into(),
+                        hint: "install SeaweedFS (`scripts/tools.sh weed`) or set LAB_WEED".into(),
+                    })?;
+                progress.note(&format!(
+                    "lab image {}: {why}; building it offline from {} and {}",
+                    rec.image,
+                    bin_dir.display(),
+                    weed.display()
+                ));
+                let spec = super::image::lab_image(&rec.image, &bin_dir, &weed)?;
+                let archive = dir.join("images").join("lab.tar");
+                let (spec, out) = (spec, archive.clone());
+                tokio::task::spawn_blocking(move || spec.write_archive(&out))
+                    .await
+                    .map_err(|e| RuntimeError::Other(e.to_string()))??;
+                images.push(LabImage::Archive(archive));
+            }
+        }
+    }
+    if rec.monitoring {
+        match kind::ensure_image(docker, &rec.prometheus_image, PULL_DEADLINE).await {
+            Ok(()) => images.push(LabImage::InDocker(rec.prometheus_image.clone())),
+            Err(e) => {
+                let version = super::image::prometheus_version().unwrap_or_else(|| "debian".into());
+                let reference = format!("straggler-lab/prometheus:{version}");
+                progress.note(&format!(
+                    "Prometheus image {} cannot be pulled ({e}): building {reference} from Debian's package",
+                    rec.prometheus_image
+                ));
+                let spec = super::image::prometheus_image(&reference)?;
+                let archive = dir.join("images").join("prometheus.tar");
+                let out = archive.clone();
+                tokio::task::spawn_blocking(move || spec.write_archive(&out))
+                    .await
+                    .map_err(|e| RuntimeError::Other(e.to_string()))??;
+                rec.prometheus_image = reference;
+                images.push(LabImage::Archive(archive));
+            }
+        }
+    }
+    Ok(images)
+}
+
+/// The first base image of the Dockerfile in `root` that Docker neither has nor can pull, with why.
+async fn first_unavailable_base(docker: &bollard::Docker, root: &Path) -> Option<String> {
+    let text = match std::fs::read_to_string(root.join("Dockerfile")) {
+        Ok(t) => t,
+        Err(e) => return Some(format!("cannot read the Dockerfile ({e})")),
+    };
+    for base in kind::dockerfile_bases(&text) {
+        if let Err(e) = kind::ensure_image(docker, &base, PULL_DEADLINE).await {
+            return Some(format!(
+                "the Dockerfile's base image {base} cannot be pulled ({e})"
+            ));
+        }
+    }
+    None
+}
+
+/// SeaweedFS for the offline image: `LAB_WEED`, `weed` on PATH, or the project's tools folder.
+fn weed_binary(context: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LAB_WEED")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+    {
+        return Some(p);
+    }
+    if let Some(p) = super::image::which("weed") {
+        return Some(p);
+    }
+    let roots: Vec<PathBuf> = match context {
+        Some(c) => vec![c.to_path_buf()],
+        None => std::env::current_dir()
+            .map(|d| d.ancestors().map(Path::to_path_buf).collect())
+            .unwrap_or_default(),
+    };
+    roots
+        .into_iter()
+        .map(|r| r.join(".tools/bin/weed"))
+        .find(|p| p.is_file())
+}
+
+/// Deletes the lab's kind cluster and, when no other kind cluster is left, kind's Docker network. Where
+/// Docker or kind cannot be reached the cluster cannot be running through them: the lab says how to
+/// delete it by hand and is forgotten all the same, so a missing tool never leaves a record behind that
+/// blocks the next `lab up`.
+async fn delete_kind_cluster(cluster: &str, rec: &KubeRecord, progress: &dyn Progress) -> Result<()> {
+    let docker = bollard::Docker::connect_with_defaults();
+    let docker_ok = match &docker {
+        Ok(d) => kind::check_docker(d).await.is_ok(),
+        Err(_) => false,
+    };
+    if !docker_ok {
+        progress.note(&format!(
+            "Docker does not answer: cluster {cluster} cannot be running; if it is still there when Docker is \
+             back, `kind delete cluster --name {cluster}` removes it"
+        ));
+        return Ok(());
+    }
+    if let Err(e) = kind::check_kind("kind").await {
+        progress.note(&format!(
+            "{e}: cannot delete cluster {cluster}; remove its node containers with \
+             `docker rm -f $(docker ps -aq --filter label=io.x-k8s.kind.cluster={cluster})`"
+        ));
+        return Ok(());
+    }
+    kind::delete_cluster(cluster, rec.kubeconfig.as_deref()).await?;
+    if let Ok(d) = docker
+        && kind::clusters().await.is_ok_and(|c| c.is_empty())
+    {
+        // kind leaves its network behind; nothing else of the lab's is on it once no cluster is left.
+        let _ = d.remove_network("kind").await;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpus_are_shared_out_as_evenly_as_they_go() {
+        assert_eq!(split_gpus(4, 1), [4]);
+        assert_eq!(split_gpus(4, 2), [2, 2]);
+        assert_eq!(split_gpus(5, 2), [3, 2]);
+        assert_eq!(split_gpus(4, 3), [2, 1, 1]);
+        assert_eq!(split_gpus(1, 3), [1, 0, 0]);
+        assert_eq!(split_gpus(4, 0), [4]);
     }
 }

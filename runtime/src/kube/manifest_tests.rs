@@ -319,16 +319,25 @@ fn prometheus_gets_the_rule_file_and_reads_only_pods() {
 }
 
 #[test]
-fn the_rule_file_is_valid_yaml_when_present() {
-    // The rule file belongs to telemetry; the lab only ships it. When it is in the repository, it must at
-    // least be a rule file Prometheus can load (promtool checks the rest).
+fn the_rule_file_is_there_and_ships_in_the_prometheus_rules() {
+    // The rule file belongs to telemetry; the lab ships it, read from the repository at RULES_PATH as
+    // `lab up` reads it. It must be there, be a rule file Prometheus can load (promtool checks the rest),
+    // and land unchanged in the ConfigMap Prometheus mounts.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join(super::lifecycle::RULES_PATH);
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let v: Value = serde_norway::from_str(&text).unwrap();
-        assert!(v["groups"].is_array(), "{} has no groups", path.display());
-    }
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the golden-signal rule file {}: {e}", path.display()));
+    let v: Value = serde_norway::from_str(&text).unwrap();
+    let groups = v["groups"].as_array();
+    assert!(
+        groups.is_some_and(|g| !g.is_empty()),
+        "{} has no rule groups",
+        path.display()
+    );
+    let objs = settings().prometheus(&text).unwrap();
+    let rules = find(&objs, "ConfigMap", names::PROMETHEUS_RULES);
+    assert_eq!(rules.data["data"]["golden-signals.yaml"], text.as_str());
 }
 
 #[test]

@@ -23,6 +23,8 @@ pub const SEEDER: &str = include_str!("../../../manifests/seeder.yaml");
 pub const RANKS: &str = include_str!("../../../manifests/ranks.yaml");
 /// Prometheus, its RBAC and its configuration.
 pub const PROMETHEUS: &str = include_str!("../../../manifests/prometheus.yaml");
+/// The golden-signal rules Prometheus evaluates, embedded so `lab up` works outside the repository.
+pub const RULES: &str = include_str!("../../../manifests/rules/golden-signals.yaml");
 
 /// Names of the objects the manifests create, so code and YAML agree.
 pub mod names {

@@ -68,6 +68,9 @@ fn record(delay: DelayChoice) -> KubeRecord {
         namespace: NS.into(),
         created_namespace: true,
         cluster: None,
+        created_cluster: false,
+        node_image: String::new(),
+        nodes: 1,
         gpu_resource: "lab.dev/gpu".into(),
         advertised_on: vec!["node-a".into()],
         ranks: 4,
@@ -1005,7 +1008,7 @@ async fn gpus_are_advertised_on_node_status_and_awaited_in_allocatable() {
             watch_list("/api/v1/nodes".into(), "node-a", "NodeList", vec![node("4")]),
         ],
     );
-    let nodes = super::lifecycle::advertise_gpus(&client, "lab.dev/gpu", 4, Duration::from_secs(2))
+    let nodes = super::lifecycle::advertise_gpus(&client, "lab.dev/gpu", 4, false, Duration::from_secs(2))
         .await
         .unwrap();
     assert_eq!(nodes, ["node-a"]);
@@ -1034,7 +1037,7 @@ async fn advertising_gpus_without_node_rights_is_forbidden_with_advice() {
             ),
         ],
     );
-    let err = super::lifecycle::advertise_gpus(&client, "lab.dev/gpu", 4, Duration::from_secs(2))
+    let err = super::lifecycle::advertise_gpus(&client, "lab.dev/gpu", 4, false, Duration::from_secs(2))
         .await
         .unwrap_err();
     assert!(

@@ -6,6 +6,7 @@
 
 pub mod actions;
 pub mod api;
+pub mod image;
 pub mod kind;
 pub mod lifecycle;
 pub mod manifests;
@@ -83,6 +84,9 @@ pub struct KubeOptions {
     pub prometheus_image: String,
     /// The kind node image.
     pub node_image: String,
+    /// kind: how many nodes (one control plane, the rest workers); every node runs ranks and the GPUs are
+    /// split across them.
+    pub nodes: u32,
     /// Build the lab image with Docker from the repository's Dockerfile (kind).
     pub build_image: bool,
     /// The folder holding the Dockerfile (kind); `None` searches upwards from the current directory.
@@ -111,6 +115,7 @@ impl KubeOptions {
             monitoring: true,
             prometheus_image: DEFAULT_PROMETHEUS_IMAGE.to_string(),
             node_image: DEFAULT_NODE_IMAGE.to_string(),
+            nodes: 1,
             build_image: true,
             build_context: None,
             delay: DelayChoice::Auto,
@@ -143,6 +148,15 @@ pub struct KubeRecord {
     pub created_namespace: bool,
     /// The kind cluster's name.
     pub cluster: Option<String>,
+    /// The lab created that cluster (a failed preflight, for a name already taken, did not).
+    #[serde(default = "yes")]
+    pub created_cluster: bool,
+    /// kind: the node image the cluster runs.
+    #[serde(default)]
+    pub node_image: String,
+    /// kind: how many nodes the cluster has.
+    #[serde(default = "one")]
+    pub nodes: u32,
     pub gpu_resource: String,
     /// Nodes on which the lab advertised the GPU resource (removed again by `lab down`).
     pub advertised_on: Vec<String>,
@@ -163,6 +177,14 @@ pub struct KubeRecord {
     pub wait_timeout: Duration,
     #[serde(with = "secs")]
     pub request_timeout: Duration,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl KubeRecord {

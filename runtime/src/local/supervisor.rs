@@ -608,6 +608,8 @@ impl Sup {
                 vec![
                     format!("--master={}", cfg.master()),
                     format!("--ranks={}", self.spec.ranks.max(cfg.gpus).max(1)),
+                    // Every server the lab started, not the seeder's default of three.
+                    format!("--servers={}", cfg.storage_servers),
                     format!("--seed={}", cfg.seed),
                 ],
             ),

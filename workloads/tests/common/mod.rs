@@ -1,6 +1,6 @@
 //! Shared pieces of the integration tests: a real SeaweedFS (master and three volume servers on loopback,
-//! each volume server behind a counting TCP forwarder that is its public URL), real rank processes, and
-//! scraping their metrics. Everything started here is stopped by its own PID when its guard drops, so a
+//! or as many as a test asks for, each volume server behind a counting TCP forwarder that is its public
+//! URL), real rank processes, and scraping their metrics. Everything started here is stopped by its own PID when its guard drops, so a
 //! failing test cleans up too.
 
 #![allow(dead_code)]
@@ -191,7 +191,7 @@ impl Drop for Forwarder {
     }
 }
 
-/// A SeaweedFS master and three volume servers (`storage-0..2`, data center `lab`) on loopback.
+/// A SeaweedFS master and its volume servers (`storage-0..`, data center `lab`) on loopback.
 pub struct Weed {
     pub dir: tempfile::TempDir,
     pub master: String,
@@ -203,10 +203,15 @@ pub struct Weed {
 }
 
 impl Weed {
-    /// Starts the master and the three volume servers and waits until the master lists all three. A
+    /// Starts the master and three volume servers (`storage-0..2`), as the lab's default does.
+    pub fn start() -> Weed {
+        Weed::start_with(3)
+    }
+
+    /// Starts the master and `servers` volume servers and waits until the master lists them all. A
     /// process that dies on the way (a port taken by someone else between picking and binding) is started
     /// again on other ports.
-    pub fn start() -> Weed {
+    pub fn start_with(servers: u32) -> Weed {
         let weed = weed_binary();
         let dir = tempfile::Builder::new().prefix("lab-weed-").tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("master")).unwrap();
@@ -247,7 +252,7 @@ impl Weed {
         );
         let mut volumes = Vec::new();
         let mut proxies = Vec::new();
-        for i in 0..3 {
+        for i in 0..servers {
             let vdir = dir.path().join(format!("volume-{i}"));
             std::fs::create_dir_all(&vdir).unwrap();
             let mut started = false;
