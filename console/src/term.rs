@@ -3,7 +3,9 @@
 //! ratatui's panic hook on a panic, and Ctrl-C (a key in raw mode, or SIGINT/SIGTERM from outside) ends
 //! the loop normally.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use lab_model::clock::now_ms;
 
 use crossterm::event::{Event, EventStream};
 use futures::StreamExt;
@@ -42,12 +44,6 @@ impl Drop for TerminalGuard {
     fn drop(&mut self) {
         ratatui::restore();
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Handles a key; true when the person quit. A full action queue (the lab still busy with the last

@@ -196,7 +196,7 @@ impl DrillReport {
             seed: drill.seed,
             lab: lab.to_string(),
             runtime: runtime.to_string(),
-            started_at: crate::bundle::rfc3339(lab_runtime::state::now_ms()),
+            started_at: crate::bundle::rfc3339(lab_model::clock::now_ms()),
             duration_s: 0.0,
             verdict: Verdict::Error,
             reason,

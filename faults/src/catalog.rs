@@ -149,10 +149,10 @@ impl Fault {
             }
             Fault::ThrottledRank { .. } => Ok(()),
             Fault::UnplaceableRank { ranks } => {
-                if *ranks == 0 || *ranks > lab_runtime::local::MAX_RANKS {
+                if *ranks == 0 || *ranks > lab_model::actions::MAX_RANKS {
                     return Err(FaultError::Invalid(format!(
                         "--ranks must be between 1 and {}",
-                        lab_runtime::local::MAX_RANKS
+                        lab_model::actions::MAX_RANKS
                     )));
                 }
                 Ok(())

@@ -33,10 +33,10 @@ fn record(
 }
 
 fn check_count(what: &str, n: u32) -> Result<(), FaultError> {
-    if n == 0 || n > lab_runtime::local::MAX_RANKS {
+    if n == 0 || n > lab_model::actions::MAX_RANKS {
         return Err(FaultError::Invalid(format!(
             "{what} must be between 1 and {}",
-            lab_runtime::local::MAX_RANKS
+            lab_model::actions::MAX_RANKS
         )));
     }
     Ok(())

@@ -4,11 +4,14 @@
 //! [`snapshot::Snapshot`], faults write [`change::ChangeRecord`]s, and the console, `lab status` and the
 //! drill engine read only these types. Nothing here does I/O.
 
+pub mod actions;
 pub mod change;
+pub mod clock;
 pub mod error;
 pub mod metrics;
 pub mod names;
 pub mod quantity;
+pub mod scrape;
 pub mod snapshot;
 pub mod status;
 

@@ -17,74 +17,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lab_model::Millicores;
 use lab_model::status::{LabStatus, RuntimeKind};
-use serde::{Deserialize, Serialize};
 
 pub use error::RuntimeError;
+// The values the actions speak belong to the model, which every crate shares; named here too, as before.
+pub use lab_model::actions::{CpuLimits, Delay, DelayPath};
+pub use lab_model::scrape::{ScrapeTarget, TargetKind};
 pub use lifecycle::{Progress, UpOptions};
 
 /// A result whose error is a [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
-
-/// Where a metrics endpoint lives, and what it belongs to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScrapeTarget {
-    /// The instance the metrics belong to: `rank-1`, `storage-0`.
-    pub instance: String,
-    /// `rank` or `storage`.
-    pub kind: TargetKind,
-    /// The rank or server index.
-    pub index: u32,
-    /// How to reach it: an `http://` URL on the local runtime, or a pod-proxy path on Kubernetes.
-    pub address: String,
-}
-
-/// What a scrape target is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TargetKind {
-    /// A training rank's `/metrics`.
-    Rank,
-    /// A SeaweedFS volume server's `-metricsPort` `/metrics`.
-    Storage,
-}
-
-/// An added delay on the network path to one storage server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Delay {
-    /// Added to every request (and, over a proxy, to every response).
-    #[serde(with = "duration_ms")]
-    pub delay: Duration,
-    /// Uniform jitter, plus or minus.
-    #[serde(with = "duration_ms")]
-    pub jitter: Duration,
-}
-
-/// How a delay reached the path to a storage server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DelayPath {
-    /// The lab's userspace latency proxy in front of the server.
-    Proxy,
-    /// `tc netem` in the server's network namespace.
-    Netem,
-}
-
-impl std::fmt::Display for DelayPath {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            DelayPath::Proxy => "latency proxy",
-            DelayPath::Netem => "tc netem",
-        })
-    }
-}
-
-/// A rank's CPU limit: in force now, in its own spec, and in the workload's template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CpuLimits {
-    pub live: Option<Millicores>,
-    pub spec: Option<Millicores>,
-    pub template: Millicores,
-}
 
 /// The lab, wherever it runs.
 ///
@@ -171,19 +112,4 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// When the rank does not exist.
     async fn restart_rank(&self, rank: u32) -> Result<()>;
-}
-
-mod duration_ms {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64() * 1000.0)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let ms = f64::deserialize(d)?;
-        Duration::try_from_secs_f64(ms / 1000.0).map_err(serde::de::Error::custom)
-    }
 }

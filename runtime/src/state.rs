@@ -149,13 +149,7 @@ fn state_err(path: &Path, what: &str, e: std::io::Error) -> RuntimeError {
     }
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+pub use lab_model::clock::now_ms;
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@ pub mod drills;
 pub mod error;
 pub mod guard;
 pub mod lifecycle;
+pub mod source;
 pub mod watch;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use lab_telemetry::Driver;
 pub use error::{Result, SessionError};
 pub use guard::Guarded;
 pub use lifecycle::{Place, Up, UpPlan};
+pub use source::RuntimeSource;
 pub use watch::Watch;
 
 /// A running lab, opened: its runtime and its fault ledger.

@@ -7,8 +7,8 @@
 
 use std::time::Instant;
 
+use lab_model::scrape::{ScrapeTarget, TargetKind};
 use lab_model::status::{LabStatus, RuntimeKind};
-use lab_runtime::{ScrapeTarget, TargetKind};
 use lab_telemetry::Collector;
 
 const READ: [f64; 17] = [

@@ -9,8 +9,36 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use lab_telemetry::{Collector, Driver, DriverConfig, LearnedBaseline, NoLedger};
+use std::time::Duration;
+
+use lab_model::scrape::ScrapeTarget;
+use lab_model::status::{LabStatus, RuntimeKind};
+use lab_runtime::Runtime;
+use lab_telemetry::{Collector, Driver, DriverConfig, LearnedBaseline, NoLedger, Source, SourceError};
 use serde_json::json;
+
+/// The running lab as the driver reads it (the façade's `lab_session::RuntimeSource`, without the façade).
+#[derive(Debug)]
+struct Lab(Arc<dyn Runtime>);
+
+#[async_trait::async_trait]
+impl Source for Lab {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn kind(&self) -> RuntimeKind {
+        self.0.kind()
+    }
+    async fn status(&self) -> Result<LabStatus, SourceError> {
+        Ok(self.0.status().await?)
+    }
+    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>, SourceError> {
+        Ok(self.0.scrape_targets().await?)
+    }
+    async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String, SourceError> {
+        Ok(self.0.fetch_metrics(target, timeout).await?)
+    }
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -28,7 +56,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         collector.restore_baseline(b);
     }
     let rt = lab_runtime::open::open(&name).await?;
-    let mut driver = Driver::new(rt, Arc::new(NoLedger), collector, DriverConfig::default());
+    let mut driver = Driver::new(
+        Arc::new(Lab(rt)),
+        Arc::new(NoLedger),
+        collector,
+        DriverConfig::default(),
+    );
     let mut every = tokio::time::interval(DriverConfig::default().interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use lab_model::ChangeRecord;
 use lab_model::metrics as m;
 use lab_model::names;
+use lab_model::scrape::ScrapeTarget;
 use lab_model::snapshot::{ActiveFault, Alert, RankView, Snapshot, StorageView, Training};
 use lab_model::status::{LabStatus, PodStatus, Role};
-use lab_runtime::ScrapeTarget;
 
 use crate::error::ScrapeError;
 use crate::expo::parse;
@@ -421,9 +421,9 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
 #[cfg(test)]
 mod tests {
     use lab_model::Millicores;
+    use lab_model::scrape::TargetKind;
     use lab_model::snapshot::{Baseline, GoldenSignal};
     use lab_model::status::{Phase, RuntimeKind};
-    use lab_runtime::TargetKind;
 
     use super::*;
 

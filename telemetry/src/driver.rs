@@ -5,18 +5,39 @@
 //! call becomes a line in the snapshot's `scrape_errors`.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use async_trait::async_trait;
 use futures::future::join_all;
 use lab_model::ChangeRecord;
+use lab_model::clock::now_ms;
+use lab_model::scrape::ScrapeTarget;
 use lab_model::snapshot::{ActiveFault, Snapshot};
-use lab_model::status::LabStatus;
-use lab_runtime::Runtime;
+use lab_model::status::{LabStatus, RuntimeKind};
 use tokio::sync::watch;
 use tokio::time::{MissedTickBehavior, timeout};
 
 use crate::error::ScrapeError;
 use crate::{Collector, error_chain};
+
+/// A failure of a [`Source`] call, as the source's own error.
+pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the driver reads a lab through: its status, its scrape targets and their metrics. Every runtime is
+/// one (the façade adapts `lab_runtime::Runtime`); the telemetry core never names a runtime.
+#[async_trait]
+pub trait Source: Send + Sync + std::fmt::Debug {
+    /// The lab's name.
+    fn name(&self) -> &str;
+    /// Which kind of runtime the lab runs on.
+    fn kind(&self) -> RuntimeKind;
+    /// Every role instance and the job's configuration.
+    async fn status(&self) -> Result<LabStatus, SourceError>;
+    /// The metrics endpoints that exist now.
+    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>, SourceError>;
+    /// One target's metrics text, within `timeout`.
+    async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String, SourceError>;
+}
 
 /// Where the change records and the active faults come from (the fault ledger, which telemetry does not
 /// own). Any `Fn() -> (changes, faults)` closure is one.
@@ -67,7 +88,7 @@ impl Default for DriverConfig {
 
 /// Runs the collector against a runtime.
 pub struct Driver {
-    runtime: Arc<dyn Runtime>,
+    runtime: Arc<dyn Source>,
     ledger: Arc<dyn Ledger>,
     collector: Collector,
     config: DriverConfig,
@@ -83,16 +104,10 @@ impl std::fmt::Debug for Driver {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 impl Driver {
     /// A driver for `runtime`, reading changes and faults from `ledger`.
     pub fn new(
-        runtime: Arc<dyn Runtime>,
+        runtime: Arc<dyn Source>,
         ledger: Arc<dyn Ledger>,
         collector: Collector,
         config: DriverConfig,
@@ -131,7 +146,7 @@ impl Driver {
                 s
             }
             Ok(Err(e)) => {
-                errors.push(format!("status: {}", error_chain(&e)));
+                errors.push(format!("status: {}", error_chain(e.as_ref())));
                 self.stale_status()
             }
             Err(_) => {
@@ -142,7 +157,7 @@ impl Driver {
         let targets = match targets {
             Ok(Ok(t)) => t,
             Ok(Err(e)) => {
-                errors.push(format!("scrape targets: {}", error_chain(&e)));
+                errors.push(format!("scrape targets: {}", error_chain(e.as_ref())));
                 Vec::new()
             }
             Err(_) => {

@@ -61,7 +61,7 @@ pub enum ScrapeError {
     Timeout(Duration),
     /// The runtime could not fetch the endpoint.
     #[error("fetch failed")]
-    Fetch(#[source] lab_runtime::RuntimeError),
+    Fetch(#[source] crate::driver::SourceError),
     /// The endpoint answered with text that is not Prometheus text exposition.
     #[error("garbage metrics")]
     Parse(#[source] ParseError),

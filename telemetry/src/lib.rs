@@ -3,7 +3,7 @@
 //!
 //! The core is pure and clock-free: [`Collector::observe`] takes the runtime's status and the raw scrape
 //! texts of one tick and returns a whole snapshot. [`Driver`] is the thin async shell that fetches those
-//! through a [`lab_runtime::Runtime`], with a timeout on every call so a hung or garbage target never
+//! through a [`driver::Source`] (a runtime, adapted by the façade), with a timeout on every call so a hung or garbage target never
 //! stalls a tick. The metrics text reader ([`expo::parse`]) is the lab's own and never panics.
 //!
 //! The rules mirror `manifests/rules/golden-signals.yaml` (see `docs/telemetry.md`); [`promql`] holds the
@@ -20,7 +20,7 @@ pub mod signals;
 pub mod store;
 
 pub use collector::{Collector, CollectorConfig};
-pub use driver::{Driver, DriverConfig, Ledger, NoLedger};
+pub use driver::{Driver, DriverConfig, Ledger, NoLedger, Source, SourceError};
 pub use error::{ParseError, ScrapeError};
 pub use rules::LearnedBaseline;
 

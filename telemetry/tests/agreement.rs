@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use lab_model::scrape::{ScrapeTarget, TargetKind};
 use lab_model::status::{LabStatus, RuntimeKind};
-use lab_runtime::{ScrapeTarget, TargetKind};
 use lab_telemetry::{Collector, rules};
 use serde::Deserialize;
 

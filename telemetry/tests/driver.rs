@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lab_model::Millicores;
+use lab_model::scrape::{ScrapeTarget, TargetKind};
 use lab_model::status::{LabStatus, RuntimeKind};
-use lab_runtime::{CpuLimits, Delay, DelayPath, Runtime, RuntimeError, ScrapeTarget, TargetKind};
-use lab_telemetry::{Collector, Driver, DriverConfig, NoLedger};
+use lab_runtime::RuntimeError;
+use lab_telemetry::{Collector, Driver, DriverConfig, NoLedger, Source, SourceError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -62,19 +62,15 @@ async fn http_get(addr: &str) -> Result<String, RuntimeError> {
         .unwrap_or_default())
 }
 
-fn unused<T>() -> Result<T, RuntimeError> {
-    Err(RuntimeError::Other("not used by telemetry".into()))
-}
-
 #[async_trait]
-impl Runtime for LoopbackRuntime {
+impl Source for LoopbackRuntime {
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Local
     }
     fn name(&self) -> &str {
         "loopback"
     }
-    async fn status(&self) -> lab_runtime::Result<LabStatus> {
+    async fn status(&self) -> Result<LabStatus, SourceError> {
         Ok(LabStatus {
             lab: "loopback".into(),
             runtime: RuntimeKind::Local,
@@ -88,43 +84,16 @@ impl Runtime for LoopbackRuntime {
             notes: Vec::new(),
         })
     }
-    async fn scrape_targets(&self) -> lab_runtime::Result<Vec<ScrapeTarget>> {
+    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>, SourceError> {
         Ok(self.targets.clone())
     }
-    async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> lab_runtime::Result<String> {
-        tokio::time::timeout(timeout, http_get(&target.address))
+    async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String, SourceError> {
+        Ok(tokio::time::timeout(timeout, http_get(&target.address))
             .await
             .map_err(|_| RuntimeError::Timeout {
                 what: target.address.clone(),
                 seconds: timeout.as_secs_f64(),
-            })?
-    }
-    async fn storage_delay(&self, _: u32) -> lab_runtime::Result<Option<Delay>> {
-        unused()
-    }
-    async fn set_storage_delay(&self, _: u32, _: Option<Delay>) -> lab_runtime::Result<DelayPath> {
-        unused()
-    }
-    async fn probe_storage(&self, _: u32, _: usize) -> lab_runtime::Result<Duration> {
-        unused()
-    }
-    async fn cpu_limits(&self, _: u32) -> lab_runtime::Result<CpuLimits> {
-        unused()
-    }
-    async fn resize_rank(&self, _: u32, _: Millicores) -> lab_runtime::Result<()> {
-        unused()
-    }
-    async fn apply_template(&self, _: Millicores) -> lab_runtime::Result<()> {
-        unused()
-    }
-    async fn scale_ranks(&self, _: u32) -> lab_runtime::Result<()> {
-        unused()
-    }
-    async fn set_world_size(&self, _: u32) -> lab_runtime::Result<()> {
-        unused()
-    }
-    async fn restart_rank(&self, _: u32) -> lab_runtime::Result<()> {
-        unused()
+            })??)
     }
 }
 

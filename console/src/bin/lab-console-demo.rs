@@ -6,7 +6,9 @@
 //!
 //!   cargo run -p lab-console --bin lab-console-demo [-- --ranks 16 --servers 8] [--panic-after-ms 1500]
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use lab_model::clock::now_ms;
 
 use lab_console::{Action, FaultKey, Feedback};
 use lab_model::snapshot::{
@@ -15,12 +17,6 @@ use lab_model::snapshot::{
 use lab_model::status::{LabStatus, Phase, PodStatus, Role, RuntimeKind};
 use lab_model::{Millicores, names};
 use tokio::sync::{mpsc, watch};
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Size {

@@ -29,10 +29,7 @@ use crate::lifecycle::{Progress, UpOptions, step};
 use crate::state::{self, LabRecord};
 use crate::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget};
 
-/// The most ranks a local lab runs.
-pub const MAX_RANKS: u32 = 64;
-/// The most storage servers a local lab runs.
-pub const MAX_STORAGE_SERVERS: u32 = 16;
+pub use lab_model::actions::{MAX_RANKS, MAX_STORAGE_SERVERS};
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings only the local runtime has.

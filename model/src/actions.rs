@@ -1,0 +1,66 @@
+//! The values a runtime's actions take and report, which faults, remediations and checks speak whatever the
+//! runtime: a storage delay and the path it took, a rank's CPU limits, and the lab's size limits.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Millicores;
+
+/// The most ranks a lab runs (the rank count and the world size), on any runtime.
+pub const MAX_RANKS: u32 = 64;
+/// The most storage servers a lab runs, on any runtime.
+pub const MAX_STORAGE_SERVERS: u32 = 16;
+
+/// An added delay on the network path to one storage server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delay {
+    /// Added to every request (and, over a proxy, to every response).
+    #[serde(with = "duration_ms")]
+    pub delay: Duration,
+    /// Uniform jitter, plus or minus.
+    #[serde(with = "duration_ms")]
+    pub jitter: Duration,
+}
+
+/// How a delay reached the path to a storage server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DelayPath {
+    /// The lab's userspace latency proxy in front of the server.
+    Proxy,
+    /// `tc netem` in the server's network namespace.
+    Netem,
+}
+
+impl std::fmt::Display for DelayPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DelayPath::Proxy => "latency proxy",
+            DelayPath::Netem => "tc netem",
+        })
+    }
+}
+
+/// A rank's CPU limit: in force now, in its own spec, and in the workload's template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuLimits {
+    pub live: Option<Millicores>,
+    pub spec: Option<Millicores>,
+    pub template: Millicores,
+}
+
+mod duration_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64() * 1000.0)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let ms = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(ms / 1000.0).map_err(serde::de::Error::custom)
+    }
+}
