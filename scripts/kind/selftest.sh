@@ -43,14 +43,14 @@ probe_image() {
   local bb spec lib
   bb=$(command -v busybox || true)
   if [ -z "$bb" ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox >/dev/null 2>&1
     bb=$(command -v busybox)
   fi
   spec="$WORK/probe.spec"
   echo "file bin/busybox $bb 0755" > "$spec"
   while read -r lib; do [ -n "$lib" ] && echo "file $lib $lib 0755" >> "$spec"; done \
     < <(ldd "$bb" | awk '/=> \// {print $3} /^\t\// {print $1}')
-  for a in sh httpd wget nslookup sleep cat echo ip hostname; do echo "symlink bin/$a busybox" >> "$spec"; done
+  for a in sh httpd wget nslookup sleep cat echo ip hostname timeout; do echo "symlink bin/$a busybox" >> "$spec"; done
   echo "dir tmp 1777" >> "$spec"
   printf 'lab-probe ok\n' > "$WORK/index.html"
   echo "file www/index.html $WORK/index.html 0644" >> "$spec"
@@ -120,12 +120,13 @@ YAML
 
 dns() { grep -q 'Address.*198\.51\.100\.129' <<<"$(kc exec client -- nslookup kubernetes.default.svc.cluster.local)"; }
 
-service() { [ "$(kc exec client -- wget -q -T 5 -O - http://web.default.svc.cluster.local/)" = "lab-probe ok" ]; }
+# busybox's own wget -T crashes (SIGSEGV): its timeout applet bounds the request instead.
+service() { [ "$(kc exec client -- timeout 5 wget -q -O - http://web.default.svc.cluster.local/)" = "lab-probe ok" ]; }
 
 pod_to_pod() {
   local ip
   ip=$(kc get pod web -o jsonpath='{.status.podIP}')
-  [ "$(kc exec client -- wget -q -T 5 -O - "http://$ip:8080/")" = "lab-probe ok" ]
+  [ "$(kc exec client -- timeout 5 wget -q -O - "http://$ip:8080/")" = "lab-probe ok" ]
 }
 
 delete_cluster() { kind delete cluster --name "$NAME" --kubeconfig "$KCFG" >/dev/null 2>&1; }
