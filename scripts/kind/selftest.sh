@@ -162,9 +162,10 @@ cluster_checks() { # cluster_checks <label> <web node> <client node>
   step "$1: kind load image-archive (OCI archive of $PROBE_REF)" load_probe
   step "$1: pods web on $2, client on $3 Running with IPs" pods "$2" "$3"
   say "    $(kc get pods -o wide --no-headers | awk '{ printf "%s %s %s on %s; ", $1, $3, $6, $7 }')"
-  step "$1: DNS (kubernetes.default from the client pod)" dns
-  step "$1: Service web (by DNS name) from the client" service
-  step "$1: pod to pod ($3 → $2)" pod_to_pod
+  # Retried for a while: kube-proxy and CoreDNS pick up new Services and endpoints a little later.
+  step "$1: DNS (kubernetes.default from the client pod)" wait_for 30 dns
+  step "$1: Service web (by DNS name) from the client" wait_for 30 service
+  step "$1: pod to pod ($3 → $2)" wait_for 30 pod_to_pod
 }
 
 say "kind selftest ($KIND_VERSION, $NODE_IMAGE)"
