@@ -197,6 +197,7 @@ mod tests {
             name: name.into(),
             origin: format!("builtin:{name}"),
             description: None,
+            faults: vec![],
             seed: 42,
             lab: "lab".into(),
             runtime: "local".into(),
