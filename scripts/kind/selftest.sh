@@ -179,6 +179,9 @@ sysctl_snapshot > "$WORK/sysctls-before"
 cp "$KIND_DIR/cluster.yaml" "$WORK/one.yaml"
 sed 's/^- role: control-plane$/&\n- role: worker/' "$WORK/one.yaml" > "$WORK/two.yaml"
 
+if grep -qx "$NAME" <<<"$(kind get clusters 2>/dev/null)"; then
+  step "cluster $NAME left by an earlier run deleted" delete_cluster
+fi
 step "1 node: kind create cluster --wait 180s" create "$WORK/one.yaml"
 cluster_checks "1 node" "$NAME-control-plane" "$NAME-control-plane"
 report_sysctls
