@@ -8,6 +8,9 @@
 #
 #   scripts/kind/selftest.sh          (LAB_KIND_KEEP=1 leaves the engine and the last cluster up)
 #
+# An engine that was already running when the selftest started is someone's: the selftest then removes
+# only its own cluster and leaves the engine up (and cannot check that nothing is left).
+#
 # Prints ✓/✗ per check with its time; exits non-zero on the first failure (after cleaning up).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -31,7 +34,7 @@ cleanup() {
   elif [ "$rc" != 0 ]; then
     say "failed: cleaning up"
     kind delete cluster --name "$NAME" >/dev/null 2>&1 || true
-    "$KIND_DIR/engine.sh" down || true
+    if [ "$ENGINE_WAS_UP" = 0 ]; then "$KIND_DIR/engine.sh" down || true; fi
   fi
   rm -rf "$WORK"
   say "selftest $( [ "$rc" = 0 ] && echo passed || echo FAILED ) in $(elapsed "$T_ALL")"
@@ -169,6 +172,8 @@ cluster_checks() { # cluster_checks <label> <web node> <client node>
 }
 
 say "kind selftest ($KIND_VERSION, $NODE_IMAGE)"
+ENGINE_WAS_UP=0
+if engine_up; then ENGINE_WAS_UP=1; fi
 step "engine up" "$KIND_DIR/engine.sh" up
 step "node image (build or reuse)" "$KIND_DIR/node-image.sh"
 step "kubectl" k8s_tools
@@ -193,6 +198,10 @@ report_sysctls
 if [ "${LAB_KIND_KEEP:-0}" = 1 ]; then exit 0; fi
 step "2 nodes: kind delete cluster" delete_cluster
 
+if [ "$ENGINE_WAS_UP" = 1 ]; then
+  say "the engine was running before the selftest: left up, with its network (engine.sh down stops it)"
+  exit 0
+fi
 step "kind's network deleted" docker_ network rm "$KIND_NETWORK"
 step "engine down" "$KIND_DIR/engine.sh" down
 step "nothing left (containers, bridges, firewall rules, mounts, processes, socket)" nothing_left
