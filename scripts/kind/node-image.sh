@@ -337,6 +337,8 @@ main() {
     step "component images (apiserver, controller-manager, scheduler, proxy, etcd, coredns, pause)" component_images
     step "node image assembled (binaries, /kind/version, images imported, docker commit)" assemble "$base" "$hash"
     docker_ rmi "$base" >/dev/null 2>&1 || true
+    # The image this build replaced (untagged now) and the base's build layers: the data root is a cache.
+    docker_ image prune -f >/dev/null
     step "node image saved to $ARCHIVE" save_archive "$hash"
   fi
   [ -f "$ARCHIVE" ] && [ "$(cat "$ARCHIVE.inputs" 2>/dev/null)" = "$hash" ] \
