@@ -1110,6 +1110,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             evidence,
             figures,
             baseline: self.baseline,
+            steady_after: self.after,
             steps: self.steps,
             remediations: self.remediations,
             cleanup: self.cleanup,

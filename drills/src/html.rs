@@ -113,7 +113,7 @@ fn summary(o: &mut String, d: &DrillReport) {
             b.window_s
         )
     });
-    let rows: [(&str, String); 9] = [
+    let mut rows: Vec<(&str, String)> = vec![
         ("reason", esc(&d.reason)),
         ("time to detect", secs(f.time_to_detect_s)),
         ("time to mitigate", secs(f.time_to_mitigate_s)),
@@ -135,6 +135,20 @@ fn summary(o: &mut String, d: &DrillReport) {
             )),
         ),
     ];
+    if let (Some(b), Some(a)) = (d.baseline, d.steady_after) {
+        rows.insert(
+            8,
+            (
+                "steady after the cleanup",
+                format!(
+                    "{:.0} samples/s, step {:.0} ms ({:.0}% of the baseline)",
+                    a.samples_per_s,
+                    a.step_seconds * 1000.0,
+                    b.pct(a.samples_per_s)
+                ),
+            ),
+        );
+    }
     o.push_str("<h3>Summary</h3>\n<table class=\"summary\">\n<tbody>\n");
     let _ = writeln!(o, "<tr><th>verdict</th>{}</tr>", verdict_cell(d.verdict));
     for (k, v) in rows {
@@ -215,7 +229,9 @@ const LABEL_ROW_H: f64 = 17.0;
 const LABEL_ROWS: usize = 3;
 const PLOT_TOP: f64 = LABEL_ROW0 + LABEL_ROW_H * LABEL_ROWS as f64;
 const PLOT_BOTTOM: f64 = PLOT_TOP + 280.0;
-const HEIGHT: f64 = PLOT_BOTTOM + 80.0;
+const LEGEND_ROW0: f64 = PLOT_BOTTOM + 66.0;
+const LEGEND_ROW_H: f64 = 20.0;
+const HEIGHT: f64 = LEGEND_ROW0 + LEGEND_ROW_H + 8.0;
 /// An average glyph's width at the labels' 12 px, for laying labels out without a font.
 const CHAR_W: f64 = 6.8;
 
@@ -223,6 +239,16 @@ const C_THROUGHPUT: &str = "#1f4e9c";
 const C_SUSPECT: &str = "#e06c00";
 const C_OTHER: &str = "#4a4a4a";
 const C_FAULT: &str = "#c62828";
+const C_STEADY: &str = "#6d4c41";
+
+/// How a legend entry is drawn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Swatch {
+    Line,
+    Dotted,
+    Dashed,
+    Band,
+}
 const C_READY: &str = "#138a5a";
 
 /// A line on the right axis.
@@ -452,7 +478,6 @@ fn chart(d: &DrillReport) -> String {
     });
     let yr = |v: f64| PLOT_BOTTOM - (PLOT_BOTTOM - PLOT_TOP) * v / r_max.unwrap_or(1.0);
 
-    // The fault's window (injection to the end of the last remediation), shaded.
     let inject = markers.iter().find(|m| m.kind == "inject").map(|m| m.t);
     // The fault is in until the remediation that brought the job back ended; without one, until the
     // drill's own cleanup cleared it.
@@ -542,15 +567,26 @@ fn chart(d: &DrillReport) -> String {
     }
     o.push_str("</g>\n");
 
-    // The baseline, 100 %.
+    // The baseline, 100 %, and, when the machine got slower during the drill, the lab's normal after the
+    // cleanup, which the job was judged against too (or a pass below the baseline reads as a
+    // contradiction). Named in the legend, so no label covers a line.
     let _ = writeln!(
         o,
-        "<g class=\"baseline\"><line x1=\"{LEFT}\" x2=\"{RIGHT}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{C_THROUGHPUT}\" stroke-width=\"1\" stroke-dasharray=\"8 5\" stroke-opacity=\"0.5\"/>\
-         <text x=\"{:.1}\" y=\"{:.1}\" font-size=\"11\" fill=\"{C_THROUGHPUT}\">baseline 100%</text></g>",
-        LEFT + 4.0,
-        yl(100.0) - 4.0,
+        "<line class=\"baseline\" x1=\"{LEFT}\" x2=\"{RIGHT}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{C_THROUGHPUT}\" stroke-width=\"1.2\" stroke-dasharray=\"8 5\" stroke-opacity=\"0.6\"><title>the baseline measured just before the fault</title></line>",
         y = yl(100.0)
     );
+    let steady_after = d
+        .baseline
+        .zip(d.steady_after)
+        .map(|(b, a)| b.pct(a.samples_per_s))
+        .filter(|p| (p - 100.0).abs() > 10.0);
+    if let Some(p) = steady_after {
+        let _ = writeln!(
+            o,
+            "<line class=\"steady-after\" x1=\"{LEFT}\" x2=\"{RIGHT}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{C_STEADY}\" stroke-width=\"1.2\" stroke-dasharray=\"8 5\"><title>the lab's steady state after the cleanup: {p:.0}% of the baseline</title></line>",
+            y = yl(p)
+        );
+    }
 
     if ts.is_empty() {
         let _ = writeln!(
@@ -625,9 +661,9 @@ fn chart(d: &DrillReport) -> String {
         );
     }
 
-    // The legend, under the axis.
-    let mut items: Vec<(String, &str, bool)> =
-        vec![("throughput, % of baseline".into(), C_THROUGHPUT, false)];
+    // The legend, under the axis, wrapping onto a second row when it must.
+    let mut items: Vec<(String, &str, Swatch)> =
+        vec![("throughput, % of baseline".into(), C_THROUGHPUT, Swatch::Line)];
     if let Some(s) = &suspect {
         for series in &s.series {
             let measured = series.values.iter().any(|(_, v)| v.is_some());
@@ -636,40 +672,59 @@ fn chart(d: &DrillReport) -> String {
             } else {
                 format!("{} (not measured)", series.label)
             };
-            items.push((label, series.color, series.dashed));
+            let swatch = if series.dashed {
+                Swatch::Dotted
+            } else {
+                Swatch::Line
+            };
+            items.push((label, series.color, swatch));
         }
     }
-    items.push(("pods Ready of desired".into(), C_READY, false));
+    items.push(("pods Ready of desired".into(), C_READY, Swatch::Line));
+    items.push(("baseline (100%)".into(), C_THROUGHPUT, Swatch::Dashed));
+    if let Some(p) = steady_after {
+        items.push((
+            format!("the lab's steady state after the cleanup ({p:.0}%)"),
+            C_STEADY,
+            Swatch::Dashed,
+        ));
+    }
     if fault_end.is_some() {
-        items.push(("fault in".into(), C_FAULT, false));
+        items.push(("fault in".into(), C_FAULT, Swatch::Band));
     }
     o.push_str("<g class=\"legend\" font-size=\"12\" fill=\"#333\">\n");
     let mut lx = LEFT;
-    let ly = HEIGHT - 14.0;
-    for (label, color, dashed) in items {
-        if color == C_FAULT {
-            let _ = writeln!(
-                o,
-                "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"22\" height=\"12\" fill=\"{C_FAULT}\" fill-opacity=\"0.12\"/>\
-                 <text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
-                ly - 10.0,
-                lx + 28.0,
-                esc(&label)
-            );
-            continue;
+    let mut ly = LEGEND_ROW0;
+    for (label, color, swatch) in items {
+        let w = 28.0 + label.chars().count() as f64 * CHAR_W;
+        if lx + w > RIGHT && lx > LEFT {
+            lx = LEFT;
+            ly += LEGEND_ROW_H;
         }
-        let dash = if dashed { " stroke-dasharray=\"2 4\"" } else { "" };
+        let mark = match swatch {
+            Swatch::Band => format!(
+                "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"22\" height=\"12\" fill=\"{color}\" fill-opacity=\"0.12\"/>",
+                ly - 10.0
+            ),
+            _ => format!(
+                "<line x1=\"{lx:.1}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"{color}\" stroke-width=\"{}\"{}/>",
+                lx + 22.0,
+                if swatch == Swatch::Dashed { 1.5 } else { 3.0 },
+                match swatch {
+                    Swatch::Dotted => " stroke-dasharray=\"2 4\"",
+                    Swatch::Dashed => " stroke-dasharray=\"8 5\"",
+                    _ => "",
+                },
+                y = ly - 4.0
+            ),
+        };
         let _ = writeln!(
             o,
-            "<line x1=\"{lx:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"3\"{dash}/>\
-             <text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
-            lx + 22.0,
-            ly - 4.0,
-            ly - 4.0,
+            "{mark}<text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
             lx + 28.0,
             esc(&label)
         );
-        lx += 28.0 + label.chars().count() as f64 * CHAR_W + 22.0;
+        lx += w + 22.0;
     }
     o.push_str("</g>\n</svg>\n</figure>\n");
     o

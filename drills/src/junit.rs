@@ -211,6 +211,7 @@ mod tests {
                 ..Figures::default()
             },
             baseline: None,
+            steady_after: None,
             steps: vec![StepReport {
                 step: "verify".into(),
                 ok: verdict == Verdict::Pass,

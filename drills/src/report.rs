@@ -138,6 +138,9 @@ pub struct DrillReport {
     pub evidence: Vec<String>,
     pub figures: Figures,
     pub baseline: Option<PreFault>,
+    /// The lab's steady state measured after the drill's cleanup; when the machine got slower during the
+    /// drill, a failed verification is judged again against it.
+    pub steady_after: Option<PreFault>,
     pub steps: Vec<StepReport>,
     pub remediations: Vec<RemediationReport>,
     pub cleanup: CleanupReport,
@@ -168,6 +171,7 @@ impl DrillReport {
             evidence: Vec::new(),
             figures: Figures::default(),
             baseline: None,
+            steady_after: None,
             steps: Vec::new(),
             remediations: Vec::new(),
             cleanup: CleanupReport::default(),

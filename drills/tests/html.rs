@@ -125,6 +125,25 @@ fn a_drill_that_never_ran_still_gets_its_section() {
 }
 
 #[test]
+fn a_machine_that_got_slower_shows_the_normal_the_job_was_judged_against() {
+    let mut run = fixture::run();
+    let d = &mut run.drills[1];
+    let mut after = d.baseline.unwrap();
+    after.samples_per_s *= 0.53;
+    d.steady_after = Some(after);
+    let page = html::render(&run);
+    assert_eq!(
+        page.matches("class=\"steady-after\"").count(),
+        1,
+        "only where it is off the baseline"
+    );
+    assert!(page.contains(">the lab&#39;s steady state after the cleanup (53%)</text>"));
+    assert!(page.contains(
+        "<th>steady after the cleanup</th><td>3521 samples/s, step 61 ms (53% of the baseline)</td>"
+    ));
+}
+
+#[test]
 fn the_page_is_as_reviewed() {
     insta::assert_snapshot!(html::render(&fixture::run()));
 }

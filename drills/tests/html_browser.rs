@@ -29,12 +29,14 @@ fn artefacts() -> PathBuf {
 
 fn chromium() -> PathBuf {
     let candidates = ["chromium", "chromium-browser", "google-chrome"];
-    let found = std::env::var_os("LAB_CHROMIUM").map(PathBuf::from).or_else(|| {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path)
-            .flat_map(|d| candidates.map(|c| d.join(c)))
-            .find(|p| p.is_file())
-    });
+    if let Some(p) = std::env::var_os("LAB_CHROMIUM").map(PathBuf::from) {
+        assert!(p.is_file(), "LAB_CHROMIUM={} is not a file", p.display());
+        return p;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .flat_map(|d| candidates.map(|c| d.join(c)))
+        .find(|p| p.is_file());
     match found {
         Some(p) => p,
         None => panic!(
