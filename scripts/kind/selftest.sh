@@ -135,14 +135,17 @@ pod_to_pod() {
 delete_cluster() { kind delete cluster --name "$NAME" --kubeconfig "$KCFG" >/dev/null 2>&1; }
 
 # The kubelets run in privileged containers and see /proc/sys writable: do they change the host's
-# kernel-wide settings? Reported (engine.sh down restores them either way).
-sysctl_snapshot() { local s; for s in "${TOUCHED_SYSCTLS[@]}"; do [ -f "/proc/sys/$s" ] && echo "$s $(cat "/proc/sys/$s")"; done; }
-
+# kernel-wide settings? Reported against the engine's record of the host before `up` (engine.sh down
+# restores them either way).
 report_sysctls() {
-  local changed
-  changed=$(diff <(cat "$WORK/sysctls-before") <(sysctl_snapshot) | awk '/^>/ { print $2 "=" $3 }' | tr '\n' ' ')
-  if [ -n "$changed" ]; then say "    host sysctls changed while the cluster ran: $changed(engine down restores them)"
-  else say "    host sysctls unchanged while the cluster ran"; fi
+  local s v now changed=""
+  [ -f "$HOST/sysctls" ] || return 0
+  while read -r s v; do
+    now=$(tr '\t' ' ' < "/proc/sys/$s" 2>/dev/null) || continue
+    [ "$now" = "$v" ] || changed+="${s//\//.} $v -> $now; "
+  done < "$HOST/sysctls"
+  if [ -n "$changed" ]; then say "    host sysctls changed since the engine started: $changed(engine.sh down restores them)"
+  else say "    host sysctls unchanged since the engine started"; fi
 }
 
 nothing_left() {
@@ -179,7 +182,6 @@ step "node image (build or reuse)" "$KIND_DIR/node-image.sh"
 step "kubectl" k8s_tools
 KUBECTL=$(cat "$WORK/kubectl")
 step "probe image archive ($PROBE_REF)" probe_image
-sysctl_snapshot > "$WORK/sysctls-before"
 
 cp "$KIND_DIR/cluster.yaml" "$WORK/one.yaml"
 sed 's/^- role: control-plane$/&\n- role: worker/' "$WORK/one.yaml" > "$WORK/two.yaml"
