@@ -132,6 +132,8 @@ pod_to_pod() {
   [ "$(kc exec client -- timeout 5 wget -q -O - "http://$ip:8080/")" = "lab-probe ok" ]
 }
 
+quiet_rm_network() { docker_ network rm "$KIND_NETWORK" >/dev/null; }
+
 delete_cluster() { kind delete cluster --name "$NAME" --kubeconfig "$KCFG" >/dev/null 2>&1; }
 
 # The kubelets run in privileged containers and see /proc/sys writable: do they change the host's
@@ -204,6 +206,6 @@ if [ "$ENGINE_WAS_UP" = 1 ]; then
   say "the engine was running before the selftest: left up, with its network (engine.sh down stops it)"
   exit 0
 fi
-step "kind's network deleted" docker_ network rm "$KIND_NETWORK"
+step "kind's network deleted" quiet_rm_network
 step "engine down" "$KIND_DIR/engine.sh" down
 step "nothing left (containers, bridges, firewall rules, mounts, processes, socket)" nothing_left
