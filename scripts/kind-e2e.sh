@@ -166,8 +166,9 @@ prom_alerts() { kc get --raw "/api/v1/namespaces/$ns/services/prometheus:9090/pr
 prom_alerts >/dev/null || die "Prometheus in the cluster does not answer through the API server"
 lab fault inject throttled-rank --rank 1 --cpu 150m >&2 || die "inject throttled-rank"
 t=$(now)
+# A 6 s window: the rule must have held for its `for` within the look.
 wait_snapshot "the lab's LabRankCpuThrottled fires for rank-1" 120 \
-  'any(.alerts[]?; .rule == "LabRankCpuThrottled" and .target == "rank-1")'
+  'any(.alerts[]?; .rule == "LabRankCpuThrottled" and .target == "rank-1")' 6s
 figure "throttled-rank detected by the lab (s)" "$(since "$t")"
 deadline=$(( $(date +%s) + 180 ))
 until prom_alerts | jq -e '.data.alerts | any(.labels.alertname == "LabRankCpuThrottled" and .state == "firing"
