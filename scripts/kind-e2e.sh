@@ -166,8 +166,9 @@ prom_alerts() { kc get --raw "/api/v1/namespaces/$ns/services/prometheus:9090/pr
 prom_alerts >/dev/null || die "Prometheus in the cluster does not answer through the API server"
 lab fault inject throttled-rank --rank 1 --cpu 150m >&2 || die "inject throttled-rank"
 t=$(now)
+# A 6 s window: the rule must have held for its `for` within the look.
 wait_snapshot "the lab's LabRankCpuThrottled fires for rank-1" 120 \
-  'any(.alerts[]?; .rule == "LabRankCpuThrottled" and .target == "rank-1")'
+  'any(.alerts[]?; .rule == "LabRankCpuThrottled" and .target == "rank-1")' 6s
 figure "throttled-rank detected by the lab (s)" "$(since "$t")"
 deadline=$(( $(date +%s) + 180 ))
 until prom_alerts | jq -e '.data.alerts | any(.labels.alertname == "LabRankCpuThrottled" and .state == "firing"
@@ -220,14 +221,9 @@ if [ "$NODES" -ge 2 ]; then
   nodes_used=$(jq '[.pods[] | select(.role == "rank") | .node] | unique | length' <<<"$s")
   [ "$nodes_used" -ge 2 ] || die "the ranks run on $nodes_used node(s), not spread over $NODES"
   jq -e '.gpus_capacity == 4' <<<"$s" >/dev/null || die "the $NODES nodes do not offer 4 GPUs in all"
+  ns=$(jq -r '.config.namespace' "$LAB_STATE_DIR/$NAME/lab.json")
   say "ranks on $nodes_used nodes: $(jq -c '[.pods[] | select(.role == "rank") | {(.name): .node}] | add' <<<"$s")"
   lab status | grep -q "NODE" || die "lab status shows no node column on $NODES nodes"
-
-  lab fault inject unplaceable-rank --ranks 5 >&2 || die "inject unplaceable-rank"
-  wait_status "rank-4 Pending for want of a GPU on every node, world size 5" 120 \
-    '.world_size == 5 and any(.pods[]; .name == "rank-4" and .phase == "Pending" and ((.reason // "") | test("Insufficient")))'
-  lab fault clear --all >&2 || die "clear unplaceable-rank"
-  wait_status "back to 4 ranks and world size 4" 180 '.world_size == 4 and .ranks_desired == 4'
 
   lab fault inject throttled-rank --rank 1 --cpu 150m >&2 || die "inject throttled-rank"
   wait_status "rank-1 runs at 150m while its template says 400m" 90 \
@@ -238,6 +234,15 @@ if [ "$NODES" -ge 2 ]; then
   expect_storage1_slow 120 0.2 0.15
   expect_all_ready "slow-storage injected on $NODES nodes"
   lab fault clear --all >&2 || die "clear slow-storage"
+
+  # Last: its clear rolls every rank, which would undo an in-place resize made during the rollout.
+  lab fault inject unplaceable-rank --ranks 5 >&2 || die "inject unplaceable-rank"
+  wait_status "rank-4 Pending for want of a GPU on every node, world size 5" 120 \
+    '.world_size == 5 and any(.pods[]; .name == "rank-4" and .phase == "Pending" and ((.reason // "") | test("Insufficient")))'
+  lab fault clear --all >&2 || die "clear unplaceable-rank"
+  wait_status "back to 4 ranks and world size 4" 180 '.world_size == 4 and .ranks_desired == 4'
+  # The clear rolls the ranks back onto the old configuration: wait for the rollout, not only the numbers.
+  kc -n "$ns" rollout status statefulset/rank --timeout=180s >&2 || die "the ranks' rollout after the clear did not finish"
 
   t=$(now)
   lab_down || die "lab down ($NODES nodes)"

@@ -392,6 +392,22 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             step: crate::judge::job_step(s),
             ranks_ready: s.status.ranks_ready(),
             firing: s.alerts.iter().map(|a| a.rule.clone()).collect(),
+            read_p50_ms: s
+                .storage
+                .iter()
+                .filter_map(|v| Some((v.name.clone(), (v.client_p50? * 1e4).round() / 10.0)))
+                .collect(),
+            throttled: s
+                .ranks
+                .iter()
+                .filter_map(|r| Some((r.name.clone(), (r.throttled? * 1e3).round() / 1e3)))
+                .collect(),
+            compute: s
+                .ranks
+                .iter()
+                .filter_map(|r| Some((r.name.clone(), (r.compute? * 1e3).round() / 1e3)))
+                .collect(),
+            world_size: t.world_size,
         });
         if self.inject_ms.is_some() {
             self.lost.push(s);
@@ -1113,6 +1129,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             name: drill.name.clone(),
             origin: origin.to_string(),
             description: drill.description.clone(),
+            faults: crate::report::injected(drill),
             seed: drill.seed,
             lab: self.lab.name.clone(),
             runtime,
@@ -1123,6 +1140,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             evidence,
             figures,
             baseline: self.baseline,
+            steady_after: self.after,
             steps: self.steps,
             remediations: self.remediations,
             cleanup: self.cleanup,

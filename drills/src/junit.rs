@@ -197,6 +197,7 @@ mod tests {
             name: name.into(),
             origin: format!("builtin:{name}"),
             description: None,
+            faults: vec![],
             seed: 42,
             lab: "lab".into(),
             runtime: "local".into(),
@@ -210,6 +211,7 @@ mod tests {
                 ..Figures::default()
             },
             baseline: None,
+            steady_after: None,
             steps: vec![StepReport {
                 step: crate::report::StepName::Verify,
                 ok: verdict == Verdict::Pass,

@@ -5,7 +5,7 @@
 //! tolerance of the baseline measured just before the fault, for a number of consecutive training steps.
 //! Ready is never the test. The [`engine`] runs a drill against a live lab, takes its decisions from the
 //! pure judges in [`judge`], always clears what it injected and checks the steady state after its own
-//! cleanup, and produces a [`report`] (JSON) and [`junit`] XML. Before a remediation it writes the
+//! cleanup, and produces a [`report`] (JSON), [`junit`] XML and an [`html`] page. Before a remediation it writes the
 //! incident [`bundle`]: the evidence a real system would show, without naming the injected fault.
 
 pub mod builtin;
@@ -13,6 +13,7 @@ pub mod bundle;
 pub mod command;
 pub mod engine;
 pub mod error;
+pub mod html;
 pub mod judge;
 pub mod junit;
 pub mod report;

@@ -2,6 +2,9 @@
 //! detect, to mitigate, back to baseline, steps lost), every step, the remediations with their output, the
 //! cleanup, and a per-second timeline of the job's own signals. JSON schema in `docs/drills.md`.
 
+use std::collections::BTreeMap;
+
+use lab_faults::Fault;
 use serde::Serialize;
 
 use crate::judge::PreFault;
@@ -148,6 +151,15 @@ pub struct Point {
     pub ranks_ready: (usize, usize),
     /// Golden signals firing.
     pub firing: Vec<String>,
+    /// Each storage server's read p50 as the ranks see it, in ms, by server (`storage-1`); a server not
+    /// measured at that instant is absent. The suspect dependency of a slow-storage drill.
+    pub read_p50_ms: BTreeMap<String, f64>,
+    /// Each rank's share of CFS periods throttled (0..1), by rank (`rank-1`).
+    pub throttled: BTreeMap<String, f64>,
+    /// Each rank's share of its time spent computing (0..1), by rank.
+    pub compute: BTreeMap<String, f64>,
+    /// The world size the ranks report.
+    pub world_size: Option<u32>,
 }
 
 /// The report of one drill.
@@ -157,6 +169,8 @@ pub struct DrillReport {
     /// `builtin:slow-storage` or the file's path.
     pub origin: String,
     pub description: Option<String>,
+    /// The faults the drill injects, as its file writes them: what the HTML report charts as the suspect.
+    pub faults: Vec<Fault>,
     pub seed: u64,
     pub lab: String,
     pub runtime: String,
@@ -169,6 +183,9 @@ pub struct DrillReport {
     pub evidence: Vec<String>,
     pub figures: Figures,
     pub baseline: Option<PreFault>,
+    /// The lab's steady state measured after the drill's cleanup; when the machine got slower during the
+    /// drill, a failed verification is judged again against it.
+    pub steady_after: Option<PreFault>,
     pub steps: Vec<StepReport>,
     pub remediations: Vec<RemediationReport>,
     pub cleanup: CleanupReport,
@@ -193,6 +210,7 @@ impl DrillReport {
             name: drill.name.clone(),
             origin: origin.to_string(),
             description: drill.description.clone(),
+            faults: injected(drill),
             seed: drill.seed,
             lab: lab.to_string(),
             runtime: runtime.to_string(),
@@ -203,12 +221,25 @@ impl DrillReport {
             evidence: Vec::new(),
             figures: Figures::default(),
             baseline: None,
+            steady_after: None,
             steps: Vec::new(),
             remediations: Vec::new(),
             cleanup: CleanupReport::default(),
             timeline: Vec::new(),
         }
     }
+}
+
+/// The faults a drill's steps inject, in order.
+pub(crate) fn injected(drill: &crate::spec::Drill) -> Vec<Fault> {
+    drill
+        .steps
+        .iter()
+        .filter_map(|s| match s {
+            crate::spec::Step::Inject(f) => Some(f.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The report of a whole `lab drill run`.

@@ -309,6 +309,9 @@ pub struct DrillRunArgs {
     /// Write a JUnit XML report here.
     #[arg(long)]
     pub junit: Option<PathBuf>,
+    /// Write a self-contained HTML page here: per drill a timeline chart, the verdict, figures and evidence.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -54,6 +54,44 @@ fn record(ns: &str, wait: Duration) -> KubeRecord {
     }
 }
 
+/// What a kubelet would report for the ranks the scheduler bound to `node`: Running and Ready.
+async fn report_bound_ranks_ready(pods: &Api<Pod>, node: &str) {
+    let list = pods.list(&ListParams::default()).await.unwrap();
+    for p in list.items {
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let bound = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if !name.starts_with("rank-") || !bound || ready || p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        // A resize-capable kubelet reports the resources it applied; the API server accepts a resize
+        // only for pods whose running containers report them.
+        let applied = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .and_then(|c| c.resources.clone());
+        let at = "2026-01-01T00:00:00Z";
+        let status = json!({ "status": {
+            "phase": "Running",
+            "conditions": [
+                { "type": "PodScheduled", "status": "True", "lastTransitionTime": at },
+                { "type": "Ready", "status": "True", "lastTransitionTime": at },
+            ],
+            "containerStatuses": [ { "name": "rank", "ready": true, "restartCount": 0, "started": true,
+                "image": "straggler-lab/lab:test", "imageID": "", "state": { "running": { "startedAt": at } },
+                "resources": applied } ],
+        } });
+        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap();
+    }
+}
+
 /// Polls `status()` until `cond` holds, for at most `secs`.
 async fn until(rt: &KubeRuntime, what: &str, secs: u64, cond: impl Fn(&LabStatus) -> bool) -> LabStatus {
     let start = Instant::now();
@@ -101,6 +139,10 @@ async fn the_lab_against_a_real_api_server_scheduler_and_controllers() {
     let status = json!({ "status": {
         "capacity": { "cpu": "8", "memory": "32Gi", "pods": "110" },
         "allocatable": { "cpu": "8", "memory": "32Gi", "pods": "110", GPU: "4" },
+        // The API server lets a pod be resized only on a node whose kubelet is new enough to do it.
+        "nodeInfo": { "kubeletVersion": "v1.34.4", "kubeProxyVersion": "", "machineID": "", "systemUUID": "",
+            "bootID": "", "kernelVersion": "", "osImage": "", "containerRuntimeVersion": "",
+            "operatingSystem": "linux", "architecture": "amd64" },
         "conditions": [ { "type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test node",
             "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z" } ],
     } });
@@ -143,14 +185,27 @@ async fn the_lab_against_a_real_api_server_scheduler_and_controllers() {
     }
     let rt = KubeRuntime::with_client(lab, client.clone(), rec.clone());
 
-    // The controllers made the pods and the scheduler bound them; nothing runs them.
-    let s = until(&rt, "four ranks bound to the node", 60, |s| {
-        s.ranks()
+    // The controllers made the pods and the scheduler bound them; nothing runs them. The ranks'
+    // StatefulSet is OrderedReady: the test plays the kubelet's one part the controller waits for, each
+    // bound rank reported Running and Ready, so the controller creates the next.
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let start = Instant::now();
+    let s = loop {
+        report_bound_ranks_ready(&pods_api, &node_name).await;
+        let s = rt.status().await.expect("status");
+        if s.ranks()
             .filter(|p| p.node.as_deref() == Some(node_name.as_str()))
             .count()
             == 4
-    })
-    .await;
+        {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "timed out waiting for four ranks bound to the node: {s:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert_eq!((s.world_size, s.ranks_desired, s.gpus_capacity), (4, 4, 4));
     assert!(s.pods.iter().any(|p| p.name == "storage-master"));
     assert!(s.pods.iter().any(|p| p.name == "seeder"));
@@ -213,14 +268,15 @@ async fn the_lab_against_a_real_api_server_scheduler_and_controllers() {
     assert_eq!(template_ws(&live), "5");
 
     // throttled-rank: the resize subresource takes the lab's patch; the pod spec says 150m, the template
-    // 400m. No kubelet applies it, so the wait for the applied limit times out here.
+    // 400m. No kubelet applies it (the live limit stays what was reported, 400m), so the wait for the
+    // applied limit times out here.
     let short = KubeRuntime::with_client(lab, client.clone(), record(&ns, Duration::from_secs(3)));
     let err = short.resize_rank(1, Millicores(150)).await.unwrap_err();
     assert!(matches!(err, RuntimeError::Timeout { .. }), "{err}");
     let l = rt.cpu_limits(1).await.unwrap();
     assert_eq!(
         (l.spec, l.template, l.live),
-        (Some(Millicores(150)), Millicores(400), None)
+        (Some(Millicores(150)), Millicores(400), Some(Millicores(400)))
     );
 
     // slow-storage: the delay container (NET_ADMIN, nothing else) is accepted as an ephemeral container.

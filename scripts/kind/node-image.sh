@@ -245,7 +245,12 @@ component_images() {
   for b in /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi /usr/sbin/conntrack /usr/bin/dash /usr/bin/grep /usr/bin/ln; do
     add_from_rootfs "$spec" "$r" "$b"
   done
+  # The extension modules iptables loads at run time, and the libraries they load (libm for statistic,
+  # the random load balancing of Services with several endpoints).
   find "$r/usr/lib/x86_64-linux-gnu/xtables" -name '*.so' -printf 'file usr/lib/x86_64-linux-gnu/xtables/%f %p\n' >> "$spec"
+  for b in $(chroot "$r" sh -c 'ldd /usr/lib/x86_64-linux-gnu/xtables/*.so' | awk '/=> \// {print $3} /^\t\// {print $1}' | sort -u); do
+    add_path "$spec" "$r" "$b"
+  done
   echo "file etc/protocols $r/etc/protocols 0644" >> "$spec"
   echo "symlink usr/bin/sh dash" >> "$spec"
   echo "file usr/sbin/iptables-wrapper $KIND_DIR/node/iptables-wrapper 0755" >> "$spec"
@@ -332,6 +337,8 @@ main() {
     step "component images (apiserver, controller-manager, scheduler, proxy, etcd, coredns, pause)" component_images
     step "node image assembled (binaries, /kind/version, images imported, docker commit)" assemble "$base" "$hash"
     docker_ rmi "$base" >/dev/null 2>&1 || true
+    # The image this build replaced (untagged now) and the base's build layers: the data root is a cache.
+    docker_ image prune -f >/dev/null
     step "node image saved to $ARCHIVE" save_archive "$hash"
   fi
   [ -f "$ARCHIVE" ] && [ "$(cat "$ARCHIVE.inputs" 2>/dev/null)" = "$hash" ] \

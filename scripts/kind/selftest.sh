@@ -8,6 +8,9 @@
 #
 #   scripts/kind/selftest.sh          (LAB_KIND_KEEP=1 leaves the engine and the last cluster up)
 #
+# An engine that was already running when the selftest started is someone's: the selftest then removes
+# only its own cluster and leaves the engine up (and cannot check that nothing is left).
+#
 # Prints ✓/✗ per check with its time; exits non-zero on the first failure (after cleaning up).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -31,7 +34,7 @@ cleanup() {
   elif [ "$rc" != 0 ]; then
     say "failed: cleaning up"
     kind delete cluster --name "$NAME" >/dev/null 2>&1 || true
-    "$KIND_DIR/engine.sh" down || true
+    if [ "$ENGINE_WAS_UP" = 0 ]; then "$KIND_DIR/engine.sh" down || true; fi
   fi
   rm -rf "$WORK"
   say "selftest $( [ "$rc" = 0 ] && echo passed || echo FAILED ) in $(elapsed "$T_ALL")"
@@ -43,14 +46,14 @@ probe_image() {
   local bb spec lib
   bb=$(command -v busybox || true)
   if [ -z "$bb" ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox >/dev/null 2>&1
     bb=$(command -v busybox)
   fi
   spec="$WORK/probe.spec"
   echo "file bin/busybox $bb 0755" > "$spec"
   while read -r lib; do [ -n "$lib" ] && echo "file $lib $lib 0755" >> "$spec"; done \
     < <(ldd "$bb" | awk '/=> \// {print $3} /^\t\// {print $1}')
-  for a in sh httpd wget nslookup sleep cat echo ip hostname; do echo "symlink bin/$a busybox" >> "$spec"; done
+  for a in sh httpd wget nslookup sleep cat echo ip hostname timeout; do echo "symlink bin/$a busybox" >> "$spec"; done
   echo "dir tmp 1777" >> "$spec"
   printf 'lab-probe ok\n' > "$WORK/index.html"
   echo "file www/index.html $WORK/index.html 0644" >> "$spec"
@@ -120,25 +123,31 @@ YAML
 
 dns() { grep -q 'Address.*198\.51\.100\.129' <<<"$(kc exec client -- nslookup kubernetes.default.svc.cluster.local)"; }
 
-service() { [ "$(kc exec client -- wget -q -T 5 -O - http://web.default.svc.cluster.local/)" = "lab-probe ok" ]; }
+# busybox's own wget -T crashes (SIGSEGV): its timeout applet bounds the request instead.
+service() { [ "$(kc exec client -- timeout 5 wget -q -O - http://web.default.svc.cluster.local/)" = "lab-probe ok" ]; }
 
 pod_to_pod() {
   local ip
   ip=$(kc get pod web -o jsonpath='{.status.podIP}')
-  [ "$(kc exec client -- wget -q -T 5 -O - "http://$ip:8080/")" = "lab-probe ok" ]
+  [ "$(kc exec client -- timeout 5 wget -q -O - "http://$ip:8080/")" = "lab-probe ok" ]
 }
+
+quiet_rm_network() { docker_ network rm "$KIND_NETWORK" >/dev/null; }
 
 delete_cluster() { kind delete cluster --name "$NAME" --kubeconfig "$KCFG" >/dev/null 2>&1; }
 
 # The kubelets run in privileged containers and see /proc/sys writable: do they change the host's
-# kernel-wide settings? Reported (engine.sh down restores them either way).
-sysctl_snapshot() { local s; for s in "${TOUCHED_SYSCTLS[@]}"; do [ -f "/proc/sys/$s" ] && echo "$s $(cat "/proc/sys/$s")"; done; }
-
+# kernel-wide settings? Reported against the engine's record of the host before `up` (engine.sh down
+# restores them either way).
 report_sysctls() {
-  local changed
-  changed=$(diff <(cat "$WORK/sysctls-before") <(sysctl_snapshot) | awk '/^>/ { print $2 "=" $3 }' | tr '\n' ' ')
-  if [ -n "$changed" ]; then say "    host sysctls changed while the cluster ran: $changed(engine down restores them)"
-  else say "    host sysctls unchanged while the cluster ran"; fi
+  local s v now changed=""
+  [ -f "$HOST/sysctls" ] || return 0
+  while read -r s v; do
+    now=$(tr '\t' ' ' < "/proc/sys/$s" 2>/dev/null) || continue
+    [ "$now" = "$v" ] || changed+="${s//\//.} $v -> $now; "
+  done < "$HOST/sysctls"
+  if [ -n "$changed" ]; then say "    host sysctls changed since the engine started: $changed(engine.sh down restores them)"
+  else say "    host sysctls unchanged since the engine started"; fi
 }
 
 nothing_left() {
@@ -161,22 +170,27 @@ cluster_checks() { # cluster_checks <label> <web node> <client node>
   step "$1: kind load image-archive (OCI archive of $PROBE_REF)" load_probe
   step "$1: pods web on $2, client on $3 Running with IPs" pods "$2" "$3"
   say "    $(kc get pods -o wide --no-headers | awk '{ printf "%s %s %s on %s; ", $1, $3, $6, $7 }')"
-  step "$1: DNS (kubernetes.default from the client pod)" dns
-  step "$1: Service web (by DNS name) from the client" service
-  step "$1: pod to pod ($3 → $2)" pod_to_pod
+  # Retried for a while: kube-proxy and CoreDNS pick up new Services and endpoints a little later.
+  step "$1: DNS (kubernetes.default from the client pod)" wait_for 30 dns
+  step "$1: Service web (by DNS name) from the client" wait_for 30 service
+  step "$1: pod to pod ($3 → $2)" wait_for 30 pod_to_pod
 }
 
 say "kind selftest ($KIND_VERSION, $NODE_IMAGE)"
+ENGINE_WAS_UP=0
+if engine_up; then ENGINE_WAS_UP=1; fi
 step "engine up" "$KIND_DIR/engine.sh" up
 step "node image (build or reuse)" "$KIND_DIR/node-image.sh"
 step "kubectl" k8s_tools
 KUBECTL=$(cat "$WORK/kubectl")
 step "probe image archive ($PROBE_REF)" probe_image
-sysctl_snapshot > "$WORK/sysctls-before"
 
 cp "$KIND_DIR/cluster.yaml" "$WORK/one.yaml"
 sed 's/^- role: control-plane$/&\n- role: worker/' "$WORK/one.yaml" > "$WORK/two.yaml"
 
+if grep -qx "$NAME" <<<"$(kind get clusters 2>/dev/null)"; then
+  step "cluster $NAME left by an earlier run deleted" delete_cluster
+fi
 step "1 node: kind create cluster --wait 180s" create "$WORK/one.yaml"
 cluster_checks "1 node" "$NAME-control-plane" "$NAME-control-plane"
 report_sysctls
@@ -188,6 +202,10 @@ report_sysctls
 if [ "${LAB_KIND_KEEP:-0}" = 1 ]; then exit 0; fi
 step "2 nodes: kind delete cluster" delete_cluster
 
-step "kind's network deleted" docker_ network rm "$KIND_NETWORK"
+if [ "$ENGINE_WAS_UP" = 1 ]; then
+  say "the engine was running before the selftest: left up, with its network (engine.sh down stops it)"
+  exit 0
+fi
+step "kind's network deleted" quiet_rm_network
 step "engine down" "$KIND_DIR/engine.sh" down
 step "nothing left (containers, bridges, firewall rules, mounts, processes, socket)" nothing_left

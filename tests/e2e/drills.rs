@@ -131,12 +131,17 @@ fn drill(lab: &Lab, args: &[&str]) -> Output {
 /// A trap: a built-in drill with a wrong remediation must fail on the job's own signals, say so clearly,
 /// and still leave the lab steady after its cleanup.
 fn trap(lab: &Lab, dir: &Path, name: &str, remediation: &str) -> Value {
+    trap_with(lab, dir, name, name, remediation)
+}
+
+/// [`trap`] with the drill given as `drill` (a built-in's name or a drill file) that reports as `name`.
+fn trap_with(lab: &Lab, dir: &Path, name: &str, drill_arg: &str, remediation: &str) -> Value {
     let path = dir.join(format!("{name}-trap.json"));
     let xml = dir.join(format!("{name}-trap.xml"));
     let out = drill(
         lab,
         &[
-            name,
+            drill_arg,
             "--remediate",
             remediation,
             "--report",
@@ -248,6 +253,33 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
         ]
     );
 
+    // The valid fixtures that say "Passes.": the fixes a person would write by hand, run as drill files on
+    // the same lab, pass on the job's own signals and leave the lab steady.
+    let fixes = ["throttled-resize-fix.yaml", "unplaceable-world-size-fix.yaml"]
+        .map(|f| fixtures().join("valid").join(f).display().to_string());
+    let fixes_json = dir.path().join("fixes.json");
+    let out = drill(
+        &lab,
+        &[&fixes[0], &fixes[1], "--report", fixes_json.to_str().unwrap()],
+    );
+    assert!(
+        out.status.success(),
+        "the fixtures' fixes must pass:\n{}",
+        text(&out)
+    );
+    let r = report(&fixes_json);
+    let names: Vec<&str> = r["drills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            assert_eq!(d["verdict"], "pass", "{}: {}", d["name"], d["reason"]);
+            assert_eq!(d["cleanup"]["steady"], true, "{}: {}", d["name"], d["cleanup"]);
+            d["name"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(names, ["throttled-resize-fix", "unplaceable-world-size-fix"]);
+
     // The seed's traps. The slow-storage one also keeps the incident bundle it was handed.
     let bundle = dir.path().join("bundle.json");
     let restart = format!(
@@ -264,7 +296,21 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     );
     let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
     check_bundle(&b);
-    trap(&lab, dir.path(), "throttled-rank", "lab apply --cpu 400m");
+    // The throttled-rank trap with the cut at 50m instead of the built-in's 150m: on a machine whose load
+    // changes between the drill's baseline and its verify window (other builds starting and stopping),
+    // 150m can cost less than that change, and a fix that changes nothing then passes on a good moment.
+    // 50m costs more than any such swing; the trap is the same.
+    let deep_cut = dir.path().join("throttled-rank-50m.yaml");
+    let builtin = include_str!("../../drills/builtin/throttled-rank.yaml");
+    assert!(builtin.contains("cpu: 150m"), "{builtin}");
+    std::fs::write(&deep_cut, builtin.replace("cpu: 150m", "cpu: 50m")).unwrap();
+    trap_with(
+        &lab,
+        dir.path(),
+        "throttled-rank",
+        deep_cut.to_str().unwrap(),
+        "lab apply --cpu 400m",
+    );
     let d = trap(&lab, dir.path(), "unplaceable-rank", "lab scale ranks 4");
     let ev = d["evidence"]
         .as_array()

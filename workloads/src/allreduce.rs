@@ -1,27 +1,40 @@
-//! The ring all-reduce: reduce-scatter then all-gather of an `f32` vector over TCP, summing elementwise.
+//! The all-reduce: an elementwise sum of an `f32` vector across all ranks over TCP, with the algorithm
+//! chosen by size as MPI libraries do, and every rank ending with the same bits.
 //!
-//! Each rank keeps two connections: one to the next rank in the ring (it only sends there) and one from
-//! the previous rank (it only receives from there). The vector is cut into `world` segments (their
-//! lengths differ by at most one, so any length works); in `world − 1` reduce-scatter steps each rank
-//! adds the segment it receives into its own, and in `world − 1` all-gather steps the finished segments
-//! travel once around the ring. Every rank ends up with the same bits, because each segment's sum is
-//! computed on exactly one rank and then copied.
+//! Every rank holds one connection to every other rank, in each direction: the one it opened (it only
+//! sends there) and the one the other rank opened (it only receives from there). Three algorithms use them:
 //!
-//! One thread drives both directions with non-blocking sockets and `poll`, and the steps are pipelined:
-//! the bytes of step `k + 1` leave as soon as the same bytes of step `k` have arrived (and been added), so
-//! a large vector streams through the ring instead of waiting a full segment per hop. Sends go straight
-//! from the caller's buffer, all-gather receives land straight in it, and reduce-scatter receives land in
-//! one scratch segment: no other copies.
+//! * **Recursive doubling** (small vectors, latency-bound): `log2 p` rounds in which partners swap the
+//!   whole vector and add. One message per round instead of the ring's `2(W − 1)` hops.
+//! * **Recursive halving, then doubling** (Rabenseifner; medium vectors): a reduce-scatter in `log2 p`
+//!   rounds that halve the part each rank keeps, then an all-gather in `log2 p` rounds that double it: the
+//!   ring's bytes in `2 log2 p` messages.
+//! * **Ring** (large vectors, bandwidth-bound): reduce-scatter then all-gather around the ring over the
+//!   connections to the next and from the previous rank. The vector is cut into `world` segments, and
+//!   those into chunks of 128 KiB; one thread receives and adds, another sends, so that a chunk leaves as
+//!   soon as it has arrived and been added (while it is still in the cache), and the kernel's copies on
+//!   one side overlap the additions on the other.
 //!
-//! Every operation starts with a 24-byte header from the previous rank (magic, step, length, and the
-//! sender's model checksum), so a stray client, a rank at another step, a rank with another model size,
-//! or a model that diverged between ranks is reported as exactly that, never summed.
+//! `p` is the largest power of two not above the world size. In a world of another size the first
+//! `2 (W − p)` ranks pair up before and after (the even rank of each pair hands its vector to the odd one,
+//! which takes part for both and hands the result back), as MPICH does.
+//!
+//! **Identical bits.** Every rank runs the same algorithm (it depends only on the length and the world
+//! size, both checked in every message) and so the same reduction tree. Recursive doubling adds two
+//! partial sums on both partners, `a + b` on one and `b + a` on the other: IEEE addition is commutative,
+//! so the bits agree. The other two compute each element's sum on exactly one rank and copy it to the rest.
+//!
+//! Every message starts with a 24-byte header (magic, step, length, and the sender's model checksum), sent
+//! in the same `writev` as the data, so a stray client, a rank at another step, a rank with another model
+//! size, or a model that diverged between ranks is reported as exactly that, never summed. Sends go
+//! straight from the caller's buffer; received data lands in it or, when it is to be added, in one scratch
+//! buffer kept across operations, so a step allocates nothing.
 //!
 //! The time spent blocked in `poll` is the *wait* phase (a peer is not ready: the straggler signal); the
 //! rest is *transfer*. An operation that takes longer than the watchdog timeout fails with a
-//! [`WorkloadError::Watchdog`] naming the neighbour it was waiting for.
+//! [`WorkloadError::Watchdog`] naming the peer it was waiting for.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::ops::Range;
 use std::os::fd::AsFd;
@@ -33,9 +46,63 @@ use crate::error::{Result, WorkloadError};
 
 const OP_MAGIC: u32 = 0x4c41_5231; // "LAR1"
 const HELLO_MAGIC: u32 = 0x4c52_4e47; // "LRNG"
-const PROTOCOL_VERSION: u32 = 1;
+/// 2: every rank connects to every other rank (1 connected only the ring's neighbours).
+const PROTOCOL_VERSION: u32 = 2;
 const HEADER_LEN: usize = 24;
 const HELLO_LEN: usize = 24;
+
+/// How long an exchange retries, yielding the CPU, before it blocks in `poll`.
+const SPIN: Duration = Duration::from_micros(100);
+
+/// Vectors up to this many bytes use recursive doubling.
+pub const RECURSIVE_DOUBLING_MAX_BYTES: usize = 64 << 10;
+/// Vectors up to this many bytes (and above the previous) use recursive halving and doubling; larger
+/// ones the ring.
+pub const HALVING_DOUBLING_MAX_BYTES: usize = 4 << 20;
+
+/// How the vector is summed across ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    RecursiveDoubling,
+    HalvingDoubling,
+    Ring,
+}
+
+impl Algorithm {
+    /// Every algorithm, for tests and benchmarks.
+    pub const ALL: [Algorithm; 3] = [
+        Algorithm::RecursiveDoubling,
+        Algorithm::HalvingDoubling,
+        Algorithm::Ring,
+    ];
+
+    /// The algorithm for a vector of `len` values: the same on every rank, which is what keeps their
+    /// results bit-identical.
+    pub fn for_len(len: usize) -> Algorithm {
+        let bytes = len.saturating_mul(4);
+        if bytes <= RECURSIVE_DOUBLING_MAX_BYTES {
+            Algorithm::RecursiveDoubling
+        } else if bytes <= HALVING_DOUBLING_MAX_BYTES {
+            Algorithm::HalvingDoubling
+        } else {
+            Algorithm::Ring
+        }
+    }
+
+    /// A short name, as the benchmark prints it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::RecursiveDoubling => "recursive-doubling",
+            Algorithm::HalvingDoubling => "halving-doubling",
+            Algorithm::Ring => "ring",
+        }
+    }
+
+    /// Parses [`Algorithm::name`].
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
 
 /// Where one all-reduce spent its time.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -46,70 +113,107 @@ pub struct Stats {
     pub transfer: Duration,
 }
 
-/// Socket settings for the ring's connections.
+/// Socket settings for the connections between ranks.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RingOptions {
     /// `SO_SNDBUF`/`SO_RCVBUF` in bytes; `None` leaves the kernel's auto-tuning alone.
     pub socket_buffer: Option<usize>,
 }
 
-/// This rank's place in the ring and its two connections.
+/// This rank's place among the ranks and its connections to each of them.
 #[derive(Debug)]
 pub struct Ring {
     rank: u32,
     world: u32,
-    /// To the next rank (send only) and from the previous rank (receive only); `None` when alone.
-    links: Option<(TcpStream, TcpStream)>,
+    /// By rank: the connection this rank opened to it (send only); `None` for this rank itself.
+    to: Vec<Option<TcpStream>>,
+    /// By rank: the connection it opened to this rank (receive only); `None` for this rank itself.
+    from: Vec<Option<TcpStream>>,
     scratch: Vec<f32>,
+}
+
+/// The start of segment `i` of `parts` equal segments (lengths differing by at most one) of `len` values.
+fn seg_start(len: usize, parts: usize, i: usize) -> usize {
+    let (base, extra) = (len / parts, len % parts);
+    i * base + i.min(extra)
+}
+
+/// Segments `lo .. hi` of `parts`, as one range of values.
+fn blocks(len: usize, parts: usize, lo: usize, hi: usize) -> Range<usize> {
+    seg_start(len, parts, lo)..seg_start(len, parts, hi)
 }
 
 /// The `world` segments a vector of `len` values is cut into: contiguous, in order, lengths differing by
 /// at most one.
 pub fn segments(len: usize, world: usize) -> Vec<Range<usize>> {
     let world = world.max(1);
-    let (base, extra) = (len / world, len % world);
-    let mut start = 0;
-    (0..world)
-        .map(|i| {
-            let n = base + usize::from(i < extra);
-            let r = start..start + n;
-            start += n;
-            r
-        })
-        .collect()
+    (0..world).map(|i| blocks(len, world, i, i + 1)).collect()
+}
+
+/// The largest power of two not above `n` (`n ≥ 1`).
+fn power_of_two_below(n: usize) -> usize {
+    1 << (usize::BITS - 1 - n.leading_zeros())
+}
+
+/// What an operation checks every message against, and its clock.
+struct Op {
+    seq: u64,
+    len: usize,
+    crc: u32,
+    header: [u8; HEADER_LEN],
+    started: Instant,
+    deadline: Instant,
+    wait: Duration,
+}
+
+/// What to do with received values.
+#[derive(Clone, Copy, PartialEq)]
+enum Into {
+    /// Add them into the caller's vector.
+    Add,
+    /// Overwrite the caller's vector with them.
+    Copy,
 }
 
 impl Ring {
-    /// A ring of one: every all-reduce returns the vector unchanged.
+    /// A world of one: every all-reduce returns the vector unchanged.
     pub fn single() -> Ring {
         Ring {
             rank: 0,
             world: 1,
-            links: None,
+            to: vec![None],
+            from: vec![None],
             scratch: Vec::new(),
         }
     }
 
-    /// A ring from two established connections: `next` to rank `rank + 1`, `prev` from rank `rank − 1`.
+    /// From established connections, by rank: `to[j]` opened by this rank to rank `j`, `from[j]` opened
+    /// by rank `j` to this one; both `None` exactly at this rank.
     ///
     /// # Errors
-    /// When the sockets cannot be switched to non-blocking mode.
-    pub fn from_streams(
+    /// [`WorkloadError::Invalid`] when a connection is missing; I/O errors when the sockets cannot be set
+    /// up.
+    pub fn from_links(
         rank: u32,
         world: u32,
-        next: TcpStream,
-        prev: TcpStream,
+        to: Vec<Option<TcpStream>>,
+        from: Vec<Option<TcpStream>>,
         opts: RingOptions,
     ) -> Result<Ring> {
-        for (s, who) in [(&next, "next"), (&prev, "previous")] {
-            let err = |e| {
-                WorkloadError::io(
-                    format!("ring connection to the {who} rank"),
-                    peer_of(s),
-                    e,
-                    Duration::ZERO,
-                )
-            };
+        let complete = |v: &[Option<TcpStream>]| {
+            v.len() == world as usize
+                && v.iter()
+                    .enumerate()
+                    .all(|(j, s)| s.is_some() == (j != rank as usize))
+        };
+        if !complete(&to) || !complete(&from) {
+            return Err(WorkloadError::invalid(
+                "all-reduce links",
+                format!("rank {rank} of {world} needs one connection each way to every other rank"),
+            ));
+        }
+        for s in to.iter().chain(&from).flatten() {
+            let err = |e| WorkloadError::io("connection to a peer rank", peer_of(s), e, Duration::ZERO);
             s.set_nodelay(true).map_err(err)?;
             s.set_nonblocking(true).map_err(err)?;
             if let Some(n) = opts.socket_buffer {
@@ -121,7 +225,8 @@ impl Ring {
         Ok(Ring {
             rank,
             world,
-            links: Some((next, prev)),
+            to,
+            from,
             scratch: Vec::new(),
         })
     }
@@ -131,27 +236,20 @@ impl Ring {
         self.rank
     }
 
-    /// The number of ranks in the ring.
+    /// The number of ranks.
     pub fn world(&self) -> u32 {
         self.world
     }
 
-    fn next_rank(&self) -> u32 {
-        (self.rank + 1) % self.world
-    }
-
-    fn prev_rank(&self) -> u32 {
-        (self.rank + self.world - 1) % self.world
-    }
-
-    /// Sums `data` elementwise across all ranks, in place. `seq` (the step) and `model_crc` (a checksum
-    /// of the sender's model) are checked against the previous rank's; pass the same values on every
-    /// rank. Fails when the operation takes longer than `timeout`.
+    /// Sums `data` elementwise across all ranks, in place, with the algorithm [`Algorithm::for_len`]
+    /// picks. `seq` (the step) and `model_crc` (a checksum of the sender's model) are checked against
+    /// every peer's; pass the same values on every rank. Fails when the operation takes longer than
+    /// `timeout`.
     ///
     /// # Errors
-    /// [`WorkloadError::Watchdog`] after `timeout`; [`WorkloadError::PeerClosed`] when a neighbour goes
-    /// away; [`WorkloadError::Protocol`] for garbage; [`WorkloadError::Mismatch`] when the previous rank
-    /// is at another step, has another length or another model. `data` is unspecified after an error.
+    /// [`WorkloadError::Watchdog`] after `timeout`; [`WorkloadError::PeerClosed`] when a peer goes away;
+    /// [`WorkloadError::Protocol`] for garbage; [`WorkloadError::Mismatch`] when a peer is at another
+    /// step, has another length or another model. `data` is unspecified after an error.
     pub fn allreduce(
         &mut self,
         data: &mut [f32],
@@ -159,191 +257,557 @@ impl Ring {
         model_crc: u32,
         timeout: Duration,
     ) -> Result<Stats> {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        let (world, rank) = (self.world as usize, self.rank as usize);
-        let (next_rank, prev_rank) = (self.next_rank(), self.prev_rank());
-        let Some((next, prev)) = self.links.as_mut() else {
-            return Ok(Stats::default());
-        };
-        let segs = segments(data.len(), world);
-        let max_seg = segs.iter().map(|s| s.len()).max().unwrap_or(0);
-        if self.scratch.len() < max_seg {
-            self.scratch.resize(max_seg, 0.0);
-        }
-        let scratch = &mut self.scratch;
-        let steps = 2 * (world - 1);
-        let send_seg = |k: usize| -> Range<usize> {
-            let i = if k < world - 1 {
-                (rank + world - k) % world
-            } else {
-                (rank + 1 + world - (k - (world - 1))) % world
-            };
-            segs[i].clone()
-        };
-        let recv_seg = |k: usize| -> Range<usize> {
-            let i = if k < world - 1 {
-                (rank + 2 * world - k - 1) % world
-            } else {
-                (rank + world - (k - (world - 1))) % world
-            };
-            segs[i].clone()
-        };
+        self.allreduce_with(Algorithm::for_len(data.len()), data, seq, model_crc, timeout)
+    }
 
+    /// [`Ring::allreduce`] with a chosen algorithm (every rank must choose the same one).
+    ///
+    /// # Errors
+    /// As [`Ring::allreduce`].
+    pub fn allreduce_with(
+        &mut self,
+        algorithm: Algorithm,
+        data: &mut [f32],
+        seq: u64,
+        model_crc: u32,
+        timeout: Duration,
+    ) -> Result<Stats> {
+        if self.world <= 1 {
+            return Ok(Stats::default());
+        }
+        let started = Instant::now();
         let mut header = [0u8; HEADER_LEN];
         header[0..4].copy_from_slice(&OP_MAGIC.to_le_bytes());
         header[4..12].copy_from_slice(&seq.to_le_bytes());
         header[12..20].copy_from_slice(&(data.len() as u64).to_le_bytes());
         header[20..24].copy_from_slice(&model_crc.to_le_bytes());
-        let mut header_in = [0u8; HEADER_LEN];
-        let (mut hdr_sent, mut hdr_recv) = (0usize, 0usize);
-        let (mut send_step, mut send_off) = (0usize, 0usize); // send_off in bytes of the step's segment
-        let (mut recv_step, mut recv_off, mut recv_elems) = (0usize, 0usize, 0usize);
-        let mut wait = Duration::ZERO;
-
-        loop {
-            while send_step < steps && send_off == send_seg(send_step).len() * 4 {
-                send_step += 1;
-                send_off = 0;
+        let mut op = Op {
+            seq,
+            len: data.len(),
+            crc: model_crc,
+            header,
+            started,
+            deadline: started + timeout,
+            wait: Duration::ZERO,
+        };
+        match algorithm {
+            Algorithm::Ring => self.ring(data, &mut op)?,
+            Algorithm::RecursiveDoubling | Algorithm::HalvingDoubling => {
+                self.doubling(data, algorithm == Algorithm::HalvingDoubling, &mut op)?;
             }
-            while recv_step < steps && recv_off == recv_seg(recv_step).len() * 4 {
-                recv_step += 1;
-                recv_off = 0;
-                recv_elems = 0;
-            }
-            let send_done = hdr_sent == HEADER_LEN && send_step == steps;
-            let recv_done = hdr_recv == HEADER_LEN && recv_step == steps;
-            if send_done && recv_done {
-                break;
-            }
-            let mut progressed = false;
-
-            // Send: the header, then whatever of the current step's segment is ready.
-            let mut want_write = false;
-            if hdr_sent < HEADER_LEN {
-                want_write = true;
-                match next.write(&header[hdr_sent..]) {
-                    Ok(n) => {
-                        hdr_sent += n;
-                        progressed |= n > 0;
-                    }
-                    Err(e) => check_write(e, next_rank, seq)?,
-                }
-            } else if send_step < steps {
-                let seg = send_seg(send_step);
-                let ready = if send_step == 0 || recv_step >= send_step {
-                    seg.len() * 4
-                } else if recv_step + 1 == send_step {
-                    recv_elems * 4
-                } else {
-                    0
-                };
-                if ready > send_off {
-                    want_write = true;
-                    let bytes: &[u8] = bytemuck::cast_slice(&data[seg.clone()]);
-                    match next.write(&bytes[send_off..ready]) {
-                        Ok(n) => {
-                            send_off += n;
-                            progressed |= n > 0;
-                        }
-                        Err(e) => check_write(e, next_rank, seq)?,
-                    }
-                }
-            }
-
-            // Receive: the header, then the current step's segment (added in, or copied in place).
-            if hdr_recv < HEADER_LEN {
-                match prev.read(&mut header_in[hdr_recv..]) {
-                    Ok(0) => return Err(closed(prev_rank, seq, None)),
-                    Ok(n) => {
-                        hdr_recv += n;
-                        progressed = true;
-                        if hdr_recv == HEADER_LEN {
-                            check_header(&header_in, seq, data.len(), model_crc, prev_rank, prev)?;
-                        }
-                    }
-                    Err(e) => check_read(e, prev_rank, seq)?,
-                }
-            } else if recv_step < steps {
-                let seg = recv_seg(recv_step);
-                let total = seg.len() * 4;
-                let reducing = recv_step < world - 1;
-                let result = if reducing {
-                    let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut scratch[..seg.len()]);
-                    prev.read(&mut buf[recv_off..total])
-                } else {
-                    let buf: &mut [u8] = bytemuck::cast_slice_mut(&mut data[seg.clone()]);
-                    prev.read(&mut buf[recv_off..total])
-                };
-                match result {
-                    Ok(0) => return Err(closed(prev_rank, seq, None)),
-                    Ok(n) => {
-                        recv_off += n;
-                        progressed = true;
-                        let complete = recv_off / 4;
-                        if reducing {
-                            let dst = &mut data[seg.start + recv_elems..seg.start + complete];
-                            for (d, s) in dst.iter_mut().zip(&scratch[recv_elems..complete]) {
-                                *d += *s;
-                            }
-                        }
-                        recv_elems = complete;
-                    }
-                    Err(e) => check_read(e, prev_rank, seq)?,
-                }
-            }
-
-            if progressed {
-                continue;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let waiting_for = if !recv_done { prev_rank } else { next_rank };
-                return Err(WorkloadError::Watchdog {
-                    detail: format!(
-                        "waited {:.0} s at all-reduce step {seq} for rank {waiting_for}",
-                        now.duration_since(started).as_secs_f64()
-                    ),
-                });
-            }
-            let ms = (deadline - now).as_millis().clamp(1, 1000) as u16;
-            let mut fds = Vec::with_capacity(2);
-            if want_write {
-                fds.push(PollFd::new(next.as_fd(), PollFlags::POLLOUT));
-            }
-            if !recv_done {
-                fds.push(PollFd::new(prev.as_fd(), PollFlags::POLLIN));
-            }
-            let t = Instant::now();
-            match poll(&mut fds, PollTimeout::from(ms)) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => {
-                    return Err(WorkloadError::io(
-                        "ring poll",
-                        peer_of(prev),
-                        io::Error::from(e),
-                        Duration::ZERO,
-                    ));
-                }
-            }
-            wait += t.elapsed();
         }
         let total = started.elapsed();
         Ok(Stats {
-            wait,
-            transfer: total.saturating_sub(wait),
+            wait: op.wait,
+            transfer: total.saturating_sub(op.wait),
         })
+    }
+
+    /// Recursive doubling, or (with `halving`) recursive halving then doubling, among the largest
+    /// power of two of ranks, with the pairs' hand-over before and after for the ranks beyond it.
+    fn doubling(&mut self, data: &mut [f32], halving: bool, op: &mut Op) -> Result<()> {
+        let (world, rank, len) = (self.world as usize, self.rank as usize, data.len());
+        let p = power_of_two_below(world);
+        let rem = world - p;
+        // The rank taking part in place of new rank `n`.
+        let real = |n: usize| if n < rem { 2 * n + 1 } else { n + rem };
+        let me = if rank < 2 * rem {
+            if rank % 2 == 0 {
+                self.exchange(data, Some((rank + 1, 0..len)), None, op)?;
+                None
+            } else {
+                self.exchange(data, None, Some((rank - 1, 0..len, Into::Add)), op)?;
+                Some(rank / 2)
+            }
+        } else {
+            Some(rank - rem)
+        };
+        if let Some(n) = me {
+            if halving {
+                // Reduce-scatter: keep half of the current part each round, ending with segment `n`.
+                let (mut lo, mut hi) = (0, p);
+                let mut d = p / 2;
+                while d >= 1 {
+                    let peer = real(n ^ d);
+                    let mid = lo + d;
+                    let (keep, give) = if n & d == 0 {
+                        ((lo, mid), (mid, hi))
+                    } else {
+                        ((mid, hi), (lo, mid))
+                    };
+                    self.exchange(
+                        data,
+                        Some((peer, blocks(len, p, give.0, give.1))),
+                        Some((peer, blocks(len, p, keep.0, keep.1), Into::Add)),
+                        op,
+                    )?;
+                    (lo, hi) = keep;
+                    d /= 2;
+                }
+                // All-gather: swap finished parts, doubling them each round.
+                let mut d = 1;
+                while d < p {
+                    let peer = real(n ^ d);
+                    let theirs = if n & d == 0 { (hi, hi + d) } else { (lo - d, lo) };
+                    self.exchange(
+                        data,
+                        Some((peer, blocks(len, p, lo, hi))),
+                        Some((peer, blocks(len, p, theirs.0, theirs.1), Into::Copy)),
+                        op,
+                    )?;
+                    (lo, hi) = (lo.min(theirs.0), hi.max(theirs.1));
+                    d *= 2;
+                }
+            } else {
+                let mut d = 1;
+                while d < p {
+                    let peer = real(n ^ d);
+                    self.exchange(data, Some((peer, 0..len)), Some((peer, 0..len, Into::Add)), op)?;
+                    d *= 2;
+                }
+            }
+        }
+        if rank < 2 * rem {
+            if rank % 2 == 1 {
+                self.exchange(data, Some((rank - 1, 0..len)), None, op)?;
+            } else {
+                self.exchange(data, None, Some((rank + 1, 0..len, Into::Copy)), op)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `data[send]` (after the header) to one peer while receiving a message of `recv`'s length
+    /// from another (or the same) one, added into or copied over `data[recv]`. Received values to be
+    /// added land in the scratch buffer first; they are added as they arrive when the ranges are
+    /// disjoint, else once the send is complete (the send must go out unchanged).
+    fn exchange(
+        &mut self,
+        data: &mut [f32],
+        send: Option<(usize, Range<usize>)>,
+        recv: Option<(usize, Range<usize>, Into)>,
+        op: &mut Op,
+    ) -> Result<()> {
+        let send_total = send.as_ref().map_or(0, |(_, r)| HEADER_LEN + r.len() * 4);
+        let recv_total = recv.as_ref().map_or(0, |(_, r, _)| HEADER_LEN + r.len() * 4);
+        let (mut sent, mut got, mut added) = (0usize, 0usize, 0usize);
+        let mut header_in = [0u8; HEADER_LEN];
+        let mut idle_since: Option<Instant> = None;
+        let overlap = match (&send, &recv) {
+            (Some((_, s)), Some((_, r, Into::Add))) => s.start < r.end && r.start < s.end,
+            _ => false,
+        };
+        if let Some((_, r, Into::Add)) = &recv
+            && self.scratch.len() < r.len()
+        {
+            self.scratch.resize(r.len(), 0.0);
+        }
+        loop {
+            let mut progressed = false;
+            if let Some((peer, s)) = &send
+                && sent < send_total
+            {
+                let stream = self.to[*peer].as_mut().expect("a link to every other rank");
+                let payload: &[u8] = bytemuck::cast_slice(&data[s.clone()]);
+                let written = if sent < HEADER_LEN {
+                    stream
+                        .write_vectored(&[IoSlice::new(&op.header[sent..]), IoSlice::new(chunk(payload, 0))])
+                } else {
+                    stream.write(chunk(payload, sent - HEADER_LEN))
+                };
+                match written {
+                    Ok(n) => {
+                        sent += n;
+                        progressed |= n > 0;
+                    }
+                    Err(e) => check_io(e, *peer as u32, op.seq)?,
+                }
+            }
+            if let Some((peer, r, into)) = &recv
+                && got < recv_total
+            {
+                let stream = self.from[*peer].as_mut().expect("a link to every other rank");
+                let buf: &mut [u8] = match into {
+                    Into::Add => bytemuck::cast_slice_mut(&mut self.scratch[..r.len()]),
+                    Into::Copy => bytemuck::cast_slice_mut(&mut data[r.clone()]),
+                };
+                let read = if got < HEADER_LEN {
+                    stream.read_vectored(&mut [
+                        IoSliceMut::new(&mut header_in[got..]),
+                        IoSliceMut::new(chunk_mut(buf, 0)),
+                    ])
+                } else {
+                    stream.read(chunk_mut(buf, got - HEADER_LEN))
+                };
+                match read {
+                    Ok(0) => return Err(closed(*peer as u32, op.seq, None)),
+                    Ok(n) => {
+                        let before = got;
+                        got += n;
+                        progressed = true;
+                        if before < HEADER_LEN && got >= HEADER_LEN {
+                            check_header(&header_in, op, *peer as u32, stream)?;
+                        }
+                        if *into == Into::Add && !overlap {
+                            let complete = got.saturating_sub(HEADER_LEN) / 4;
+                            add_into(
+                                &mut data[r.start + added..r.start + complete],
+                                &self.scratch[added..complete],
+                            );
+                            added = complete;
+                        }
+                    }
+                    Err(e) => check_io(e, *peer as u32, op.seq)?,
+                }
+            }
+            let (send_done, recv_done) = (sent == send_total, got == recv_total);
+            if send_done && recv_done {
+                break;
+            }
+            if progressed {
+                idle_since = None;
+                continue;
+            }
+            // A partner's answer to a small message comes within microseconds: yield the CPU (to it, on
+            // a busy machine) and try again for a moment before sleeping in `poll`, whose wake-up costs
+            // more than the message.
+            let now = Instant::now();
+            let since = *idle_since.get_or_insert(now);
+            if now.duration_since(since) < SPIN {
+                std::thread::yield_now();
+                op.wait += now.elapsed();
+                continue;
+            }
+            let send_fd = send
+                .as_ref()
+                .filter(|_| !send_done)
+                .map(|(peer, _)| (self.to[*peer].as_ref().expect("link"), *peer));
+            let recv_fd = recv
+                .as_ref()
+                .filter(|_| !recv_done)
+                .map(|(peer, _, _)| (self.from[*peer].as_ref().expect("link"), *peer));
+            let waiting_for = recv_fd.or(send_fd).map_or(0, |(_, p)| p as u32);
+            wait_ready(send_fd.map(|(s, _)| s), recv_fd.map(|(s, _)| s), waiting_for, op)?;
+        }
+        if let Some((_, r, Into::Add)) = &recv
+            && added < r.len()
+        {
+            add_into(&mut data[r.start + added..r.end], &self.scratch[added..r.len()]);
+        }
+        Ok(())
+    }
+
+    /// The ring with two threads: one sends to the next rank while the other receives from the previous
+    /// rank and adds, so the kernel's copies on one side overlap the additions on the other. The vector
+    /// travels between them in chunks of [`CHUNK`] bytes: a chunk received (and added) at step `k` is
+    /// handed to the sender, which sends it at step `k + 1` and hands it back.
+    fn ring(&mut self, data: &mut [f32], op: &mut Op) -> Result<()> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::mpsc;
+
+        let (world, rank, len) = (self.world as usize, self.rank as usize, data.len());
+        let (next_rank, prev_rank) = ((rank + 1) % world, (rank + world - 1) % world);
+        let chunk_vals = CHUNK / 4;
+        let steps = 2 * (world - 1);
+        // Chunks by (segment, index within it).
+        let seg_chunks = |i: usize| blocks(len, world, i, i + 1).len().div_ceil(chunk_vals);
+        let send_seg = |k: usize| {
+            if k < world - 1 {
+                (rank + world - k) % world
+            } else {
+                (rank + 1 + world - (k - (world - 1))) % world
+            }
+        };
+        let recv_seg = |k: usize| {
+            if k < world - 1 {
+                (rank + 2 * world - k - 1) % world
+            } else {
+                (rank + world - (k - (world - 1))) % world
+            }
+        };
+        let mut owned: Vec<Vec<Option<&mut [f32]>>> = Vec::with_capacity(world);
+        let mut rest = data;
+        for i in 0..world {
+            let (seg, tail) = rest.split_at_mut(blocks(len, world, i, i + 1).len());
+            rest = tail;
+            owned.push(seg.chunks_mut(chunk_vals).map(Some).collect());
+        }
+        let first: Vec<&mut [f32]> = owned[rank].iter_mut().map(|c| c.take().expect("chunk")).collect();
+        if self.scratch.len() < chunk_vals {
+            self.scratch.resize(chunk_vals, 0.0);
+        }
+        let scratch = &mut self.scratch[..chunk_vals];
+        let next = self.to[next_rank].as_mut().expect("a link to the next rank");
+        let prev = self.from[prev_rank]
+            .as_mut()
+            .expect("a link from the previous rank");
+        let stop = AtomicBool::new(false);
+        // Unbounded: at step 0 the sender sends its own segment while the receiver takes in the one it
+        // sends next; a bound below a segment would stop every receiver, and with it the ring.
+        let (to_sender, sender_in) = mpsc::channel::<(usize, &mut [f32])>();
+        let (to_receiver, receiver_in) = mpsc::channel::<(usize, usize, &mut [f32])>();
+        let (header, seq, deadline, started) = (op.header, op.seq, op.deadline, op.started);
+        let op_ref = &*op;
+
+        let (sent, received) = std::thread::scope(|scope| {
+            let stop = &stop;
+            // An error says whether it came first: the other half then fails too, as a consequence.
+            let fail = |e: WorkloadError| (e, !stop.swap(true, Ordering::Relaxed));
+            let sender = scope.spawn(move || -> std::result::Result<(), (WorkloadError, bool)> {
+                let mut out = Out {
+                    stream: next,
+                    peer: next_rank as u32,
+                    seq,
+                    deadline,
+                    started,
+                    stop,
+                };
+                out.write_all(&header).map_err(fail)?;
+                let mut queue = first.into_iter();
+                for k in 0..steps {
+                    let seg = send_seg(k);
+                    for c in 0..seg_chunks(seg) {
+                        let chunk = if k == 0 {
+                            queue.next().expect("own chunks")
+                        } else {
+                            match sender_in.recv() {
+                                Ok((_, chunk)) => chunk,
+                                Err(_) => return Ok(()), // the receiver failed and says why
+                            }
+                        };
+                        out.write_all(bytemuck::cast_slice(chunk)).map_err(fail)?;
+                        // The receiver needs it back only for the all-gather's first step (its own segment).
+                        let _ = to_receiver.send((seg, c, chunk));
+                    }
+                }
+                Ok(())
+            });
+            let receiver = scope.spawn(move || -> std::result::Result<Duration, (WorkloadError, bool)> {
+                let mut inp = In {
+                    stream: prev,
+                    peer: prev_rank as u32,
+                    op: op_ref,
+                    stop,
+                    wait: Duration::ZERO,
+                };
+                let mut header_in = [0u8; HEADER_LEN];
+                inp.read_exact(&mut header_in).map_err(fail)?;
+                check_header(&header_in, op_ref, prev_rank as u32, inp.stream).map_err(fail)?;
+                for k in 0..steps {
+                    let seg = recv_seg(k);
+                    for c in 0..seg_chunks(seg) {
+                        let chunk = loop {
+                            if let Some(chunk) = owned[seg][c].take() {
+                                break chunk;
+                            }
+                            match receiver_in.recv() {
+                                Ok((s, i, chunk)) => owned[s][i] = Some(chunk),
+                                Err(_) => return Err(fail(closed(next_rank as u32, seq, None))),
+                            }
+                        };
+                        if k < world - 1 {
+                            let buf = &mut scratch[..chunk.len()];
+                            inp.read_exact(bytemuck::cast_slice_mut(buf)).map_err(fail)?;
+                            add_into(chunk, buf);
+                        } else {
+                            inp.read_exact(bytemuck::cast_slice_mut(chunk)).map_err(fail)?;
+                        }
+                        if k + 1 < steps {
+                            let _ = to_sender.send((k + 1, chunk));
+                        }
+                    }
+                }
+                Ok(inp.wait)
+            });
+            (sender.join(), receiver.join())
+        });
+        let received = received.unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let sent = sent.unwrap_or_else(|p| std::panic::resume_unwind(p));
+        match (sent, received) {
+            (Ok(()), Ok(wait)) => {
+                op.wait += wait;
+                Ok(())
+            }
+            (Err((e, true)), _) | (_, Err((e, true))) => Err(e),
+            (Err((e, false)), _) | (_, Err((e, false))) => Err(e),
+        }
     }
 }
 
-fn check_header(
-    h: &[u8; HEADER_LEN],
+/// The sending half of [`Ring::ring_threaded`]: blocking writes over a non-blocking socket, watched by
+/// the deadline and the other half's failure.
+struct Out<'a> {
+    stream: &'a mut TcpStream,
+    peer: u32,
     seq: u64,
-    len: usize,
-    crc: u32,
-    prev: u32,
+    deadline: Instant,
+    started: Instant,
+    stop: &'a std::sync::atomic::AtomicBool,
+}
+
+impl Out<'_> {
+    fn write_all(&mut self, mut b: &[u8]) -> Result<()> {
+        while !b.is_empty() {
+            match self.stream.write(b) {
+                Ok(n) => b = &b[n..],
+                Err(e) => check_io(e, self.peer, self.seq)?,
+            }
+            if !b.is_empty() {
+                block(
+                    self.stream,
+                    PollFlags::POLLOUT,
+                    self.peer,
+                    self.seq,
+                    self.started,
+                    self.deadline,
+                    self.stop,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The receiving half of [`Ring::ring_threaded`].
+struct In<'a> {
+    stream: &'a mut TcpStream,
+    peer: u32,
+    op: &'a Op,
+    stop: &'a std::sync::atomic::AtomicBool,
+    wait: Duration,
+}
+
+impl In<'_> {
+    fn read_exact(&mut self, mut b: &mut [u8]) -> Result<()> {
+        while !b.is_empty() {
+            match self.stream.read(b) {
+                Ok(0) => return Err(closed(self.peer, self.op.seq, None)),
+                Ok(n) => b = &mut b[n..],
+                Err(e) => check_io(e, self.peer, self.op.seq)?,
+            }
+            if !b.is_empty() {
+                let t = Instant::now();
+                block(
+                    self.stream,
+                    PollFlags::POLLIN,
+                    self.peer,
+                    self.op.seq,
+                    self.op.started,
+                    self.op.deadline,
+                    self.stop,
+                )?;
+                self.wait += t.elapsed();
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Polls one socket for `flags` until the deadline (the watchdog error) or until the other half of the
+/// operation failed (an error it does not report: the other half's error is the one returned).
+fn block(
     s: &TcpStream,
+    flags: PollFlags,
+    peer: u32,
+    seq: u64,
+    started: Instant,
+    deadline: Instant,
+    stop: &std::sync::atomic::AtomicBool,
 ) -> Result<()> {
+    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(closed(peer, seq, None));
+    }
+    let now = Instant::now();
+    if now >= deadline {
+        return Err(WorkloadError::Watchdog {
+            detail: format!(
+                "waited {:.0} s at all-reduce step {seq} for rank {peer}",
+                now.duration_since(started).as_secs_f64()
+            ),
+        });
+    }
+    let ms = (deadline - now).as_millis().clamp(1, 100) as u16;
+    match poll(&mut [PollFd::new(s.as_fd(), flags)], PollTimeout::from(ms)) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+        Err(e) => Err(WorkloadError::io(
+            "all-reduce poll",
+            peer_of(s),
+            io::Error::from(e),
+            Duration::ZERO,
+        )),
+    }
+}
+
+/// The most one read or write moves: received values are added, and then sent on, while they are still
+/// in the CPU's cache (whole segments of a large vector went through memory twice, measured slower).
+const CHUNK: usize = 128 << 10;
+
+fn chunk(b: &[u8], from: usize) -> &[u8] {
+    &b[from..b.len().min(from + CHUNK)]
+}
+
+fn chunk_mut(b: &mut [u8], from: usize) -> &mut [u8] {
+    let end = b.len().min(from + CHUNK);
+    &mut b[from..end]
+}
+
+/// `dst[i] += src[i]`.
+fn add_into(dst: &mut [f32], src: &[f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d += *s;
+    }
+}
+
+/// Blocks in `poll` until `send` can take data or `recv` has some, at most until the operation's
+/// deadline (then the watchdog error names `waiting_for`); the time blocked counts as waiting.
+fn wait_ready(
+    send: Option<&TcpStream>,
+    recv: Option<&TcpStream>,
+    waiting_for: u32,
+    op: &mut Op,
+) -> Result<()> {
+    let now = Instant::now();
+    if now >= op.deadline {
+        return Err(WorkloadError::Watchdog {
+            detail: format!(
+                "waited {:.0} s at all-reduce step {} for rank {waiting_for}",
+                now.duration_since(op.started).as_secs_f64(),
+                op.seq
+            ),
+        });
+    }
+    let ms = (op.deadline - now).as_millis().clamp(1, 1000) as u16;
+    fn out(s: &TcpStream) -> PollFd<'_> {
+        PollFd::new(s.as_fd(), PollFlags::POLLOUT)
+    }
+    fn inp(s: &TcpStream) -> PollFd<'_> {
+        PollFd::new(s.as_fd(), PollFlags::POLLIN)
+    }
+    let t = Instant::now();
+    let polled = match (send, recv) {
+        (Some(s), Some(r)) => poll(&mut [out(s), inp(r)], PollTimeout::from(ms)),
+        (Some(s), None) => poll(&mut [out(s)], PollTimeout::from(ms)),
+        (None, Some(r)) => poll(&mut [inp(r)], PollTimeout::from(ms)),
+        (None, None) => Ok(0),
+    };
+    match polled {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+        Err(e) => {
+            let peer = recv.or(send).map(peer_of).unwrap_or_default();
+            return Err(WorkloadError::io(
+                "all-reduce poll",
+                peer,
+                io::Error::from(e),
+                Duration::ZERO,
+            ));
+        }
+    }
+    op.wait += t.elapsed();
+    Ok(())
+}
+
+fn check_header(h: &[u8; HEADER_LEN], op: &Op, prev: u32, s: &TcpStream) -> Result<()> {
+    let (seq, len, crc) = (op.seq, op.len, op.crc);
     let magic = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
     if magic != OP_MAGIC {
         return Err(WorkloadError::protocol(
@@ -380,15 +844,11 @@ fn check_header(
     Ok(())
 }
 
-fn check_write(e: io::Error, peer: u32, seq: u64) -> Result<()> {
+fn check_io(e: io::Error, peer: u32, seq: u64) -> Result<()> {
     match e.kind() {
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(()),
         _ => Err(closed(peer, seq, Some(e))),
     }
-}
-
-fn check_read(e: io::Error, peer: u32, seq: u64) -> Result<()> {
-    check_write(e, peer, seq)
 }
 
 fn closed(peer: u32, seq: u64, source: Option<io::Error>) -> WorkloadError {
@@ -405,12 +865,12 @@ fn peer_of(s: &TcpStream) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Who this rank is in the ring it is about to build.
+/// Who this rank is among the ranks it is about to connect to.
 #[derive(Debug, Clone)]
 pub struct RingSpec<'a> {
     pub rank: u32,
     pub world: u32,
-    /// Every rank's ring address, by rank.
+    /// Every rank's listen address, by rank.
     pub peers: &'a [String],
     /// Chosen at rendezvous, so that a connection from an earlier incarnation of the job is refused.
     pub generation: u64,
@@ -419,13 +879,13 @@ pub struct RingSpec<'a> {
     pub opts: RingOptions,
 }
 
-/// Builds this rank's ring: connects to rank `rank + 1` at `peers[rank + 1]` and accepts the connection
-/// of rank `rank − 1` on `listener`, both identified by the spec's generation. `rejected` is told about
-/// every connection refused on the way (garbage, another job, another rank).
+/// Connects this rank to every other: opens a connection to each rank `j` at `peers[j]` and accepts one
+/// from each on `listener`, all identified by the spec's generation. `rejected` is told about every
+/// connection refused on the way (garbage, another job, another protocol version).
 ///
 /// # Errors
-/// [`WorkloadError::Watchdog`] when the ring is not complete by the deadline; [`WorkloadError::Invalid`]
-/// when `peers` does not have `world` entries.
+/// [`WorkloadError::Watchdog`] when a connection is still missing at the deadline;
+/// [`WorkloadError::Invalid`] when `peers` does not have `world` entries.
 pub fn connect_ring(spec: &RingSpec<'_>, listener: &TcpListener, rejected: &dyn Fn(&str)) -> Result<Ring> {
     let RingSpec {
         rank,
@@ -444,9 +904,6 @@ pub fn connect_ring(spec: &RingSpec<'_>, listener: &TcpListener, rejected: &dyn 
             format!("{} addresses for world size {world}", peers.len()),
         ));
     }
-    let next_rank = (rank + 1) % world;
-    let prev_rank = (rank + world - 1) % world;
-    let next_addr = &peers[next_rank as usize];
     let mut hello = [0u8; HELLO_LEN];
     hello[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
     hello[4..8].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
@@ -456,62 +913,66 @@ pub fn connect_ring(spec: &RingSpec<'_>, listener: &TcpListener, rejected: &dyn 
     listener
         .set_nonblocking(true)
         .map_err(|e| WorkloadError::io("ring listener", "local", e, Duration::ZERO))?;
-    let (mut next, mut prev): (Option<TcpStream>, Option<TcpStream>) = (None, None);
-    let mut last_connect_error = String::new();
-    while next.is_none() || prev.is_none() {
+    let w = world as usize;
+    let mut to: Vec<Option<TcpStream>> = (0..w).map(|_| None).collect();
+    let mut from: Vec<Option<TcpStream>> = (0..w).map(|_| None).collect();
+    let mut last_connect_error: Vec<String> = vec![String::new(); w];
+    let others = |v: &[Option<TcpStream>]| -> Vec<usize> {
+        (0..w).filter(|&j| j != rank as usize && v[j].is_none()).collect()
+    };
+    loop {
+        let (to_missing, from_missing) = (others(&to), others(&from));
+        if to_missing.is_empty() && from_missing.is_empty() {
+            break;
+        }
         if Instant::now() >= deadline {
-            let missing = match (&next, &prev) {
-                (None, None) => {
-                    format!("rank {next_rank} at {next_addr} ({last_connect_error}) and rank {prev_rank}")
-                }
-                (None, _) => format!("rank {next_rank} at {next_addr} ({last_connect_error})"),
-                _ => format!("rank {prev_rank} to connect"),
-            };
+            let mut missing: Vec<String> = to_missing
+                .iter()
+                .map(|&j| format!("rank {j} at {} ({})", peers[j], last_connect_error[j]))
+                .collect();
+            missing.extend(from_missing.iter().map(|&j| format!("rank {j} to connect")));
             return Err(WorkloadError::Watchdog {
-                detail: format!("ring setup timed out waiting for {missing}"),
+                detail: format!("ring setup timed out waiting for {}", missing.join(" and ")),
             });
         }
         let mut idle = true;
-        if next.is_none() {
-            match crate::http::connect(next_addr, &format!("rank {next_rank}"), Duration::from_secs(1)) {
+        for j in to_missing {
+            match crate::http::connect(&peers[j], &format!("rank {j}"), Duration::from_secs(1)) {
                 Ok(mut s) => {
                     idle = false;
                     if s.write_all(&hello).is_ok() {
-                        next = Some(s);
+                        to[j] = Some(s);
                     }
                 }
-                Err(e) => last_connect_error = crate::error_chain(&e),
+                Err(e) => last_connect_error[j] = crate::error_chain(&e),
             }
         }
-        if prev.is_none() {
+        loop {
             match listener.accept() {
                 Ok((mut s, addr)) => {
                     idle = false;
-                    match read_hello(&mut s, generation, world, prev_rank) {
-                        Ok(()) => prev = Some(s),
+                    match read_hello(&mut s, generation, world, rank) {
+                        // A rank that connects again (it retried) replaces its earlier connection.
+                        Ok(j) => from[j as usize] = Some(s),
                         Err(why) => rejected(&format!("ring connection from {addr} refused: {why}")),
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => rejected(&format!("ring accept failed: {e}")),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    rejected(&format!("ring accept failed: {e}"));
+                    break;
+                }
             }
         }
         if idle {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let (Some(next), Some(prev)) = (next, prev) else {
-        unreachable!("loop ends when both are set")
-    };
-    Ring::from_streams(rank, world, next, prev, opts)
+    Ring::from_links(rank, world, to, from, opts)
 }
 
-fn read_hello(
-    s: &mut TcpStream,
-    generation: u64,
-    world: u32,
-    want_rank: u32,
-) -> std::result::Result<(), String> {
+/// Reads a connecting rank's hello; returns its rank.
+fn read_hello(s: &mut TcpStream, generation: u64, world: u32, me: u32) -> std::result::Result<u32, String> {
     s.set_nonblocking(false).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| e.to_string())?;
@@ -520,8 +981,14 @@ fn read_hello(
         .map_err(|e| format!("no hello within 2 s ({e})"))?;
     s.set_read_timeout(None).map_err(|e| e.to_string())?;
     let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-    if u32_at(0) != HELLO_MAGIC || u32_at(4) != PROTOCOL_VERSION {
+    if u32_at(0) != HELLO_MAGIC {
         return Err(format!("not a lab ring hello (first bytes {:02x?})", &h[..8]));
+    }
+    if u32_at(4) != PROTOCOL_VERSION {
+        return Err(format!(
+            "ring protocol version {}, this rank speaks {PROTOCOL_VERSION}: run the same lab-rank build on every rank",
+            u32_at(4)
+        ));
     }
     let their_gen = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
     if their_gen != generation {
@@ -532,10 +999,11 @@ fn read_hello(
     if u32_at(20) != world {
         return Err(format!("world size {}, this rank has {world}", u32_at(20)));
     }
-    if u32_at(16) != want_rank {
-        return Err(format!("rank {}, expected rank {want_rank}", u32_at(16)));
+    let theirs = u32_at(16);
+    if theirs >= world || theirs == me {
+        return Err(format!("rank {theirs}, not another rank of {world}"));
     }
-    Ok(())
+    Ok(theirs)
 }
 
 #[cfg(test)]
@@ -602,26 +1070,82 @@ mod tests {
         }
     }
 
+    /// The exact elementwise sums of `input` over `world` ranks.
+    fn sums(world: usize, len: usize, round: usize) -> Vec<f32> {
+        let inputs: Vec<Vec<f32>> = (0..world).map(|r| input(r, len, round)).collect();
+        (0..len).map(|i| inputs.iter().map(|v| v[i]).sum()).collect()
+    }
+
     #[test]
-    fn allreduce_is_the_elementwise_sum_for_worlds_1_to_8() {
-        for world in 1..=8u32 {
+    fn every_algorithm_is_the_elementwise_sum_for_worlds_1_to_9() {
+        for world in 1..=9u32 {
             // Lengths below the world size, not divisible by it, and large enough to pipeline.
             let lengths = [0usize, 1, world as usize - 1, 7 * world as usize + 3, 100_003];
             let results = with_ring(world, move |mut ring| {
                 let mut out = Vec::new();
-                for (round, &len) in lengths.iter().enumerate() {
-                    let mut v = input(ring.rank() as usize, len, round);
-                    ring.allreduce(&mut v, round as u64, 5, Duration::from_secs(20))
-                        .unwrap();
-                    out.push(v);
+                let mut seq = 0;
+                for alg in Algorithm::ALL {
+                    for (round, &len) in lengths.iter().enumerate() {
+                        let mut v = input(ring.rank() as usize, len, round);
+                        ring.allreduce_with(alg, &mut v, seq, 5, Duration::from_secs(30))
+                            .unwrap();
+                        seq += 1;
+                        out.push((alg, len, v));
+                    }
                 }
                 out
             });
-            for (round, &len) in lengths.iter().enumerate() {
-                let inputs: Vec<Vec<f32>> = (0..world as usize).map(|r| input(r, len, round)).collect();
-                let want: Vec<f32> = (0..len).map(|i| inputs.iter().map(|v| v[i]).sum()).collect();
+            for (i, (alg, len, _)) in results[0].iter().enumerate() {
+                let round = i % lengths.len();
+                let want = sums(world as usize, *len, round);
                 for (r, got) in results.iter().enumerate() {
-                    assert_eq!(got[round], want, "world {world}, length {len}, rank {r}");
+                    assert_eq!(got[i].2, want, "world {world}, {alg:?}, length {len}, rank {r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_algorithm_switches_by_size() {
+        let rd = RECURSIVE_DOUBLING_MAX_BYTES / 4;
+        let hd = HALVING_DOUBLING_MAX_BYTES / 4;
+        assert_eq!(Algorithm::for_len(0), Algorithm::RecursiveDoubling);
+        assert_eq!(
+            Algorithm::for_len(8192),
+            Algorithm::RecursiveDoubling,
+            "the job's 32 KiB"
+        );
+        assert_eq!(Algorithm::for_len(rd), Algorithm::RecursiveDoubling);
+        assert_eq!(Algorithm::for_len(rd + 1), Algorithm::HalvingDoubling);
+        assert_eq!(Algorithm::for_len(hd), Algorithm::HalvingDoubling);
+        assert_eq!(Algorithm::for_len(hd + 1), Algorithm::Ring);
+        for a in Algorithm::ALL {
+            assert_eq!(Algorithm::from_name(a.name()), Some(a));
+        }
+    }
+
+    #[test]
+    fn sums_are_right_on_both_sides_of_each_switch() {
+        let rd = RECURSIVE_DOUBLING_MAX_BYTES / 4;
+        let hd = HALVING_DOUBLING_MAX_BYTES / 4;
+        for world in [2u32, 3, 4, 7, 9] {
+            let lengths = [rd, rd + 1, hd, hd + 1];
+            let results = with_ring(world, move |mut ring| {
+                lengths
+                    .iter()
+                    .enumerate()
+                    .map(|(round, &len)| {
+                        let mut v = input(ring.rank() as usize, len, round);
+                        ring.allreduce(&mut v, round as u64, 0, Duration::from_secs(60))
+                            .unwrap();
+                        v
+                    })
+                    .collect::<Vec<_>>()
+            });
+            for (round, &len) in lengths.iter().enumerate() {
+                let want = sums(world as usize, len, round);
+                for (r, got) in results.iter().enumerate() {
+                    assert!(got[round] == want, "world {world}, length {len}, rank {r}");
                 }
             }
         }
@@ -629,29 +1153,45 @@ mod tests {
 
     #[test]
     fn ranks_hold_identical_bits_with_rounding() {
-        let results = with_ring(5, |mut ring| {
-            let mut v: Vec<f32> = (0..10_007)
-                .map(|i| ((i as f32) * 0.1 + ring.rank() as f32).sin() / 3.0)
-                .collect();
-            ring.allreduce(&mut v, 9, 0, Duration::from_secs(20)).unwrap();
-            v
-        });
-        for r in &results[1..] {
-            assert!(r.iter().zip(&results[0]).all(|(a, b)| a.to_bits() == b.to_bits()));
+        for world in 2..=9u32 {
+            let results = with_ring(world, |mut ring| {
+                Algorithm::ALL
+                    .iter()
+                    .map(|&alg| {
+                        let mut v: Vec<f32> = (0..10_007)
+                            .map(|i| ((i as f32) * 0.1 + ring.rank() as f32).sin() / 3.0)
+                            .collect();
+                        ring.allreduce_with(alg, &mut v, 9, 0, Duration::from_secs(20))
+                            .unwrap();
+                        v
+                    })
+                    .collect::<Vec<_>>()
+            });
+            for (a, alg) in Algorithm::ALL.iter().enumerate() {
+                for (r, got) in results.iter().enumerate() {
+                    assert!(
+                        got[a]
+                            .iter()
+                            .zip(&results[0][a])
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "world {world}, {alg:?}: rank {r} holds other bits than rank 0"
+                    );
+                }
+                let want: f64 = (0..world)
+                    .map(|r| f64::from(((1000.0f32 * 0.1) + r as f32).sin() / 3.0))
+                    .sum();
+                assert!((f64::from(results[0][a][1000]) - want).abs() < 1e-5, "{alg:?}");
+            }
         }
-        let want: f64 = (0..5)
-            .map(|r| f64::from(((1000.0f32 * 0.1) + r as f32).sin() / 3.0))
-            .sum();
-        assert!((f64::from(results[0][1000]) - want).abs() < 1e-5);
     }
 
     #[test]
     fn disagreements_are_reported_not_summed() {
-        // Rank 1 runs one step ahead: its neighbours must say so.
+        // Rank 1 runs one step ahead: around the ring, its successor must say so.
         let results = with_ring(3, |mut ring| {
             let seq = if ring.rank() == 1 { 6 } else { 5 };
             let mut v = vec![1.0; 10];
-            ring.allreduce(&mut v, seq, 0, Duration::from_secs(5))
+            ring.allreduce_with(Algorithm::Ring, &mut v, seq, 0, Duration::from_secs(5))
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         });
@@ -661,6 +1201,21 @@ mod tests {
                 .unwrap_err()
                 .contains("rank 1 is at step 6 while this rank is at step 5")
         );
+        // With recursive doubling rank 1 first hears from rank 0 (their pair's hand-over).
+        for alg in [Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling] {
+            let results = with_ring(3, move |mut ring| {
+                let seq = if ring.rank() == 1 { 6 } else { 5 };
+                let mut v = vec![1.0; 10];
+                ring.allreduce_with(alg, &mut v, seq, 0, Duration::from_secs(5))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            });
+            let e = results[1].as_ref().unwrap_err();
+            assert!(
+                e.contains("rank 0 is at step 5 while this rank is at step 6"),
+                "{alg:?}: {e}"
+            );
+        }
         // Models that diverged.
         let results = with_ring(2, |mut ring| {
             let mut v = vec![1.0; 4];
@@ -682,16 +1237,38 @@ mod tests {
                 return String::new();
             }
             let mut v = vec![1.0; 1000];
-            ring.allreduce(&mut v, 311, 0, Duration::from_millis(500))
+            ring.allreduce_with(Algorithm::Ring, &mut v, 311, 0, Duration::from_millis(500))
                 .unwrap_err()
                 .to_string()
         });
-        // Rank 0 receives from rank 2, which never sends.
+        // Around the ring, rank 0 receives from rank 2, which never sends.
         assert!(results[0].starts_with("watchdog: waited "), "{}", results[0]);
         assert!(
             results[0].ends_with(" s at all-reduce step 311 for rank 2"),
             "{}",
             results[0]
+        );
+        // Recursive doubling in a world of 3: rank 1 stands in for the pair (0, 1) and swaps with rank 2.
+        let results = with_ring(3, |mut ring| {
+            if ring.rank() == 2 {
+                std::thread::sleep(Duration::from_millis(1500));
+                return String::new();
+            }
+            let mut v = vec![1.0; 1000];
+            ring.allreduce_with(
+                Algorithm::RecursiveDoubling,
+                &mut v,
+                312,
+                0,
+                Duration::from_millis(500),
+            )
+            .unwrap_err()
+            .to_string()
+        });
+        assert!(
+            results[1].ends_with(" s at all-reduce step 312 for rank 2"),
+            "{}",
+            results[1]
         );
         let results = with_ring(2, |mut ring| {
             if ring.rank() == 1 {
@@ -707,6 +1284,30 @@ mod tests {
             "{}",
             results[0]
         );
+    }
+
+    #[test]
+    fn a_hello_of_another_protocol_version_is_refused() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut hello = [0u8; HELLO_LEN];
+        hello[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+        hello[4..8].copy_from_slice(&1u32.to_le_bytes());
+        hello[8..16].copy_from_slice(&7u64.to_le_bytes());
+        hello[16..20].copy_from_slice(&1u32.to_le_bytes());
+        hello[20..24].copy_from_slice(&2u32.to_le_bytes());
+        c.write_all(&hello).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let why = read_hello(&mut s, 7, 2, 0).unwrap_err();
+        assert!(
+            why.contains("ring protocol version 1, this rank speaks 2"),
+            "{why}"
+        );
+        hello[4..8].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        c.write_all(&hello).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        assert_eq!(read_hello(&mut s, 7, 2, 0), Ok(1));
     }
 
     #[test]

@@ -197,12 +197,19 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot write the JUnit report to {}", p.display()))?;
         junit::write(&report, std::io::BufWriter::new(f))?;
     }
+    if let Some(p) = &a.html {
+        std::fs::write(p, lab_drills::html::render(&report))
+            .with_context(|| format!("cannot write the HTML report to {}", p.display()))?;
+    }
     println!("\n{}", report.summary_table());
     if let Some(p) = &a.report {
         println!("report: {}", p.display());
     }
     if let Some(p) = &a.junit {
         println!("junit:  {}", p.display());
+    }
+    if let Some(p) = &a.html {
+        println!("html:   {}", p.display());
     }
     Ok(if report.passed {
         ExitCode::SUCCESS

@@ -47,7 +47,7 @@ pub fn cluster_config(cluster: &str, node_image: &str, nodes: u32) -> String {
         c.push_str(&format!("  - role: worker\n    image: {node_image}\n"));
     }
     c.push_str(
-        "kubeadmConfigPatches:\n  - |\n    kind: ClusterConfiguration\n    controllerManager:\n      extraArgs:\n        - name: node-cidr-mask-size\n          value: \"26\"\n",
+        "kubeadmConfigPatches:\n  - |\n    kind: ClusterConfiguration\n    controllerManager:\n      extraArgs:\n        node-cidr-mask-size: \"26\"\n",
     );
     c
 }
@@ -167,7 +167,7 @@ pub async fn create_cluster(
     )
     .await
     .map_err(|e| RuntimeError::Other(format!(
-        "{e}: the node did not become Ready; `kind export logs --name {cluster}` collects the node's logs (with --retain the cluster is kept to look at)"
+        "{e}; `kind export logs --name {cluster}` collects the nodes' logs (with --retain the cluster is kept to look at)"
     )))?;
     Ok(())
 }

@@ -324,7 +324,11 @@ pub async fn deploy(
             api::apply_all(
                 &client,
                 &rec.namespace,
-                &settings.prometheus(super::manifests::RULES)?,
+                &if rec.prometheus_image.starts_with(OFFLINE_PROMETHEUS) {
+                    settings.prometheus_static(super::manifests::RULES, opts.ranks + 1)?
+                } else {
+                    settings.prometheus(super::manifests::RULES)?
+                },
             )
             .await?;
             let deployments: Api<Deployment> = Api::namespaced(client.clone(), &rec.namespace);
@@ -739,6 +743,8 @@ fn or_use_local(e: RuntimeError) -> RuntimeError {
 /// The offline kind node image the project builds (`scripts/kind/node-image.sh`), used when the pinned
 /// default cannot be pulled.
 pub const OFFLINE_NODE_IMAGE: &str = "straggler-lab/kind-node:v1.34.4";
+/// The offline Prometheus image (from Debian's package) is tagged `<this><Debian's version>`.
+const OFFLINE_PROMETHEUS: &str = "straggler-lab/prometheus:";
 /// How long pulling one image may take before the lab gives up on it (a real pull of the Rust base
 /// image on a slow line takes minutes; a machine without a registry fails at once).
 const PULL_DEADLINE: Duration = Duration::from_secs(900);
@@ -884,7 +890,7 @@ async fn build_images(
             Ok(()) => images.push(LabImage::InDocker(rec.prometheus_image.clone())),
             Err(e) => {
                 let version = super::image::prometheus_version().unwrap_or_else(|| "debian".into());
-                let reference = format!("straggler-lab/prometheus:{version}");
+                let reference = format!("{OFFLINE_PROMETHEUS}{version}");
                 progress.note(&format!(
                     "Prometheus image {} cannot be pulled ({e}): building {reference} from Debian's package",
                     rec.prometheus_image

@@ -69,8 +69,9 @@ fn workloads(objs: &[DynamicObject]) -> Vec<&DynamicObject> {
 #[test]
 fn every_file_renders_and_parses() {
     let objs = all_objects(&settings());
-    // namespace, config, master (2), 3 servers, seeder, ranks (3), prometheus (6 + rules)
-    assert_eq!(objs.len(), 1 + 1 + 2 + 3 + 1 + 3 + 7);
+    // namespace, config, master (2) and the servers' headless Service, 3 servers, seeder, ranks (3),
+    // prometheus (6 + rules)
+    assert_eq!(objs.len(), 1 + 1 + 3 + 3 + 1 + 3 + 7);
     for o in &objs {
         manifests::api_resource(o).unwrap();
         let labels = o.metadata.labels.as_ref().unwrap();
@@ -320,24 +321,24 @@ fn prometheus_gets_the_rule_file_and_reads_only_pods() {
 
 #[test]
 fn the_rule_file_is_there_and_ships_in_the_prometheus_rules() {
-    // The rule file belongs to telemetry; the lab ships it, read from the repository at RULES_PATH as
-    // `lab up` reads it. It must be there, be a rule file Prometheus can load (promtool checks the rest),
-    // and land unchanged in the ConfigMap Prometheus mounts.
+    // The rule file belongs to telemetry; the lab embeds it (manifests::RULES, from RULES_PATH) and ships
+    // it. It must be a rule file Prometheus can load (promtool checks the rest), be the repository's file
+    // at RULES_PATH, and land unchanged in the ConfigMap Prometheus mounts.
+    let rules = super::manifests::RULES;
+    let v: Value = serde_norway::from_str(rules).unwrap();
+    assert!(
+        v["groups"].as_array().is_some_and(|g| !g.is_empty()),
+        "the embedded rule file has no rule groups"
+    );
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
         .join(super::lifecycle::RULES_PATH);
-    let text = std::fs::read_to_string(&path)
+    let file = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("the golden-signal rule file {}: {e}", path.display()));
-    let v: Value = serde_norway::from_str(&text).unwrap();
-    let groups = v["groups"].as_array();
-    assert!(
-        groups.is_some_and(|g| !g.is_empty()),
-        "{} has no rule groups",
-        path.display()
-    );
-    let objs = settings().prometheus(&text).unwrap();
-    let rules = find(&objs, "ConfigMap", names::PROMETHEUS_RULES);
-    assert_eq!(rules.data["data"]["golden-signals.yaml"], text.as_str());
+    assert_eq!(file, rules, "{} is not the file the lab embeds", path.display());
+    let objs = settings().prometheus(rules).unwrap();
+    let cm = find(&objs, "ConfigMap", names::PROMETHEUS_RULES);
+    assert_eq!(cm.data["data"]["golden-signals.yaml"], rules);
 }
 
 #[test]

@@ -274,6 +274,52 @@ impl Settings {
         objects(RANKS, &self.vars())
     }
 
+    /// Prometheus as [`Settings::prometheus`], scraping fixed targets by their DNS names instead of
+    /// discovering pods through the API: Debian's `prometheus` package, which the offline Prometheus image
+    /// is made from, is built without Kubernetes service discovery. The ranks by their StatefulSet names
+    /// (`rank-N.ranks`, up to `max_ranks`, so a rank scaled in later is scraped once it runs), the volume
+    /// servers by their hostnames in the `storage` headless Service; `instance` is the pod's name, as with
+    /// discovery.
+    ///
+    /// # Errors
+    /// As [`Settings::namespace`].
+    pub fn prometheus_static(&self, rules: &str, max_ranks: u32) -> Result<Vec<DynamicObject>> {
+        let mut out = self.prometheus(rules)?;
+        let ns = &self.namespace;
+        let list = |names: Vec<String>| {
+            names
+                .iter()
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let ranks = list(
+            (0..max_ranks)
+                .map(|i| format!("rank-{i}.ranks.{ns}.svc:{}", names::RANK_METRICS_PORT))
+                .collect(),
+        );
+        let storage = list(
+            (0..self.storage_servers)
+                .map(|i| format!("storage-{i}.storage.{ns}.svc:{}", names::STORAGE_METRICS_PORT))
+                .collect(),
+        );
+        let config = format!(
+            "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\nrule_files:\n  - /etc/prometheus/rules/*.yaml\n\
+             scrape_configs:\n  - job_name: rank\n    static_configs:\n      - targets: [{ranks}]\n    relabel_configs:\n\
+             \x20     - source_labels: [__address__]\n        regex: '(rank-[0-9]+)[.].*'\n        target_label: instance\n\
+             \x20 - job_name: storage\n    static_configs:\n      - targets: [{storage}]\n    relabel_configs:\n\
+             \x20     - source_labels: [__address__]\n        regex: '(storage-[0-9]+)[.].*'\n        target_label: instance\n"
+        );
+        for o in &mut out {
+            if o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap")
+                && o.data.pointer("/data/prometheus.yml").is_some()
+            {
+                o.data["data"]["prometheus.yml"] = serde_json::Value::String(config.clone());
+            }
+        }
+        Ok(out)
+    }
+
     /// Prometheus, with `rules` (the golden-signal rule file) in the `prometheus-rules` ConfigMap.
     ///
     /// # Errors
@@ -298,5 +344,71 @@ impl Settings {
         let cm: DynamicObject = serde_json::from_value(cm).map_err(|e| RuntimeError::Other(e.to_string()))?;
         out.insert(0, cm);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod static_target_tests {
+    use super::*;
+
+    #[test]
+    fn offline_prometheus_scrapes_every_rank_and_server_by_name() {
+        let s = Settings {
+            namespace: "straggler-lab-demo".into(),
+            lab: "demo".into(),
+            image: "straggler-lab/lab:0.1.0".into(),
+            prometheus_image: "straggler-lab/prometheus:2.42.0".into(),
+            pull_policy: "IfNotPresent".into(),
+            ranks: 4,
+            world_size: 4,
+            storage_servers: 3,
+            seed: 42,
+            gpus: 4,
+            watchdog_seconds: 120,
+            cpu: lab_model::Millicores(400),
+            gpu_resource: "lab.dev/gpu".into(),
+        };
+        let objs = s.prometheus_static(RULES, 5).unwrap();
+        let cm = objs
+            .iter()
+            .find(|o| o.data.pointer("/data/prometheus.yml").is_some())
+            .unwrap();
+        let text = cm.data["data"]["prometheus.yml"].as_str().unwrap();
+        assert!(!text.contains("kubernetes_sd_configs"), "{text}");
+        let config: serde_json::Value = serde_norway::from_str(text).unwrap();
+        let jobs = config["scrape_configs"].as_array().unwrap();
+        let targets = |job: &str| -> Vec<String> {
+            let j = jobs.iter().find(|j| j["job_name"] == job).unwrap();
+            j["static_configs"][0]["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(targets("rank").len(), 5);
+        assert_eq!(targets("rank")[4], "rank-4.ranks.straggler-lab-demo.svc:9400");
+        assert_eq!(
+            targets("storage")[2],
+            "storage-2.storage.straggler-lab-demo.svc:9325"
+        );
+        assert_eq!(config["rule_files"][0], "/etc/prometheus/rules/*.yaml");
+        for j in jobs {
+            assert_eq!(j["relabel_configs"][0]["target_label"], "instance");
+        }
+        // The storage pods carry the hostname and subdomain those names resolve through.
+        let storage = s.storage().unwrap();
+        assert!(
+            storage
+                .iter()
+                .any(|o| o.metadata.name.as_deref() == Some("storage")
+                    && o.data["spec"]["clusterIP"] == "None")
+        );
+        let dep = storage
+            .iter()
+            .find(|o| o.metadata.name.as_deref() == Some("storage-1"))
+            .unwrap();
+        assert_eq!(dep.data["spec"]["template"]["spec"]["hostname"], "storage-1");
+        assert_eq!(dep.data["spec"]["template"]["spec"]["subdomain"], "storage");
     }
 }

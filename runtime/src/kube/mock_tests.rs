@@ -1227,6 +1227,7 @@ fn storage_and_seed(seed_outcome: &str) -> Vec<Exchange> {
         ),
         apply(format!("/api/v1/namespaces/{NS}"), "Namespace", NS),
         apply(core("configmaps/lab-config"), "ConfigMap", "lab-config"),
+        apply(core("services/storage"), "Service", "storage"),
         apply(core("services/storage-master"), "Service", "storage-master"),
         apply(apps("deployments/storage-master"), "Deployment", "storage-master"),
         apply(apps("deployments/storage-0"), "Deployment", "storage-0"),

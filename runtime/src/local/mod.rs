@@ -183,7 +183,21 @@ pub async fn up(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progress)
     }
 }
 
+/// Why the local runtime cannot run on this operating system, if it cannot: it needs Linux's cgroups for
+/// the ranks' CPU limits and `/proc` to supervise its processes.
+pub fn unsupported_os(os: &str) -> Option<String> {
+    (os != "linux").then(|| {
+        format!(
+            "the local runtime runs on Linux only (the ranks' CPU limits are cgroups, the supervisor reads /proc) \
+             and this is {os}: use --runtime kind with Docker (Docker Desktop on a Mac)"
+        )
+    })
+}
+
 async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progress) -> Result<LocalConfig> {
+    if let Some(why) = unsupported_os(std::env::consts::OS) {
+        return Err(RuntimeError::InvalidInput(why));
+    }
     check_options(opts)?;
     if let Some(rec) = state::read_record(&opts.name)? {
         return Err(RuntimeError::AlreadyRunning {
@@ -658,5 +672,18 @@ impl LocalRuntime {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod os_tests {
+    #[test]
+    fn only_linux_runs_the_local_runtime_and_others_are_told_to_use_kind() {
+        assert_eq!(super::unsupported_os("linux"), None);
+        let why = super::unsupported_os("macos").unwrap();
+        assert!(
+            why.contains("Linux only") && why.contains("--runtime kind"),
+            "{why}"
+        );
     }
 }

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The benchmark entry point: prints every figure README.md and docs/ quote about the lab, with the run's
+# date and machine at the top and, for each figure, the median and the range of what it measured.
+#
+#   scripts/bench.sh            RUNS=6 READS=5, release binaries; then the component benchmarks
+#   scripts/bench.sh --quick    RUNS=2 READS=3, the debug binaries the tests use; the component
+#                               benchmarks are named, not run
+#
+# Each run stands a local lab up (timed to its learned baseline), reads the supervisor's memory from
+# /proc (VmRSS after up; VmHWM, the peak, after the faults), then for each fault: injects it, lets one
+# 10 s window fill, takes READS reads of the throughput as % of the baseline (each over its own 10 s
+# window, with the ranks Ready counted), clears it and times the way back to RECOVER_PCT % with 4/4 ranks
+# Ready (polled every 2 s window, so 2 s is the resolution). Then `lab down`, timed.
+#
+# The component figures come from the scripts that measure them against a peer, which the full run calls
+# in turn (each needs its own tools; see its header):
+#   scripts/bench-step.sh       step time under 400m cgroups; each fault's effect on bare ranks
+#   scripts/bench-alerts.sh     inject to first alert, per fault
+#   scripts/bench-allreduce.sh  the ring against OpenMPI and torch gloo
+#   scripts/bench-storage.sh    the storage client against wrk
+#
+# Settings (environment): RUNS, READS, RECOVER_PCT (90), PROFILE (release | debug), LAB_BIN_DIR (built
+# binaries to use instead of building), BENCH_NAME (bench), COMPONENTS (full run: the bench-*.sh to call,
+# default "step alerts allreduce storage").
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+quick=0
+[ "${1:-}" = --quick ] && quick=1
+if [ "$quick" = 1 ]; then
+  RUNS=${RUNS:-2} READS=${READS:-3} PROFILE=${PROFILE:-debug}
+else
+  RUNS=${RUNS:-6} READS=${READS:-5} PROFILE=${PROFILE:-release}
+fi
+RECOVER_PCT=${RECOVER_PCT:-90}
+NAME=${BENCH_NAME:-bench}
+T0=$(date +%s)
+say() { printf '[bench +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
+die() { say "FAILED: $*"; exit 1; }
+command -v jq >/dev/null || die "jq is needed: apt-get install jq"
+
+env_file=$(mktemp)
+scripts/tools.sh weed >"$env_file" || die "installing SeaweedFS failed (see above)"
+# shellcheck source=/dev/null
+. "$env_file"
+rm -f "$env_file"
+if [ -z "${LAB_BIN_DIR:-}" ]; then
+  say "building the lab's binaries ($PROFILE)"
+  if [ "$PROFILE" = release ]; then cargo build -q --release --workspace --bins; else cargo build -q --workspace --bins; fi
+  LAB_BIN_DIR=$root/target/$PROFILE
+fi
+LAB="$LAB_BIN_DIR/lab"
+STATE=$(mktemp -d -t lab-bench-XXXXXX)
+export LAB_STATE_DIR=$STATE
+DATA="$STATE/figures.tsv" # fact <TAB> value
+lab() { "$LAB" --name "$NAME" "$@"; }
+now() { date +%s.%N; }
+since() { awk -v t="$1" -v n="$(now)" 'BEGIN { printf "%.2f", n - t }'; }
+rec() { printf '%s\t%s\n' "$1" "$2" >>"$DATA"; }
+
+cleanup() {
+  if [ -f "$STATE/$NAME/lab.json" ]; then
+    say "taking the lab down after an early exit"
+    lab down >/dev/null 2>&1 || say "lab down failed: lab down --name $NAME (LAB_STATE_DIR=$STATE)"
+  fi
+  rm -rf "$STATE"
+}
+trap cleanup EXIT
+
+machine() {
+  local cpu
+  cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+  printf '%s CPUs (%s), kernel %s, load average %s' "$(nproc)" "${cpu:-unknown}" "$(uname -r)" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)"
+}
+START_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+START_MACHINE=$(machine)
+
+snapshot() { lab status --json --window "$1"; }
+supervisor_kb() { # supervisor_kb VmRSS|VmHWM
+  local pid; pid=$(jq -r '.[0].pid' "$STATE/$NAME/supervisor.json")
+  awk -v k="$1:" '$1 == k { print $2 }' "/proc/$pid/status"
+}
+
+# One fault: inject, settle, READS reads, clear, time back.
+measure_fault() { # measure_fault <fact> <inject args...>
+  local fact=$1 t s pct ready i; shift
+  t=$(now)
+  lab fault inject "$@" >/dev/null || die "lab fault inject $*"
+  rec "$fact inject s" "$(since "$t")"
+  snapshot 10s >/dev/null # one window filled with the fault
+  for ((i = 1; i <= READS; i++)); do
+    s=$(snapshot 10s)
+    pct=$(echo "$s" | jq -r '.training.pct_of_baseline // 0')
+    ready=$(echo "$s" | jq -r '[.status.pods[] | select(.role == "rank" and .phase == "Running" and .ready)] | length')
+    rec "$fact pct" "$pct"
+    rec "$fact ready" "$ready"
+  done
+  lab fault clear --all >/dev/null || die "lab fault clear --all after $fact"
+  t=$(now)
+  while :; do
+    s=$(snapshot 2s)
+    if echo "$s" | jq -e --argjson w "$RECOVER_PCT" '(.training.pct_of_baseline // 0) >= $w
+        and ([.status.pods[] | select(.role == "rank" and .phase == "Running" and .ready)] | length) == 4
+        and .status.ranks_desired == 4' >/dev/null; then
+      break
+    fi
+    awk -v s="$(since "$t")" 'BEGIN { exit !(s > 300) }' && die "$fact: not back to $RECOVER_PCT % within 300 s of the clear"
+  done
+  rec "$fact back s" "$(since "$t")"
+}
+
+for ((run = 1; run <= RUNS; run++)); do
+  say "run $run/$RUNS: lab up"
+  t=$(now)
+  lab up --runtime local >/dev/null 2>"$STATE/up.log" || { cat "$STATE/up.log" >&2; die "lab up"; }
+  rec "up s" "$(since "$t")"
+  s=$(snapshot 10s)
+  rec "baseline step ms" "$(echo "$s" | jq -r '.training.baseline.step_seconds * 1000')"
+  rec "baseline samples/s" "$(echo "$s" | jq -r '.training.baseline.samples_per_s')"
+  rec "supervisor rss MB" "$(awk -v k="$(supervisor_kb VmRSS)" 'BEGIN { printf "%.1f", k / 1024 }')"
+  say "run $run/$RUNS: slow-storage"
+  measure_fault slow-storage slow-storage --server 1 --delay 300ms
+  say "run $run/$RUNS: throttled-rank"
+  measure_fault throttled-rank throttled-rank --rank 1 --cpu 150m
+  say "run $run/$RUNS: unplaceable-rank"
+  measure_fault unplaceable-rank unplaceable-rank --ranks 5
+  rec "supervisor peak MB" "$(awk -v k="$(supervisor_kb VmHWM)" 'BEGIN { printf "%.1f", k / 1024 }')"
+  say "run $run/$RUNS: lab down"
+  t=$(now)
+  lab down >/dev/null || die "lab down"
+  rec "down s" "$(since "$t")"
+done
+
+python3 - "$DATA" "$START_DATE" "$START_MACHINE" "$(machine)" "$PROFILE" "$RUNS" "$READS" "$RECOVER_PCT" <<'EOF'
+import collections, statistics, sys
+data, date, m0, m1, profile, runs, reads, back = sys.argv[1:]
+v = collections.defaultdict(list)
+for line in open(data):
+    k, x = line.rstrip("\n").split("\t")
+    v[k].append(float(x))
+def f(k, unit, nd=1):
+    xs = v[k]
+    med, lo, hi = statistics.median(xs), min(xs), max(xs)
+    return f"median {med:.{nd}f}{unit} (range {lo:.{nd}f}–{hi:.{nd}f}{unit}, n={len(xs)})"
+print(f"scripts/bench.sh — {date}")
+print(f"machine at the start: {m0}")
+print(f"machine at the end:   {m1}")
+print(f"{profile} binaries; {runs} runs of lab up → 3 faults → lab down; {reads} reads of 10 s per fault per run")
+print()
+print(f"{'lab up to a steady baseline':<34} {f('up s', ' s')}")
+print(f"{'baseline step':<34} {f('baseline step ms', ' ms')}")
+print(f"{'baseline throughput':<34} {f('baseline samples/s', ' samples/s', 0)}")
+print(f"{'supervisor memory after up':<34} {f('supervisor rss MB', ' MB')} resident (VmRSS)")
+print(f"{'supervisor memory, peak':<34} {f('supervisor peak MB', ' MB')} (VmHWM, after the faults)")
+for fault, what in [("slow-storage", "storage-1 +300 ms"), ("throttled-rank", "rank-1 150m"),
+                    ("unplaceable-rank", "5 ranks, 4 GPUs")]:
+    ready = v[f"{fault} ready"]
+    print(f"{fault} ({what})")
+    print(f"  {'throughput, % of the baseline':<32} {f(fault + ' pct', ' %')}")
+    print(f"  {'ranks Running and Ready':<32} {int(min(ready))}–{int(max(ready))} of the running ranks in every read")
+    print(f"  {'inject (command to proof)':<32} {f(fault + ' inject s', ' s')}")
+    print(f"  {'back to ' + back + ' % after the clear':<32} {f(fault + ' back s', ' s')}")
+print(f"{'lab down':<34} {f('down s', ' s')}")
+EOF
+
+if [ "$quick" = 1 ]; then
+  say "--quick: the component figures come from scripts/bench-step.sh, scripts/bench-alerts.sh,"
+  say "scripts/bench-allreduce.sh and scripts/bench-storage.sh (the full run calls them)"
+  exit 0
+fi
+for c in ${COMPONENTS-step alerts allreduce storage}; do
+  echo
+  echo "== scripts/bench-$c.sh"
+  "$root/scripts/bench-$c.sh" || die "scripts/bench-$c.sh"
+done
