@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 use lab_faults::Fault;
 
-use crate::report::{DrillReport, Point, RunReport, Verdict};
+use crate::report::{DrillReport, Point, RunReport, StepName, Verdict};
 
 /// The page for a whole run.
 pub fn render(report: &RunReport) -> String {
@@ -178,7 +178,7 @@ fn steps(o: &mut String, d: &DrillReport) {
             "<tr><td class=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}{ev}</td></tr>",
             if s.ok { "ok" } else { "bad" },
             if s.ok { "✓" } else { "✗" },
-            esc(&s.step),
+            esc(s.step.as_str()),
             secs(Some(s.started_s)),
             secs(Some(s.duration_s)),
             esc(&s.summary),
@@ -365,8 +365,12 @@ struct Marker {
 
 fn markers(d: &DrillReport) -> Vec<Marker> {
     let mut out = Vec::new();
-    let inject = d.steps.iter().find(|s| s.step == "inject").map(|s| s.started_s);
-    for s in d.steps.iter().filter(|s| s.step == "inject") {
+    let inject = d
+        .steps
+        .iter()
+        .find(|s| s.step == StepName::Inject)
+        .map(|s| s.started_s);
+    for s in d.steps.iter().filter(|s| s.step == StepName::Inject) {
         out.push(Marker {
             kind: "inject",
             t: s.started_s,
@@ -384,12 +388,12 @@ fn markers(d: &DrillReport) -> Vec<Marker> {
             title: d
                 .steps
                 .iter()
-                .find(|s| s.step == "expect")
+                .find(|s| s.step == StepName::Expect)
                 .map_or_else(String::new, |s| s.summary.clone()),
             color: "#7b1fa2",
         });
     }
-    let remediations: Vec<_> = d.steps.iter().filter(|s| s.step == "remediate").collect();
+    let remediations: Vec<_> = d.steps.iter().filter(|s| s.step == StepName::Remediate).collect();
     for (n, s) in remediations.iter().enumerate() {
         let what = d
             .remediations
@@ -417,7 +421,7 @@ fn markers(d: &DrillReport) -> Vec<Marker> {
             title: d
                 .steps
                 .iter()
-                .rfind(|s| s.step == "verify")
+                .rfind(|s| s.step == StepName::Verify)
                 .map_or_else(String::new, |s| s.summary.clone()),
             color: "#2e7d32",
         });
@@ -487,7 +491,7 @@ fn chart(d: &DrillReport) -> String {
             _ => d
                 .steps
                 .iter()
-                .find(|s| s.step == "cleanup")
+                .find(|s| s.step == StepName::Cleanup)
                 .map_or(t_max, |s| s.started_s),
         },
     );

@@ -64,6 +64,22 @@ pub enum StepName {
 }
 
 impl StepName {
+    /// Every step, in the order a drill runs them.
+    pub const ALL: [StepName; 7] = [
+        StepName::Check,
+        StepName::Baseline,
+        StepName::Inject,
+        StepName::Expect,
+        StepName::Remediate,
+        StepName::Verify,
+        StepName::Cleanup,
+    ];
+
+    /// The step named `s` (`verify`), if any.
+    pub fn parse(s: &str) -> Option<StepName> {
+        StepName::ALL.into_iter().find(|n| n.as_str() == s)
+    }
+
     /// The step's name in reports and on screen.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -75,6 +91,13 @@ impl StepName {
             StepName::Verify => "verify",
             StepName::Cleanup => "cleanup",
         }
+    }
+}
+
+/// Lets a test or a reader of the JSON compare with the name as written (`s.step == "verify"`).
+impl PartialEq<&str> for StepName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 
