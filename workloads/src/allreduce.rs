@@ -51,9 +51,6 @@ const PROTOCOL_VERSION: u32 = 2;
 const HEADER_LEN: usize = 24;
 const HELLO_LEN: usize = 24;
 
-/// How long an exchange retries, yielding the CPU, before it blocks in `poll`.
-const SPIN: Duration = Duration::from_micros(100);
-
 /// Vectors up to this many bytes use recursive doubling.
 pub const RECURSIVE_DOUBLING_MAX_BYTES: usize = 64 << 10;
 /// Vectors up to this many bytes (and above the previous) use recursive halving and doubling; larger
@@ -392,7 +389,6 @@ impl Ring {
         let recv_total = recv.as_ref().map_or(0, |(_, r, _)| HEADER_LEN + r.len() * 4);
         let (mut sent, mut got, mut added) = (0usize, 0usize, 0usize);
         let mut header_in = [0u8; HEADER_LEN];
-        let mut idle_since: Option<Instant> = None;
         let overlap = match (&send, &recv) {
             (Some((_, s)), Some((_, r, Into::Add))) => s.start < r.end && r.start < s.end,
             _ => false,
@@ -465,17 +461,6 @@ impl Ring {
                 break;
             }
             if progressed {
-                idle_since = None;
-                continue;
-            }
-            // A partner's answer to a small message comes within microseconds: yield the CPU (to it, on
-            // a busy machine) and try again for a moment before sleeping in `poll`, whose wake-up costs
-            // more than the message.
-            let now = Instant::now();
-            let since = *idle_since.get_or_insert(now);
-            if now.duration_since(since) < SPIN {
-                std::thread::yield_now();
-                op.wait += now.elapsed();
                 continue;
             }
             let send_fd = send
