@@ -67,15 +67,15 @@ if [ "$engine" = private ]; then
   node_image_args=(--node-image "$node_image")
 fi
 
-# The lab CLI and the binaries the offline lab image is made of; weed and Debian's prometheus for the
-# images where their own cannot be pulled.
+# The lab CLI and the binaries the offline lab image is made of; weed, busybox and Debian's prometheus
+# (promtool's package) for the images where their own cannot be pulled.
 if [ -z "${LAB_BIN:-}" ]; then
   say "building the lab (release)"
   (cd "$root" && cargo build --release --locked --workspace --bins >&2)
   LAB_BIN="$root/target/release/lab"
 fi
 env_file=$(mktemp)
-"$root/scripts/tools.sh" weed promtool tmux > "$env_file" || die "installing weed, promtool and tmux failed"
+"$root/scripts/tools.sh" weed promtool tmux busybox > "$env_file" || die "installing weed, promtool, tmux and busybox failed"
 # shellcheck source=/dev/null
 . "$env_file"
 rm -f "$env_file"

