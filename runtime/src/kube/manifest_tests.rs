@@ -399,3 +399,52 @@ fn on_a_two_core_node_the_gpus_not_the_cpus_decide_how_many_ranks_fit() {
     }
     assert!(total <= 1500, "requests add up to {total}m");
 }
+
+#[test]
+fn offline_prometheus_scrapes_every_rank_and_server_by_name() {
+    let s = Settings {
+        prometheus_image: "straggler-lab/prometheus:2.42.0".into(),
+        ..settings()
+    };
+    let objs = s.prometheus_static(manifests::RULES, 5).unwrap();
+    let cm = objs
+        .iter()
+        .find(|o| o.data.pointer("/data/prometheus.yml").is_some())
+        .unwrap();
+    let text = cm.data["data"]["prometheus.yml"].as_str().unwrap();
+    assert!(!text.contains("kubernetes_sd_configs"), "{text}");
+    let config: serde_json::Value = serde_norway::from_str(text).unwrap();
+    let jobs = config["scrape_configs"].as_array().unwrap();
+    let targets = |job: &str| -> Vec<String> {
+        let j = jobs.iter().find(|j| j["job_name"] == job).unwrap();
+        j["static_configs"][0]["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(targets("rank").len(), 5);
+    assert_eq!(targets("rank")[4], "rank-4.ranks.straggler-lab-demo.svc:9400");
+    assert_eq!(
+        targets("storage")[2],
+        "storage-2.storage.straggler-lab-demo.svc:9325"
+    );
+    assert_eq!(config["rule_files"][0], "/etc/prometheus/rules/*.yaml");
+    for j in jobs {
+        assert_eq!(j["relabel_configs"][0]["target_label"], "instance");
+    }
+    // The storage pods carry the hostname and subdomain those names resolve through.
+    let storage = s.storage().unwrap();
+    assert!(
+        storage
+            .iter()
+            .any(|o| o.metadata.name.as_deref() == Some("storage") && o.data["spec"]["clusterIP"] == "None")
+    );
+    let dep = storage
+        .iter()
+        .find(|o| o.metadata.name.as_deref() == Some("storage-1"))
+        .unwrap();
+    assert_eq!(dep.data["spec"]["template"]["spec"]["hostname"], "storage-1");
+    assert_eq!(dep.data["spec"]["template"]["spec"]["subdomain"], "storage");
+}
