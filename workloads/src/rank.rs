@@ -45,6 +45,8 @@ pub struct RankOptions {
     pub dataset: String,
     pub batch_size: u32,
     pub model_size: usize,
+    /// The accelerator's share of each step, slept after the host's work (counted as compute).
+    pub device_time: Duration,
     pub learning_rate: f32,
     pub checkpoint_every: u64,
     pub watchdog_timeout: Duration,
@@ -298,12 +300,13 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
     let ring_port = ring_listener.local_addr().map(|a| a.port()).unwrap_or(0);
     eprintln!(
         "rank {rank}: up: world size {}, metrics on http://{metrics_addr}/metrics, ring port {ring_port}, storage \
-         master {}, dataset {}, batch {}, model size {}, watchdog {} s",
+         master {}, dataset {}, batch {}, model size {}, device time {} ms, watchdog {} s",
         opts.world_size,
         opts.master,
         opts.dataset,
         opts.batch_size,
         opts.model_size,
+        opts.device_time.as_millis(),
         opts.watchdog_timeout.as_secs_f64()
     );
 
@@ -764,6 +767,10 @@ impl Trainer<'_> {
             self.model
                 .apply(&grad, opts.world_size as usize, opts.learning_rate)?;
             let crc = self.model.checksum();
+            // The accelerator: the host waits for its kernels without using a CPU.
+            if !opts.device_time.is_zero() {
+                std::thread::sleep(opts.device_time);
+            }
             compute += t3.elapsed();
             self.step += 1;
             ran += 1;

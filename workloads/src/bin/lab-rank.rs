@@ -79,6 +79,12 @@ struct Cli {
     #[arg(long, env = "LAB_MODEL_SIZE", default_value_t = 8192)]
     model_size: usize,
 
+    /// Time each step spends on the accelerator after the host's work (decode, gradient, update), as a
+    /// host thread waits for its GPU kernels: the rank sleeps, using no CPU. It sizes the job so that a
+    /// healthy rank needs about two thirds of a 400m CPU limit and a cut limit binds. E.g. 20ms, 0s.
+    #[arg(long, env = "LAB_DEVICE_TIME", default_value = "10ms", value_parser = duration)]
+    device_time: Duration,
+
     /// SGD learning rate.
     #[arg(long, env = "LAB_LEARNING_RATE", default_value_t = 0.5)]
     learning_rate: f32,
@@ -149,6 +155,7 @@ fn options(cli: Cli) -> anyhow::Result<RankOptions> {
         dataset: cli.dataset,
         batch_size: cli.batch_size,
         model_size: cli.model_size,
+        device_time: cli.device_time,
         learning_rate: cli.learning_rate,
         checkpoint_every: cli.checkpoint_every,
         watchdog_timeout: cli.watchdog_timeout,
