@@ -22,6 +22,10 @@ pub struct Cli {
     /// The lab to act on; several labs with different names can run side by side.
     #[arg(long, global = true, env = "LAB_NAME", default_value = "lab")]
     pub name: String,
+    /// Log what the lab does on stderr: `-v` each step with its time, `-vv` debug detail, `-vvv` everything.
+    /// `RUST_LOG` (for example `RUST_LOG=lab_runtime=debug`) overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -75,21 +75,6 @@ pub fn name_flag(name: &str) -> String {
     }
 }
 
-/// An error and its causes on one line: `what failed: because: because`.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = c.source();
-    }
-    s
-}
-
 /// Watches the lab for `window` and returns the last snapshot. On a terminal, a line on stderr says how long
 /// it watches, and is wiped before the answer.
 pub async fn snapshot(lab: &Lab, window: Duration) -> Snapshot {

@@ -43,7 +43,7 @@ fn validate(files: &[PathBuf]) -> ExitCode {
             ),
             Err(e) => {
                 bad += 1;
-                eprintln!("{}", crate::out::chain(&e));
+                eprintln!("{}", lab_model::format::error_chain(&e));
             }
         }
     }

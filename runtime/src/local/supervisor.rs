@@ -202,7 +202,7 @@ async fn serve(dir: &Path) -> Result<()> {
 }
 
 fn log(msg: &str) {
-    eprintln!("{} supervisor: {msg}", state::now_ms());
+    tracing::info!(target: "supervisor", "{msg}");
 }
 
 async fn handle(sup: Arc<Mutex<Sup>>, stream: UnixStream, mut stopped: tokio::sync::watch::Receiver<bool>) {
