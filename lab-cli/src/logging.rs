@@ -2,6 +2,7 @@
 //! (`RUST_LOG` overrides it), and the local supervisor's events in the lab's `supervisor.log`.
 
 use std::fs::OpenOptions;
+use std::io::IsTerminal as _;
 use std::path::Path;
 
 use tracing_subscriber::EnvFilter;
@@ -29,6 +30,7 @@ pub fn init(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter(level(verbose)))
         .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .try_init();
 }
