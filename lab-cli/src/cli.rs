@@ -312,6 +312,11 @@ pub struct DrillRunArgs {
     /// Write a self-contained HTML page here: per drill a timeline chart, the verdict, figures and evidence.
     #[arg(long)]
     pub html: Option<PathBuf>,
+    /// Run each drill N times in a row (1 to 100). The summary, the JSON report and the JUnit file give
+    /// each drill's pass rate and the median, minimum and maximum of every figure; the run passes only if
+    /// every run of every drill passed.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
 }
 
 #[derive(Debug, Args)]

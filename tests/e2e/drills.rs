@@ -270,9 +270,17 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     let fixes = ["throttled-resize-fix.yaml", "unplaceable-world-size-fix.yaml"]
         .map(|f| fixtures().join("valid").join(f).display().to_string());
     let fixes_json = dir.path().join("fixes.json");
+    // Each twice (`--repeat 2`): the report's stats give each drill's pass rate and figures' spread.
     let out = drill(
         &lab,
-        &[&fixes[0], &fixes[1], "--report", fixes_json.to_str().unwrap()],
+        &[
+            &fixes[0],
+            &fixes[1],
+            "--repeat",
+            "2",
+            "--report",
+            fixes_json.to_str().unwrap(),
+        ],
     );
     assert!(
         out.status.success(),
@@ -290,7 +298,42 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
             d["name"].as_str().unwrap()
         })
         .collect();
-    assert_eq!(names, ["throttled-resize-fix", "unplaceable-world-size-fix"]);
+    assert_eq!(
+        names,
+        [
+            "throttled-resize-fix",
+            "throttled-resize-fix",
+            "unplaceable-world-size-fix",
+            "unplaceable-world-size-fix"
+        ]
+    );
+    assert_eq!(r["repeat"], 2);
+    for (st, name) in r["stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(["throttled-resize-fix", "unplaceable-world-size-fix"])
+    {
+        assert_eq!(st["name"], name);
+        assert_eq!(
+            (st["runs"].as_u64(), st["passed"].as_u64()),
+            (Some(2), Some(2)),
+            "{st}"
+        );
+        assert_eq!(st["pass_rate"], 1.0);
+        let d = &st["figures"]["time_to_detect_s"];
+        let (lo, mid, hi) = (
+            d["min"].as_f64().unwrap(),
+            d["median"].as_f64().unwrap(),
+            d["max"].as_f64().unwrap(),
+        );
+        assert!(lo > 0.0 && lo <= mid && mid <= hi && d["runs"] == 2, "{st}");
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("over 2 runs of each drill") && stdout.contains("2/2"),
+        "{stdout}"
+    );
 
     // The seed's traps. The slow-storage one also keeps the incident bundle it was handed.
     let bundle = dir.path().join("bundle.json");
