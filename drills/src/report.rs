@@ -298,6 +298,9 @@ impl Spread {
     }
 }
 
+/// Reads one figure from a drill's [`Figures`].
+type FigureOf = fn(&Figures) -> Option<f64>;
+
 /// One drill over its repeated runs (`lab drill run --repeat N`): how often it passed, and the spread of
 /// every figure.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -326,7 +329,7 @@ impl DrillStats {
                 let runs: Vec<&DrillReport> = drills.iter().filter(|d| d.name == name).collect();
                 let passed = runs.iter().filter(|d| d.verdict == Verdict::Pass).count();
                 let mut figures = std::collections::BTreeMap::new();
-                let all: [(&'static str, fn(&Figures) -> Option<f64>); 6] = [
+                let all: [(&'static str, FigureOf); 6] = [
                     ("time_to_detect_s", |f| f.time_to_detect_s),
                     ("time_to_mitigate_s", |f| f.time_to_mitigate_s),
                     ("time_to_baseline_s", |f| f.time_to_baseline_s),
