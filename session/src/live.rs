@@ -39,7 +39,8 @@ fn watcher_path(name: &str) -> PathBuf {
 pub fn start(name: &str, program: &Path, args: &[&str]) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     let dir = state::lab_dir(name);
-    let log = std::fs::File::create(dir.join("watch.log")).map_err(|e| io(&dir, "create watch.log", e))?;
+    let log = std::fs::File::create(dir.join("watch.log"))
+        .map_err(|e| state::state_err(&dir, "create watch.log", e))?;
     let child = Command::new(program)
         .args(args)
         .env(LAB_ENV, lab_env_value(name, &dir))
@@ -48,7 +49,7 @@ pub fn start(name: &str, program: &Path, args: &[&str]) -> Result<u32> {
         .stderr(log)
         .process_group(0)
         .spawn()
-        .map_err(|e| io(program, "start the watcher", e))?;
+        .map_err(|e| state::state_err(program, "start the watcher", e))?;
     let pid = child.id();
     // Not waited for: it outlives this command. The record is what stops it.
     drop(child);
@@ -128,14 +129,6 @@ impl Lab {
                 return Err(e.into());
             }
         }
-    }
-}
-
-fn io(path: &Path, what: &str, e: std::io::Error) -> lab_runtime::RuntimeError {
-    lab_runtime::RuntimeError::State {
-        path: path.to_path_buf(),
-        what: what.to_string(),
-        source: Some(e),
     }
 }
 
