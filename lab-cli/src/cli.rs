@@ -333,10 +333,11 @@ pub struct IncidentArgs {
     /// Print the bundle as JSON.
     #[arg(long)]
     pub json: bool,
-    /// How long to watch the job before answering; long enough for the golden-signal rules' `for`
-    /// durations (up to 5 s) to pass, so that what fires is in the bundle.
-    #[arg(long, default_value = "6s", value_parser = parse_duration)]
-    pub window: std::time::Duration,
+    /// Watch the job this long before answering, instead of reading the lab's live snapshot. Without it,
+    /// the bundle comes at once from the snapshot the lab's watcher keeps, and from 6 s of watching only
+    /// when there is no fresh one (long enough for the rules' `for`, up to 5 s, to pass).
+    #[arg(long, value_parser = parse_duration)]
+    pub window: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Args)]
