@@ -26,7 +26,31 @@ pub fn write(report: &RunReport, out: impl Write) -> Result<(), DrillError> {
         suite.set_timestamp(t);
     }
     suite.extra.insert("hostname".into(), report.lab.as_str().into());
-    suite.add_test_cases(report.drills.iter().map(case));
+    // With `--repeat`, each drill's pass rate and every figure's median and range, as suite properties
+    // (`slow-storage.pass_rate`, `slow-storage.time_to_detect_s.median`, …); each run is its own case,
+    // named `slow-storage #2`.
+    if report.repeat > 1 {
+        for st in &report.stats {
+            suite.add_property((format!("{}.runs", st.name), st.runs.to_string()));
+            suite.add_property((format!("{}.passed", st.name), st.passed.to_string()));
+            suite.add_property((format!("{}.pass_rate", st.name), format!("{:.3}", st.pass_rate)));
+            for (fig, sp) in &st.figures {
+                for (what, v) in [("median", sp.median), ("min", sp.min), ("max", sp.max)] {
+                    suite.add_property((format!("{}.{fig}.{what}", st.name), format!("{v:.3}")));
+                }
+            }
+        }
+    }
+    let mut seen: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    suite.add_test_cases(report.drills.iter().map(|d| {
+        let n = seen.entry(d.name.as_str()).or_default();
+        *n += 1;
+        let mut c = case(d);
+        if report.repeat > 1 {
+            c.name = format!("{} #{n}", d.name).into();
+        }
+        c
+    }));
     let mut junit = Report::new(SUITE);
     junit.set_time(seconds(report.duration_s));
     junit.add_test_suite(suite);
@@ -295,6 +319,41 @@ time to detect 8.0 s, to mitigate -, back to baseline -, steps lost 0
 </testsuites>
 "#;
         assert_eq!(String::from_utf8(out).unwrap(), want);
+    }
+
+    #[test]
+    fn repeated_runs_are_numbered_cases_with_pass_rate_and_spread_as_properties() {
+        let mut slow = |detect: f64, verdict: Verdict| {
+            let mut d = drill("slow-storage", verdict, "r");
+            d.figures.time_to_detect_s = Some(detect);
+            d
+        };
+        let report = RunReport::new(
+            "lab",
+            1_700_000_000_000,
+            200.0,
+            vec![
+                slow(8.0, Verdict::Pass),
+                slow(6.0, Verdict::Fail),
+                slow(7.0, Verdict::Pass),
+            ],
+        );
+        let mut out = Vec::new();
+        write(&report, &mut out).unwrap();
+        let xml = String::from_utf8(out).unwrap();
+        let parsed = parse(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
+        let names: Vec<&str> = parsed.cases.iter().map(|c| c.0.as_str()).collect();
+        assert_eq!(names, ["slow-storage #1", "slow-storage #2", "slow-storage #3"]);
+        for prop in [
+            r#"name="slow-storage.runs" value="3""#,
+            r#"name="slow-storage.passed" value="2""#,
+            r#"name="slow-storage.pass_rate" value="0.667""#,
+            r#"name="slow-storage.time_to_detect_s.median" value="7.000""#,
+            r#"name="slow-storage.time_to_detect_s.min" value="6.000""#,
+            r#"name="slow-storage.time_to_detect_s.max" value="8.000""#,
+        ] {
+            assert!(xml.contains(prop), "{prop} missing:\n{xml}");
+        }
     }
 
     #[test]
