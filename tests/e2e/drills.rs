@@ -270,6 +270,7 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     let fixes = ["throttled-resize-fix.yaml", "unplaceable-world-size-fix.yaml"]
         .map(|f| fixtures().join("valid").join(f).display().to_string());
     let fixes_json = dir.path().join("fixes.json");
+    let fixes_xml = dir.path().join("fixes.xml");
     // Each twice (`--repeat 2`): the report's stats give each drill's pass rate and figures' spread.
     let out = drill(
         &lab,
@@ -280,6 +281,8 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
             "2",
             "--report",
             fixes_json.to_str().unwrap(),
+            "--junit",
+            fixes_xml.to_str().unwrap(),
         ],
     );
     assert!(
@@ -333,6 +336,22 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     assert!(
         stdout.contains("over 2 runs of each drill") && stdout.contains("2/2"),
         "{stdout}"
+    );
+    let xml = std::fs::read_to_string(&fixes_xml).unwrap();
+    let (tests, cases) = junit(&xml);
+    assert_eq!(tests, 4);
+    assert_eq!(
+        cases.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+        [
+            "throttled-resize-fix #1",
+            "throttled-resize-fix #2",
+            "unplaceable-world-size-fix #1",
+            "unplaceable-world-size-fix #2"
+        ]
+    );
+    assert!(
+        xml.contains(r#"name="throttled-resize-fix.pass_rate" value="1.000""#),
+        "{xml}"
     );
 
     // The seed's traps. The slow-storage one also keeps the incident bundle it was handed.
