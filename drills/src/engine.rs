@@ -1381,3 +1381,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod session_tests;
