@@ -120,6 +120,16 @@ for ((run = 1; run <= RUNS; run++)); do
   rec "baseline step ms" "$(echo "$s" | jq -r '.training.baseline.step_seconds * 1000')"
   rec "baseline samples/s" "$(echo "$s" | jq -r '.training.baseline.samples_per_s')"
   rec "supervisor rss MB" "$(awk -v k="$(supervisor_kb VmRSS)" 'BEGIN { printf "%.1f", k / 1024 }')"
+  # `lab status --json` as a script calls it: from the watcher's live snapshot (5 calls), and one call
+  # that watches for the 6 s window itself, as every call did before the lab watched itself.
+  for ((i = 1; i <= 5; i++)); do
+    t=$(now)
+    lab status --json >/dev/null || die "lab status --json"
+    rec "status live s" "$(since "$t")"
+  done
+  t=$(now)
+  lab status --json --window 6s >/dev/null || die "lab status --json --window 6s"
+  rec "status watched s" "$(since "$t")"
   say "run $run/$RUNS: slow-storage"
   measure_fault slow-storage slow-storage --server 1 --delay 300ms
   say "run $run/$RUNS: throttled-rank"
@@ -152,6 +162,8 @@ print()
 print(f"{'lab up to a steady baseline':<34} {f('up s', ' s')}")
 print(f"{'baseline step':<34} {f('baseline step ms', ' ms')}")
 print(f"{'baseline throughput':<34} {f('baseline samples/s', ' samples/s', 0)}")
+print(f"{'lab status --json (live snapshot)':<34} {f('status live s', ' s', 2)}")
+print(f"{'... watching its own 6 s window':<34} {f('status watched s', ' s', 2)}")
 print(f"{'supervisor memory after up':<34} {f('supervisor rss MB', ' MB')} resident (VmRSS)")
 print(f"{'supervisor memory, peak':<34} {f('supervisor peak MB', ' MB')} (VmHWM, after the faults)")
 for fault, what in [("slow-storage", "storage-1 +300 ms"), ("throttled-rank", "rank-1 150m"),

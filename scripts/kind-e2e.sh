@@ -188,9 +188,9 @@ for d in "${DRILLS[@]}"; do
   run_drill "$d"
   figure "drill $d (s)" "$(since "$t")"
   if [ -f "$REPORTS/$d.json" ]; then
-    figure "$d: detected after (s)" "$(jq -r '[.. | objects | select(has("figures")) | .figures.time_to_detect_s][0] // "none"' "$REPORTS/$d.json")"
-    figure "$d: throughput under the fault (% of baseline)" "$(jq -r '[.. | objects | select(has("figures")) | .figures.fault_throughput_pct][0] // "none" | if type == "number" then (. * 10 | round / 10) else . end' "$REPORTS/$d.json")"
-    figure "$d: back at baseline after (s)" "$(jq -r '[.. | objects | select(has("figures")) | .figures.time_to_baseline_s][0] // "none"' "$REPORTS/$d.json")"
+    figure "$d: detected after (s)" "$(jq -r '.drills[0].figures.time_to_detect_s // "none"' "$REPORTS/$d.json")"
+    figure "$d: throughput under the fault (% of baseline)" "$(jq -r '.drills[0].figures.fault_throughput_pct // "none" | if type == "number" then (. * 10 | round / 10) else . end' "$REPORTS/$d.json")"
+    figure "$d: back at baseline after (s)" "$(jq -r '.drills[0].figures.time_to_baseline_s // "none"' "$REPORTS/$d.json")"
   fi
   expect_all_ready "after drill $d"
 done

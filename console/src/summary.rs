@@ -2,6 +2,7 @@
 //! CPU quantities are written. Pure functions of a snapshot and a time.
 
 use lab_model::Snapshot;
+use lab_model::format::latency;
 use lab_model::snapshot::{Alert, GoldenSignal};
 use lab_model::status::{Phase, Role};
 
@@ -125,21 +126,9 @@ pub fn fmt_pct(p: f64) -> String {
     }
 }
 
-/// A latency: `0.4 ms`, `2.5 ms`, `488 ms`, `1.25 s`.
-pub fn fmt_latency(s: f64) -> String {
-    let ms = s * 1000.0;
-    if ms < 9.95 {
-        format!("{ms:.1} ms")
-    } else if ms < 1000.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{s:.2} s")
-    }
-}
-
 /// An optional latency, `-` when unmeasured.
 pub fn fmt_opt_latency(s: Option<f64>) -> String {
-    s.map_or_else(|| "-".to_string(), fmt_latency)
+    s.map_or_else(|| "-".to_string(), latency)
 }
 
 /// A span of time: `14s`, `2m05s`, `1h02m`.
@@ -220,10 +209,6 @@ mod tests {
 
     #[test]
     fn formats() {
-        assert_eq!(fmt_latency(0.488), "488 ms");
-        assert_eq!(fmt_latency(0.0025), "2.5 ms");
-        assert_eq!(fmt_latency(0.00042), "0.4 ms");
-        assert_eq!(fmt_latency(1.5), "1.50 s");
         assert_eq!(fmt_span(14_999), "14s");
         assert_eq!(fmt_span(125_000), "2m05s");
         assert_eq!(fmt_span(3_720_000), "1h02m");

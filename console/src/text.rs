@@ -2,11 +2,10 @@
 //! storage, alerts and changes. A pure function of the snapshot; times are relative to the snapshot's own.
 
 use lab_model::Snapshot;
+use lab_model::format::latency;
 use lab_model::status::Phase;
 
-use crate::summary::{
-    fmt_latency, fmt_opt_latency, fmt_pct, fmt_share, fmt_span, headline_text, lead_alert, split_bar,
-};
+use crate::summary::{fmt_opt_latency, fmt_pct, fmt_share, fmt_span, headline_text, lead_alert, split_bar};
 
 /// The Kubernetes column is as wide as its widest line, within these bounds.
 const LEFT: (usize, usize) = (56, 84);
@@ -92,9 +91,9 @@ fn training(s: &Snapshot) -> Vec<String> {
         (Some(v), None) => format!("{v:.0} samples/s · learning its baseline"),
         _ => "-".into(),
     };
-    let mut step = t.step_seconds.map_or("-".to_string(), fmt_latency);
+    let mut step = t.step_seconds.map_or("-".to_string(), latency);
     if let Some(b) = t.baseline.filter(|b| b.step_seconds > 0.0) {
-        step.push_str(&format!(" (baseline {})", fmt_latency(b.step_seconds)));
+        step.push_str(&format!(" (baseline {})", latency(b.step_seconds)));
     }
     let mut out = vec![
         "TRAINING".to_string(),

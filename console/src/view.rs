@@ -5,6 +5,7 @@
 //! tested on a `TestBackend`.
 
 use lab_model::Snapshot;
+use lab_model::format::latency;
 use lab_model::snapshot::GoldenSignal;
 use lab_model::status::Phase;
 use ratatui::Frame;
@@ -16,7 +17,7 @@ use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Sparkline, Table, Wra
 use crate::action::FaultKey;
 use crate::state::State;
 use crate::summary::{
-    Tone, fmt_latency, fmt_opt_latency, fmt_pct, fmt_share, fmt_span, headline, split_bar, text_sparkline,
+    Tone, fmt_opt_latency, fmt_pct, fmt_share, fmt_span, headline, split_bar, text_sparkline,
 };
 
 /// A snapshot older than this is shown as stale.
@@ -235,9 +236,9 @@ fn render_training(frame: &mut Frame, area: Rect, snap: &Snapshot) {
         _ => throughput.push(Span::raw("-")),
     }
     let mut step = vec![Span::raw("step time ")];
-    step.push(Span::raw(t.step_seconds.map_or("-".to_string(), fmt_latency)));
+    step.push(Span::raw(t.step_seconds.map_or("-".to_string(), latency)));
     if let Some(b) = t.baseline.filter(|b| b.step_seconds > 0.0) {
-        step.push(Span::raw(format!(" (baseline {})", fmt_latency(b.step_seconds))));
+        step.push(Span::raw(format!(" (baseline {})", latency(b.step_seconds))));
     }
     step.push(Span::raw(format!(" · step {}", t.step)));
     if let Some(w) = t.world_size {

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 
 use lab_model::Snapshot;
 use lab_model::change::ChangeSource;
+use lab_model::format::latency_ms;
 use lab_model::snapshot::GoldenSignal;
 use lab_model::status::{Phase, Role};
 use serde::Serialize;
@@ -189,17 +190,6 @@ pub fn rfc3339(ms: u64) -> String {
         .ok()
         .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
         .unwrap_or_else(|| ms.to_string())
-}
-
-/// A latency for a person: `0.4 ms`, `2.9 ms`, `414 ms`, `1.25 s`.
-pub fn fmt_ms(ms: f64) -> String {
-    if ms < 10.0 {
-        format!("{ms:.1} ms")
-    } else if ms < 1000.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{:.2} s", ms / 1000.0)
-    }
 }
 
 fn ms(s: Option<f64>) -> Option<f64> {
@@ -405,7 +395,7 @@ impl Bundle {
         for l in &self.latency_summary {
             let _ = writeln!(o, "  {l}");
         }
-        let opt = |v: Option<f64>| v.map_or("-".into(), fmt_ms);
+        let opt = |v: Option<f64>| v.map_or("-".into(), latency_ms);
         let _ = writeln!(
             o,
             "  {:<12} {:>9} {:>9} {:>9} {:>9}  READERS",
@@ -525,10 +515,10 @@ fn range(values: &[f64]) -> String {
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if values.is_empty() {
         "-".into()
-    } else if fmt_ms(lo) == fmt_ms(hi) {
-        fmt_ms(lo)
+    } else if latency_ms(lo) == latency_ms(hi) {
+        latency_ms(lo)
     } else {
-        format!("{}–{}", fmt_ms(lo).trim_end_matches(" ms"), fmt_ms(hi))
+        format!("{}–{}", latency_ms(lo).trim_end_matches(" ms"), latency_ms(hi))
     }
 }
 
@@ -548,7 +538,7 @@ pub fn latency_summary(deps: &[Dependency]) -> Vec<String> {
     for d in deps.iter().filter(|d| moved(d)) {
         let siblings: Vec<&&Dependency> = known.iter().filter(|s| s.name != d.name).collect();
         let (b, n) = (d.baseline_p50_ms.unwrap_or(0.0), d.p50_ms.unwrap_or(0.0));
-        let mut line = format!("{} went from {} to {}", d.name, fmt_ms(b), fmt_ms(n));
+        let mut line = format!("{} went from {} to {}", d.name, latency_ms(b), latency_ms(n));
         if siblings.is_empty() {
         } else if siblings.iter().all(|s| !moved(s)) {
             let now: Vec<f64> = siblings.iter().filter_map(|s| s.p50_ms).collect();
@@ -560,7 +550,7 @@ pub fn latency_summary(deps: &[Dependency]) -> Vec<String> {
         } else {
             let others: Vec<String> = siblings
                 .iter()
-                .map(|s| format!("{} {}", s.name, s.p50_ms.map_or("-".into(), fmt_ms)))
+                .map(|s| format!("{} {}", s.name, s.p50_ms.map_or("-".into(), latency_ms)))
                 .collect();
             line.push_str(&format!("; siblings now {}", others.join(", ")));
         }

@@ -18,6 +18,7 @@ use lab_model::status::LabStatus;
 use lab_runtime::Runtime;
 use lab_runtime::state::now_ms;
 use nix::sys::signal::Signal;
+use tracing::Instrument as _;
 
 use crate::bundle::Bundle;
 use crate::command::{self, CommandSpec, GroupSlot};
@@ -1276,17 +1277,22 @@ pub async fn run_drill<S: SnapshotSource>(
         description: drill.description.as_deref(),
     });
     let mut s = Session::new(lab.clone(), source, observer, options, guard.clone());
-    let check = s.check_lab(drill).await;
+    let span = |step: StepName| tracing::info_span!("step", drill = %drill.name, step = %step);
+    let check = s.check_lab(drill).instrument(span(StepName::Check)).await;
     if check.ok {
-        let base = s.settle(drill.warmup, drill.baseline).await;
+        let base = s
+            .settle(drill.warmup, drill.baseline)
+            .instrument(span(StepName::Baseline))
+            .await;
         if base.ok && observer.after_step(&base, s.last_snapshot()) == Flow::Continue {
             let mut i = 0;
             while let Some(step) = drill.steps.get(i) {
+                let step_span = tracing::info_span!("step", drill = %drill.name, step = step.key());
                 let r = match step {
-                    Step::Inject(f) => s.inject(f.clone()).await,
-                    Step::Expect(e) => s.expect(e).await,
-                    Step::Remediate(r) => s.remediate(r).await,
-                    Step::Verify(v) => s.verify(v).await,
+                    Step::Inject(f) => s.inject(f.clone()).instrument(step_span).await,
+                    Step::Expect(e) => s.expect(e).instrument(step_span).await,
+                    Step::Remediate(r) => s.remediate(r).instrument(step_span).await,
+                    Step::Verify(v) => s.verify(v).instrument(step_span).await,
                 };
                 i += 1;
                 if observer.after_step(&r, s.last_snapshot()) == Flow::Stop {
@@ -1308,7 +1314,9 @@ pub async fn run_drill<S: SnapshotSource>(
                 }
             }
         }
-        s.cleanup(drill.cleanup_deadline).await;
+        s.cleanup(drill.cleanup_deadline)
+            .instrument(span(StepName::Cleanup))
+            .await;
         s.rejudge();
     } else {
         guard.disarm();

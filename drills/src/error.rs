@@ -40,7 +40,7 @@ pub enum DrillError {
     },
     /// The JUnit report could not be written.
     #[error("cannot write the JUnit report")]
-    Xml(#[source] std::io::Error),
+    Xml(#[source] quick_junit::SerializeError),
 }
 
 impl DrillError {

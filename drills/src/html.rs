@@ -10,6 +10,7 @@
 use std::fmt::Write;
 
 use lab_faults::Fault;
+use lab_model::format::opt_secs;
 
 use crate::report::{DrillReport, Point, RunReport, StepName, Verdict};
 
@@ -34,7 +35,7 @@ pub fn render(report: &RunReport) -> String {
          <span class=\"{}\">{passed} of {} drills passed</span> · {}</p></header>",
         esc(&report.lab),
         esc(&report.started_at),
-        secs(Some(report.duration_s)),
+        opt_secs(Some(report.duration_s)),
         if report.passed { "ok" } else { "bad" },
         report.drills.len(),
         esc(report.format),
@@ -60,9 +61,9 @@ fn overview(o: &mut String, report: &RunReport) {
             o,
             "<tr><td><a href=\"#drill-{id}\">{name}</a></td>{verdict}<td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td></tr>",
-            secs(f.time_to_detect_s),
-            secs(f.time_to_mitigate_s),
-            secs(f.time_to_baseline_s),
+            opt_secs(f.time_to_detect_s),
+            opt_secs(f.time_to_mitigate_s),
+            opt_secs(f.time_to_baseline_s),
             pct(f.fault_throughput_pct.or(f.lowest_throughput_pct)),
             f.steps_lost,
             id = anchor(&d.name),
@@ -115,9 +116,9 @@ fn summary(o: &mut String, d: &DrillReport) {
     });
     let mut rows: Vec<(&str, String)> = vec![
         ("reason", esc(&d.reason)),
-        ("time to detect", secs(f.time_to_detect_s)),
-        ("time to mitigate", secs(f.time_to_mitigate_s)),
-        ("back to baseline", secs(f.time_to_baseline_s)),
+        ("time to detect", opt_secs(f.time_to_detect_s)),
+        ("time to mitigate", opt_secs(f.time_to_mitigate_s)),
+        ("back to baseline", opt_secs(f.time_to_baseline_s)),
         ("throughput under fault", pct(f.fault_throughput_pct)),
         ("lowest throughput", pct(f.lowest_throughput_pct)),
         ("steps lost", f.steps_lost.to_string()),
@@ -131,7 +132,7 @@ fn summary(o: &mut String, d: &DrillReport) {
                 d.runtime,
                 d.seed,
                 d.started_at,
-                secs(Some(d.duration_s))
+                opt_secs(Some(d.duration_s))
             )),
         ),
     ];
@@ -179,8 +180,8 @@ fn steps(o: &mut String, d: &DrillReport) {
             if s.ok { "ok" } else { "bad" },
             if s.ok { "✓" } else { "✗" },
             esc(s.step.as_str()),
-            secs(Some(s.started_s)),
-            secs(Some(s.duration_s)),
+            opt_secs(Some(s.started_s)),
+            opt_secs(Some(s.duration_s)),
             esc(&s.summary),
         );
     }
@@ -198,7 +199,7 @@ fn steps(o: &mut String, d: &DrillReport) {
             i + 1,
             esc(cmd),
             exit,
-            secs(Some(r.duration_s))
+            opt_secs(Some(r.duration_s))
         );
         for c in &r.changes {
             let _ = writeln!(o, "<p class=\"ev\">{}</p>", esc(c));
@@ -875,10 +876,6 @@ fn shorten(s: &str, max: usize) -> String {
         let cut: String = s.chars().take(max.saturating_sub(1)).collect();
         format!("{cut}…")
     }
-}
-
-fn secs(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1} s"))
 }
 
 fn pct(v: Option<f64>) -> String {

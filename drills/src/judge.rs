@@ -450,6 +450,8 @@ pub struct RecoveryTracker {
     run: Option<(u64, u64)>,
     best: u64,
     last: String,
+    /// The last snapshot had the job's signals back while its desired state disagreed with itself.
+    unwhole: bool,
 }
 
 impl RecoveryTracker {
@@ -464,6 +466,7 @@ impl RecoveryTracker {
             run: None,
             best: 0,
             last: "no measurement yet".into(),
+            unwhole: false,
         }
     }
 
@@ -492,8 +495,16 @@ impl RecoveryTracker {
             return Outcome::Pending("waiting for the remediation to end".into());
         }
         let step = job_step(s);
-        let (ok, text) = self.judge(s);
-        self.last = text;
+        let (signals_ok, text) = self.judge(s);
+        // The job's signals back is not enough: the desired state must agree with itself too.
+        let whole = s.status.inconsistencies();
+        let ok = signals_ok && whole.is_empty();
+        self.last = if signals_ok && !whole.is_empty() {
+            format!("{text}, but the job is not whole: {}", whole.join("; "))
+        } else {
+            text
+        };
+        self.unwhole = signals_ok && !whole.is_empty();
         match (ok, step) {
             (true, Some(step)) => {
                 let (since, first) = match self.run {
@@ -526,6 +537,13 @@ impl RecoveryTracker {
             } else {
                 String::new()
             };
+            if self.unwhole {
+                return Outcome::Failed(format!(
+                    "the job's signals are back {:.0} s after the remediation but the job is not whole: {}",
+                    self.deadline_ms as f64 / 1000.0,
+                    self.last
+                ));
+            }
             return Outcome::Failed(format!(
                 "the job is not back {:.0} s after the remediation: {}; the longest run within {:.0}% was {} of {} steps{ready_note}",
                 self.deadline_ms as f64 / 1000.0,
@@ -1021,6 +1039,44 @@ pub(crate) mod tests {
             last = r.push(&snap(t, Some(200.0), Some(0.6), 100 + t * 2));
         }
         assert!(matches!(last, Outcome::Failed(_)), "{last:?}");
+    }
+
+    #[test]
+    fn signals_back_with_a_rank_still_pending_is_not_recovery() {
+        // The over-scaled fault "fixed" by setting the world size back to 4 alone: four ranks train at
+        // their baseline, but a fifth is still asked for and Pending, and will break the job the moment
+        // a GPU frees up. The verdict names that part.
+        let unwhole = |t: u64, step: u64| {
+            let mut s = snap(t, Some(400.0), Some(0.3), step);
+            let mut p = PodStatus::new(lab_model::names::rank(4), Role::Rank, Some(4));
+            p.reason = Some("Insufficient gpu".into());
+            s.status.pods.push(p);
+            s.status.ranks_desired = 5;
+            s
+        };
+        let mut r = RecoveryTracker::new(&verify(20.0, 5, 5), base(), T0);
+        let mut last = Outcome::Pending(String::new());
+        for t in 0..=6 {
+            last = r.push(&unwhole(t, 100 + t * 10));
+        }
+        let Outcome::Failed(why) = last else {
+            panic!("{last:?}")
+        };
+        assert!(why.contains("signals are back"), "{why}");
+        assert!(
+            why.contains(
+                "ranks asked for 5 but the world size configured is 4; rank-4 is Pending (Insufficient gpu)"
+            ),
+            "{why}"
+        );
+
+        // The same signals with the job whole pass.
+        let mut r = RecoveryTracker::new(&verify(20.0, 5, 5), base(), T0);
+        let mut last = Outcome::Pending(String::new());
+        for t in 0..=6 {
+            last = r.push(&snap(t, Some(400.0), Some(0.3), 100 + t * 10));
+        }
+        assert!(matches!(last, Outcome::Done(_)), "{last:?}");
     }
 
     #[test]

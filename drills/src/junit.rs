@@ -1,196 +1,206 @@
-//! The run as JUnit XML, for CI: one `testsuite`, one `testcase` per drill; a failed drill carries a
-//! `failure` (an `error` when it could not run) whose message is the verdict's reason and whose text is the
-//! evidence, and every testcase carries its step lines as `system-out`.
+//! The run as JUnit XML, for CI, written by `quick-junit` (the writer nextest uses): one `testsuite`, one
+//! `testcase` per drill; a failed drill carries a `failure` (an `error` when it could not run) whose message
+//! is the verdict's reason and whose text is the evidence, and every testcase carries its step lines and
+//! figures as `system-out`.
 
 use std::io::Write;
+use std::time::Duration;
 
-use quick_xml::Writer;
-use quick_xml::events::{BytesDecl, BytesEnd, BytesStart, BytesText, Event};
+use lab_model::format::opt_secs;
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::error::DrillError;
-use crate::report::{RunReport, Verdict};
+use crate::report::{DrillReport, RunReport, Verdict};
+
+/// The name of the report and of its one suite.
+const SUITE: &str = "lab drills";
 
 /// Writes `report` as JUnit XML.
 ///
 /// # Errors
 /// [`DrillError::Xml`] when `out` cannot be written.
 pub fn write(report: &RunReport, out: impl Write) -> Result<(), DrillError> {
-    let mut w = Writer::new_with_indent(out, b' ', 2);
-    let failures = report
-        .drills
-        .iter()
-        .filter(|d| d.verdict == Verdict::Fail)
-        .count();
-    let errors = report
-        .drills
-        .iter()
-        .filter(|d| d.verdict == Verdict::Error)
-        .count();
-    let io = |e: std::io::Error| DrillError::Xml(e);
-    w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))
-        .map_err(io)?;
-    let tests = report.drills.len().to_string();
-    let failures = failures.to_string();
-    let errors = errors.to_string();
-    let time = format!("{:.3}", report.duration_s);
-    let suite = BytesStart::new("testsuite").with_attributes([
-        ("name", "lab drills"),
-        ("tests", tests.as_str()),
-        ("failures", failures.as_str()),
-        ("errors", errors.as_str()),
-        ("skipped", "0"),
-        ("time", time.as_str()),
-        ("timestamp", report.started_at.as_str()),
-        ("hostname", report.lab.as_str()),
-    ]);
-    w.write_event(Event::Start(suite)).map_err(io)?;
-    for d in &report.drills {
-        let time = format!("{:.3}", d.duration_s);
-        let case = BytesStart::new("testcase").with_attributes([
-            ("classname", format!("lab.drills.{}", d.runtime).as_str()),
-            ("name", d.name.as_str()),
-            ("file", d.origin.as_str()),
-            ("time", time.as_str()),
-        ]);
-        w.write_event(Event::Start(case)).map_err(io)?;
-        if d.verdict != Verdict::Pass {
-            let tag = if d.verdict == Verdict::Error {
-                "error"
+    let mut suite = TestSuite::new(SUITE);
+    suite.set_time(seconds(report.duration_s));
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&report.started_at) {
+        suite.set_timestamp(t);
+    }
+    suite.extra.insert("hostname".into(), report.lab.as_str().into());
+    // With `--repeat`, each drill's pass rate and every figure's median and range, as suite properties
+    // (`slow-storage.pass_rate`, `slow-storage.time_to_detect_s.median`, …); each run is its own case,
+    // named `slow-storage #2`.
+    if report.repeat > 1 {
+        for st in &report.stats {
+            suite.add_property((format!("{}.runs", st.name), st.runs.to_string()));
+            suite.add_property((format!("{}.passed", st.name), st.passed.to_string()));
+            suite.add_property((format!("{}.pass_rate", st.name), format!("{:.3}", st.pass_rate)));
+            for (fig, sp) in &st.figures {
+                for (what, v) in [("median", sp.median), ("min", sp.min), ("max", sp.max)] {
+                    suite.add_property((format!("{}.{fig}.{what}", st.name), format!("{v:.3}")));
+                }
+            }
+        }
+    }
+    let mut seen: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    suite.add_test_cases(report.drills.iter().map(|d| {
+        let n = seen.entry(d.name.as_str()).or_default();
+        *n += 1;
+        let mut c = case(d);
+        if report.repeat > 1 {
+            c.name = format!("{} #{n}", d.name).into();
+        }
+        c
+    }));
+    let mut junit = Report::new(SUITE);
+    junit.set_time(seconds(report.duration_s));
+    junit.add_test_suite(suite);
+    junit.serialize(out).map_err(DrillError::Xml)
+}
+
+fn case(d: &DrillReport) -> TestCase {
+    let status = match d.verdict {
+        Verdict::Pass => TestCaseStatus::success(),
+        Verdict::Fail | Verdict::Error => {
+            let (kind, ty) = if d.verdict == Verdict::Error {
+                (NonSuccessKind::Error, "error")
             } else {
-                "failure"
+                (NonSuccessKind::Failure, "failure")
             };
-            let el = BytesStart::new(tag).with_attributes([("message", d.reason.as_str()), ("type", tag)]);
-            w.write_event(Event::Start(el)).map_err(io)?;
-            let body = d.evidence.join("\n");
-            w.write_event(Event::Text(BytesText::new(&body))).map_err(io)?;
-            w.write_event(Event::End(BytesEnd::new(tag))).map_err(io)?;
+            let mut s = TestCaseStatus::non_success(kind);
+            s.set_message(d.reason.as_str())
+                .set_type(ty)
+                .set_description(d.evidence.join("\n"));
+            s
         }
-        let mut out = String::new();
-        for s in &d.steps {
-            out.push_str(&format!(
-                "{} {:<9} {:>6.1}s  {}\n",
-                if s.ok { "✓" } else { "✗" },
-                s.step,
-                s.duration_s,
-                s.summary
-            ));
-        }
-        let f = &d.figures;
-        out.push_str(&format!(
-            "time to detect {}, to mitigate {}, back to baseline {}, steps lost {}\n",
-            opt(f.time_to_detect_s),
-            opt(f.time_to_mitigate_s),
-            opt(f.time_to_baseline_s),
-            f.steps_lost
-        ));
-        w.write_event(Event::Start(BytesStart::new("system-out")))
-            .map_err(io)?;
-        w.write_event(Event::Text(BytesText::new(&out))).map_err(io)?;
-        w.write_event(Event::End(BytesEnd::new("system-out")))
-            .map_err(io)?;
-        w.write_event(Event::End(BytesEnd::new("testcase"))).map_err(io)?;
-    }
-    w.write_event(Event::End(BytesEnd::new("testsuite")))
-        .map_err(io)?;
-    w.into_inner().write_all(b"\n").map_err(io)?;
-    Ok(())
-}
-
-fn opt(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1} s"))
-}
-
-/// A JUnit document read back: what a CI system would see.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Parsed {
-    pub suites: usize,
-    pub tests: usize,
-    /// `(name, failure or error message)` per testcase.
-    pub cases: Vec<(String, Option<String>)>,
-}
-
-/// Reads JUnit XML back, checking it is well-formed (every element closed, in order).
-///
-/// # Errors
-/// A message saying where the document is malformed.
-pub fn parse(xml: &str) -> Result<Parsed, String> {
-    let mut r = quick_xml::Reader::from_str(xml);
-    r.config_mut().check_end_names = true;
-    let mut stack: Vec<String> = Vec::new();
-    let mut parsed = Parsed {
-        suites: 0,
-        tests: 0,
-        cases: Vec::new(),
     };
-    loop {
-        let pos = r.buffer_position();
-        let ev = r.read_event().map_err(|e| format!("at byte {pos}: {e}"))?;
-        let (e, empty) = match ev {
-            Event::Start(e) => (e, false),
-            Event::Empty(e) => (e, true),
-            Event::End(e) => {
-                let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
-                match stack.pop() {
-                    Some(open) if open == name => {}
-                    other => return Err(format!("at byte {pos}: </{name}> closes {other:?}")),
-                }
-                continue;
-            }
-            Event::Eof => break,
-            _ => continue,
-        };
-        let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
-        let attr = |k: &str| -> Result<Option<String>, String> {
-            for a in e.attributes() {
-                let a = a.map_err(|e| format!("at byte {pos}: {e}"))?;
-                if a.key.as_ref() == k.as_bytes() {
-                    let v = a.unescape_value().map_err(|e| format!("at byte {pos}: {e}"))?;
-                    return Ok(Some(v.into_owned()));
-                }
-            }
-            Ok(None)
-        };
-        match name.as_str() {
-            "testsuite" => {
-                parsed.suites += 1;
-                parsed.tests += attr("tests")?
-                    .and_then(|t| t.parse::<usize>().ok())
-                    .ok_or("a testsuite without a numeric `tests` attribute")?;
-            }
-            "testcase" => parsed
-                .cases
-                .push((attr("name")?.ok_or("a testcase without a name")?, None)),
-            "failure" | "error" => {
-                let msg = attr("message")?.ok_or("a failure without a message")?;
-                let case = parsed.cases.last_mut().ok_or("a failure outside a testcase")?;
-                case.1 = Some(msg);
-            }
-            _ => {}
-        }
-        if !empty {
-            stack.push(name);
-        }
-    }
-    if !stack.is_empty() {
-        return Err(format!("unclosed elements at the end: {stack:?}"));
-    }
-    if parsed.suites == 0 {
-        return Err("no testsuite".into());
-    }
-    if parsed.tests != parsed.cases.len() {
-        return Err(format!(
-            "the suite says {} tests but has {} testcases",
-            parsed.tests,
-            parsed.cases.len()
+    let mut case = TestCase::new(d.name.as_str(), status);
+    case.set_classname(format!("lab.drills.{}", d.runtime))
+        .set_time(seconds(d.duration_s))
+        .set_system_out(system_out(d));
+    case.extra.insert("file".into(), d.origin.as_str().into());
+    case
+}
+
+/// The drill's step lines and its figures, as a person reads them in a CI log.
+fn system_out(d: &DrillReport) -> String {
+    let mut out = String::new();
+    for s in &d.steps {
+        out.push_str(&format!(
+            "{} {:<9} {:>6.1}s  {}\n",
+            if s.ok { "✓" } else { "✗" },
+            s.step,
+            s.duration_s,
+            s.summary
         ));
     }
-    Ok(parsed)
+    let f = &d.figures;
+    out.push_str(&format!(
+        "time to detect {}, to mitigate {}, back to baseline {}, steps lost {}\n",
+        opt_secs(f.time_to_detect_s),
+        opt_secs(f.time_to_mitigate_s),
+        opt_secs(f.time_to_baseline_s),
+        f.steps_lost
+    ));
+    out
+}
+
+/// A report's seconds as a duration (a negative or non-finite figure, which a clock step can give, is zero).
+fn seconds(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{CleanupReport, DrillReport, Figures, StepReport};
+    use crate::report::{CleanupReport, Figures, StepReport};
+    use quick_xml::events::Event;
+
+    /// A JUnit document read back: what a CI system would see.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct Parsed {
+        suites: usize,
+        tests: usize,
+        /// `(name, failure or error message)` per testcase.
+        cases: Vec<(String, Option<String>)>,
+    }
+
+    /// Reads JUnit XML back, checking it is well-formed (every element closed, in order).
+    ///
+    /// # Errors
+    /// A message saying where the document is malformed.
+    fn parse(xml: &str) -> Result<Parsed, String> {
+        let mut r = quick_xml::Reader::from_str(xml);
+        r.config_mut().check_end_names = true;
+        let mut stack: Vec<String> = Vec::new();
+        let mut parsed = Parsed {
+            suites: 0,
+            tests: 0,
+            cases: Vec::new(),
+        };
+        loop {
+            let pos = r.buffer_position();
+            let ev = r.read_event().map_err(|e| format!("at byte {pos}: {e}"))?;
+            let (e, empty) = match ev {
+                Event::Start(e) => (e, false),
+                Event::Empty(e) => (e, true),
+                Event::End(e) => {
+                    let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+                    match stack.pop() {
+                        Some(open) if open == name => {}
+                        other => return Err(format!("at byte {pos}: </{name}> closes {other:?}")),
+                    }
+                    continue;
+                }
+                Event::Eof => break,
+                _ => continue,
+            };
+            let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+            let attr = |k: &str| -> Result<Option<String>, String> {
+                for a in e.attributes() {
+                    let a = a.map_err(|e| format!("at byte {pos}: {e}"))?;
+                    if a.key.as_ref() == k.as_bytes() {
+                        let v = a.unescape_value().map_err(|e| format!("at byte {pos}: {e}"))?;
+                        return Ok(Some(v.into_owned()));
+                    }
+                }
+                Ok(None)
+            };
+            match name.as_str() {
+                "testsuite" => {
+                    parsed.suites += 1;
+                    parsed.tests += attr("tests")?
+                        .and_then(|t| t.parse::<usize>().ok())
+                        .ok_or("a testsuite without a numeric `tests` attribute")?;
+                }
+                "testcase" => parsed
+                    .cases
+                    .push((attr("name")?.ok_or("a testcase without a name")?, None)),
+                "failure" | "error" => {
+                    let msg = attr("message")?.ok_or("a failure without a message")?;
+                    let case = parsed.cases.last_mut().ok_or("a failure outside a testcase")?;
+                    case.1 = Some(msg);
+                }
+                _ => {}
+            }
+            if !empty {
+                stack.push(name);
+            }
+        }
+        if !stack.is_empty() {
+            return Err(format!("unclosed elements at the end: {stack:?}"));
+        }
+        if parsed.suites == 0 {
+            return Err("no testsuite".into());
+        }
+        if parsed.tests != parsed.cases.len() {
+            return Err(format!(
+                "the suite says {} tests but has {} testcases",
+                parsed.tests,
+                parsed.cases.len()
+            ));
+        }
+        Ok(parsed)
+    }
 
     fn drill(name: &str, verdict: Verdict, reason: &str) -> DrillReport {
         DrillReport {
@@ -271,6 +281,79 @@ mod tests {
             "{xml}"
         );
         assert!(xml.contains("<error message="), "{xml}");
+    }
+
+    #[test]
+    fn the_whole_document_carries_names_failures_times_and_figures() {
+        let report = RunReport::new(
+            "lab-2",
+            1_700_000_000_000,
+            200.0,
+            vec![
+                drill("slow-storage", Verdict::Pass, "detected in 8.0 s"),
+                drill(
+                    "unplaceable-rank",
+                    Verdict::Fail,
+                    "verify: not back <90 s> & \"stalled\"",
+                ),
+            ],
+        );
+        let mut out = Vec::new();
+        write(&report, &mut out).unwrap();
+        let want = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites name="lab drills" tests="2" skipped="0" failures="1" errors="0" time="200.000">
+    <testsuite name="lab drills" tests="2" skipped="0" errors="0" failures="1" timestamp="2023-11-14T22:13:20.000+00:00" time="200.000" hostname="lab-2">
+        <testcase name="slow-storage" classname="lab.drills.local" time="61.500" file="builtin:slow-storage">
+            <system-out>✓ verify       2.0s  throughput 0% &lt; 80% &amp; step time → unknown
+time to detect 8.0 s, to mitigate -, back to baseline -, steps lost 0
+</system-out>
+        </testcase>
+        <testcase name="unplaceable-rank" classname="lab.drills.local" time="61.500" file="builtin:unplaceable-rank">
+            <failure message="verify: not back &lt;90 s&gt; &amp; &quot;stalled&quot;" type="failure">rank-0 &lt;waits&gt; &amp; &quot;sleeps&quot;
+]]&gt; in text</failure>
+            <system-out>✗ verify       2.0s  throughput 0% &lt; 80% &amp; step time → unknown
+time to detect 8.0 s, to mitigate -, back to baseline -, steps lost 0
+</system-out>
+        </testcase>
+    </testsuite>
+</testsuites>
+"#;
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+    }
+
+    #[test]
+    fn repeated_runs_are_numbered_cases_with_pass_rate_and_spread_as_properties() {
+        let mut slow = |detect: f64, verdict: Verdict| {
+            let mut d = drill("slow-storage", verdict, "r");
+            d.figures.time_to_detect_s = Some(detect);
+            d
+        };
+        let report = RunReport::new(
+            "lab",
+            1_700_000_000_000,
+            200.0,
+            vec![
+                slow(8.0, Verdict::Pass),
+                slow(6.0, Verdict::Fail),
+                slow(7.0, Verdict::Pass),
+            ],
+        );
+        let mut out = Vec::new();
+        write(&report, &mut out).unwrap();
+        let xml = String::from_utf8(out).unwrap();
+        let parsed = parse(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
+        let names: Vec<&str> = parsed.cases.iter().map(|c| c.0.as_str()).collect();
+        assert_eq!(names, ["slow-storage #1", "slow-storage #2", "slow-storage #3"]);
+        for prop in [
+            r#"name="slow-storage.runs" value="3""#,
+            r#"name="slow-storage.passed" value="2""#,
+            r#"name="slow-storage.pass_rate" value="0.667""#,
+            r#"name="slow-storage.time_to_detect_s.median" value="7.000""#,
+            r#"name="slow-storage.time_to_detect_s.min" value="6.000""#,
+            r#"name="slow-storage.time_to_detect_s.max" value="8.000""#,
+        ] {
+            assert!(xml.contains(prop), "{prop} missing:\n{xml}");
+        }
     }
 
     #[test]

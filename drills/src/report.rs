@@ -265,6 +265,101 @@ pub(crate) fn injected(drill: &crate::spec::Drill) -> Vec<Fault> {
         .collect()
 }
 
+/// The median, minimum and maximum of one figure over a drill's runs that reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// How many runs reported the figure (a failed run may not reach detection, say).
+    pub runs: usize,
+}
+
+impl Spread {
+    /// `None` for no values. The median of an even count is the mean of the middle two.
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+            runs: n,
+        })
+    }
+}
+
+/// Reads one figure from a drill's [`Figures`].
+type FigureOf = fn(&Figures) -> Option<f64>;
+
+/// One drill over its repeated runs (`lab drill run --repeat N`): how often it passed, and the spread of
+/// every figure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DrillStats {
+    pub name: String,
+    pub runs: usize,
+    pub passed: usize,
+    /// `passed / runs`, 0 to 1.
+    pub pass_rate: f64,
+    /// Figure name (as in [`Figures`]) → its spread over the runs that reported it.
+    pub figures: std::collections::BTreeMap<&'static str, Spread>,
+}
+
+impl DrillStats {
+    /// The stats of each drill in `drills`, grouped by name, in the order the names first appear.
+    pub fn of(drills: &[DrillReport]) -> Vec<DrillStats> {
+        let mut names: Vec<&str> = Vec::new();
+        for d in drills {
+            if !names.contains(&d.name.as_str()) {
+                names.push(&d.name);
+            }
+        }
+        names
+            .into_iter()
+            .map(|name| {
+                let runs: Vec<&DrillReport> = drills.iter().filter(|d| d.name == name).collect();
+                let passed = runs.iter().filter(|d| d.verdict == Verdict::Pass).count();
+                let mut figures = std::collections::BTreeMap::new();
+                let all: [(&'static str, FigureOf); 6] = [
+                    ("time_to_detect_s", |f| f.time_to_detect_s),
+                    ("time_to_mitigate_s", |f| f.time_to_mitigate_s),
+                    ("time_to_baseline_s", |f| f.time_to_baseline_s),
+                    ("steps_lost", |f| Some(f.steps_lost as f64)),
+                    ("lowest_throughput_pct", |f| f.lowest_throughput_pct),
+                    ("fault_throughput_pct", |f| f.fault_throughput_pct),
+                ];
+                for (key, get) in all {
+                    // Steps lost means something only for a drill that ran.
+                    let values: Vec<f64> = runs
+                        .iter()
+                        .filter(|d| key != "steps_lost" || !d.steps.is_empty())
+                        .filter_map(|d| get(&d.figures))
+                        .collect();
+                    if let Some(sp) = Spread::of(&values) {
+                        figures.insert(key, sp);
+                    }
+                }
+                DrillStats {
+                    name: name.to_string(),
+                    runs: runs.len(),
+                    passed,
+                    pass_rate: passed as f64 / runs.len() as f64,
+                    figures,
+                }
+            })
+            .collect()
+    }
+}
+
 /// The report of a whole `lab drill run`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunReport {
@@ -272,8 +367,13 @@ pub struct RunReport {
     pub lab: String,
     pub started_at: String,
     pub duration_s: f64,
-    /// True only if every drill passed.
+    /// True only if every drill (every run of it, with `--repeat`) passed.
     pub passed: bool,
+    /// Runs of each drill (`--repeat`, 1 by default).
+    pub repeat: u32,
+    /// Per drill: pass rate and the median, minimum and maximum of every figure over its runs.
+    pub stats: Vec<DrillStats>,
+    /// Every run of every drill, in the order they ran.
     pub drills: Vec<DrillReport>,
 }
 
@@ -283,14 +383,53 @@ pub const FORMAT: &str = "straggler-lab.drill-report/v1";
 impl RunReport {
     /// A run's report from its drills.
     pub fn new(lab: &str, started_ms: u64, duration_s: f64, drills: Vec<DrillReport>) -> Self {
+        let stats = DrillStats::of(&drills);
         RunReport {
             format: FORMAT,
             lab: lab.to_string(),
             started_at: crate::bundle::rfc3339(started_ms),
             duration_s,
             passed: !drills.is_empty() && drills.iter().all(|d| d.verdict == Verdict::Pass),
+            repeat: stats.iter().map(|s| s.runs as u32).max().unwrap_or(1),
+            stats,
             drills,
         }
+    }
+
+    /// With `--repeat`: per drill its pass rate and each figure's median and range over the runs.
+    pub fn repeat_table(&self) -> String {
+        use std::fmt::Write;
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "{:<24} {:>9} {:>20} {:>20} {:>20} {:>16}",
+            "DRILL", "PASSED", "DETECT", "MITIGATE", "BACK TO BASE", "UNDER FAULT"
+        );
+        let secs = |s: Option<&Spread>| {
+            s.map_or("-".into(), |s| {
+                format!("{:.1} s ({:.1}–{:.1})", s.median, s.min, s.max)
+            })
+        };
+        for st in &self.stats {
+            let pct = st
+                .figures
+                .get("fault_throughput_pct")
+                .or(st.figures.get("lowest_throughput_pct"))
+                .map_or("-".into(), |s| {
+                    format!("{:.0}% ({:.0}–{:.0})", s.median, s.min, s.max)
+                });
+            let _ = writeln!(
+                o,
+                "{:<24} {:>9} {:>20} {:>20} {:>20} {:>16}",
+                st.name,
+                format!("{}/{}", st.passed, st.runs),
+                secs(st.figures.get("time_to_detect_s")),
+                secs(st.figures.get("time_to_mitigate_s")),
+                secs(st.figures.get("time_to_baseline_s")),
+                pct,
+            );
+        }
+        o
     }
 
     /// The summary table printed at the end of a run.
@@ -330,5 +469,74 @@ impl RunReport {
             self.duration_s
         );
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(name: &str, verdict: Verdict, detect: Option<f64>, ran: bool) -> DrillReport {
+        let drill = crate::spec::parse(
+            &format!(
+                "name: {name}\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n  - expect:\n      signals: [latency]\n  - remediate:\n  - verify:\n"
+            ),
+        )
+        .unwrap();
+        let mut r = DrillReport::not_run(&drill, "t.yaml", "lab", "local", "why".into());
+        r.verdict = verdict;
+        r.figures.time_to_detect_s = detect;
+        r.figures.steps_lost = 2;
+        if ran {
+            r.steps.push(StepReport {
+                step: StepName::Check,
+                ok: true,
+                started_s: 0.0,
+                duration_s: 0.0,
+                summary: String::new(),
+                evidence: Vec::new(),
+            });
+        }
+        r
+    }
+
+    #[test]
+    fn spread_gives_median_and_range() {
+        assert_eq!(Spread::of(&[]), None);
+        let s = Spread::of(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max, s.runs), (2.0, 1.0, 3.0, 3));
+        let s = Spread::of(&[4.0, 1.0, 2.0, 10.0]).unwrap();
+        assert_eq!((s.median, s.min, s.max), (3.0, 1.0, 10.0));
+        assert_eq!(Spread::of(&[f64::NAN]), None);
+    }
+
+    #[test]
+    fn stats_group_runs_by_drill_and_count_passes() {
+        let drills = vec![
+            run("a", Verdict::Pass, Some(4.0), true),
+            run("a", Verdict::Fail, Some(6.0), true),
+            run("a", Verdict::Pass, Some(5.0), true),
+            run("b", Verdict::Error, None, false),
+            run("b", Verdict::Pass, Some(9.0), true),
+        ];
+        let r = RunReport::new("lab", 0, 1.0, drills);
+        assert!(!r.passed);
+        assert_eq!(r.repeat, 3);
+        let a = &r.stats[0];
+        assert_eq!((a.name.as_str(), a.runs, a.passed), ("a", 3, 2));
+        assert!((a.pass_rate - 2.0 / 3.0).abs() < 1e-12);
+        let d = a.figures["time_to_detect_s"];
+        assert_eq!((d.median, d.min, d.max, d.runs), (5.0, 4.0, 6.0, 3));
+        let b = &r.stats[1];
+        assert_eq!((b.runs, b.passed), (2, 1));
+        assert_eq!(b.figures["time_to_detect_s"].runs, 1);
+        // The run that never started does not count towards steps lost.
+        assert_eq!(b.figures["steps_lost"].runs, 1);
+        let table = r.repeat_table();
+        assert!(
+            table.contains("a") && table.contains("2/3") && table.contains("5.0 s (4.0–6.0)"),
+            "{table}"
+        );
+        assert!(table.contains("1/2"), "{table}");
     }
 }

@@ -22,6 +22,10 @@ pub struct Cli {
     /// The lab to act on; several labs with different names can run side by side.
     #[arg(long, global = true, env = "LAB_NAME", default_value = "lab")]
     pub name: String,
+    /// Log what the lab does on stderr: `-v` each step with its time, `-vv` debug detail, `-vvv` everything.
+    /// `RUST_LOG` (for example `RUST_LOG=lab_runtime=debug`) overrides it.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -60,6 +64,10 @@ pub enum Command {
     /// Runs a local lab's supervisor (started by `lab up`; not for direct use).
     #[command(name = "__supervise", hide = true)]
     Supervise { dir: PathBuf },
+    /// Runs the lab's watcher, which keeps its telemetry and alerts live for `lab status` (started by
+    /// `lab up`; not for direct use).
+    #[command(name = "__watch", hide = true)]
+    Watch,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -173,11 +181,12 @@ pub struct StatusArgs {
     /// Print the whole snapshot as JSON (schema: docs/telemetry.md, "The snapshot").
     #[arg(long)]
     pub json: bool,
-    /// How long to watch the job before answering. Rates need two scrapes, and a golden signal fires
-    /// only once its rule has held for its `for` (up to 5 s): a shorter window answers sooner but may show
-    /// no alert for a fault that is there.
-    #[arg(long, default_value = "6s", value_parser = parse_duration)]
-    pub window: std::time::Duration,
+    /// Watch the job this long before answering, instead of reading the lab's live snapshot. Without it,
+    /// status answers at once from the snapshot the lab's watcher keeps (telemetry and alerts evaluated
+    /// every second since `lab up`), and watches for 6 s only when there is no fresh one. Rates need two
+    /// scrapes, and a golden signal fires only once its rule has held for its `for` (up to 5 s).
+    #[arg(long, value_parser = parse_duration)]
+    pub window: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -312,6 +321,11 @@ pub struct DrillRunArgs {
     /// Write a self-contained HTML page here: per drill a timeline chart, the verdict, figures and evidence.
     #[arg(long)]
     pub html: Option<PathBuf>,
+    /// Run each drill N times in a row (1 to 100). The summary, the JSON report and the JUnit file give
+    /// each drill's pass rate and the median, minimum and maximum of every figure; the run passes only if
+    /// every run of every drill passed.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
 }
 
 #[derive(Debug, Args)]
@@ -319,10 +333,11 @@ pub struct IncidentArgs {
     /// Print the bundle as JSON.
     #[arg(long)]
     pub json: bool,
-    /// How long to watch the job before answering; long enough for the golden-signal rules' `for`
-    /// durations (up to 5 s) to pass, so that what fires is in the bundle.
-    #[arg(long, default_value = "6s", value_parser = parse_duration)]
-    pub window: std::time::Duration,
+    /// Watch the job this long before answering, instead of reading the lab's live snapshot. Without it,
+    /// the bundle comes at once from the snapshot the lab's watcher keeps, and from 6 s of watching only
+    /// when there is no fresh one (long enough for the rules' `for`, up to 5 s, to pass).
+    #[arg(long, value_parser = parse_duration)]
+    pub window: Option<std::time::Duration>,
 }
 
 #[derive(Debug, Args)]

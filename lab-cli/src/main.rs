@@ -2,6 +2,7 @@
 
 mod cli;
 mod cmd;
+mod logging;
 mod out;
 
 use std::process::ExitCode;
@@ -11,6 +12,10 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     if let cli::Command::Supervise { dir } = &cli.command {
+        let log = lab_runtime::local::spec::Paths::new(dir).supervisor_log();
+        if let Err(e) = logging::init_supervisor(&log) {
+            eprintln!("supervisor: cannot open its log {}: {e}", log.display());
+        }
         return match lab_runtime::local::supervisor::run(dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -19,6 +24,7 @@ fn main() -> ExitCode {
             }
         };
     }
+    logging::init(cli.verbose);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -33,7 +39,7 @@ fn main() -> ExitCode {
     match rt.block_on(cmd::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", out::chain(e.as_ref()));
+            eprintln!("error: {}", lab_model::format::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -75,23 +75,22 @@ pub fn name_flag(name: &str) -> String {
     }
 }
 
-/// An error and its causes on one line: `what failed: because: because`.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = c.source();
-    }
-    s
-}
-
 /// Watches the lab for `window` and returns the last snapshot. On a terminal, a line on stderr says how long
 /// it watches, and is wiped before the answer.
+/// How long a command watches when the lab has no fresh live snapshot (its rules' longest `for` is 5 s).
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(6);
+
+/// The lab now: without `window`, the snapshot the lab's watcher keeps when it is fresh (at once, alerts
+/// from the continuous evaluation), else watching for [`DEFAULT_WINDOW`]; with it, watching that long.
+pub async fn current(lab: &Lab, window: Option<Duration>) -> Snapshot {
+    if window.is_none()
+        && let Some(s) = lab_session::live::read_fresh(lab.name(), lab_runtime::state::now_ms())
+    {
+        return s;
+    }
+    snapshot(lab, window.unwrap_or(DEFAULT_WINDOW)).await
+}
+
 pub async fn snapshot(lab: &Lab, window: Duration) -> Snapshot {
     let tty = std::io::stderr().is_terminal();
     if tty {

@@ -8,6 +8,7 @@ pub mod actions;
 pub mod change;
 pub mod clock;
 pub mod error;
+pub mod format;
 pub mod metrics;
 pub mod names;
 pub mod quantity;
@@ -17,6 +18,6 @@ pub mod status;
 
 pub use change::ChangeRecord;
 pub use error::ParseError;
-pub use quantity::{Millicores, parse_duration};
+pub use quantity::{CfsQuota, Millicores, parse_duration};
 pub use snapshot::Snapshot;
 pub use status::{Phase, PodStatus, Resources, Role};

@@ -37,6 +37,56 @@ impl Millicores {
     }
 }
 
+/// A CFS bandwidth limit as a cgroup's files state it: `quota_us` of CPU time in every `period_us`.
+///
+/// Both cgroup versions are read here, for the rank that reports its own limit and for the local runtime
+/// that sets and checks its ranks' limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CfsQuota {
+    pub quota_us: u64,
+    pub period_us: u64,
+}
+
+impl CfsQuota {
+    /// The period the kernel uses when none is written.
+    pub const DEFAULT_PERIOD_US: u64 = 100_000;
+
+    /// Reads v2 `cpu.max` (`"40000 100000"`); `None` when unlimited (`"max 100000"`) or unreadable.
+    pub fn from_cpu_max(text: &str) -> Option<CfsQuota> {
+        let mut it = text.split_whitespace();
+        let quota = it.next()?;
+        let period_us = match it.next() {
+            Some(p) => p.parse().ok()?,
+            None => Self::DEFAULT_PERIOD_US,
+        };
+        if quota == "max" {
+            return None;
+        }
+        Self::limit(quota.parse().ok()?, period_us)
+    }
+
+    /// Reads v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us`; `None` when unlimited (quota `-1`) or unreadable.
+    pub fn from_v1(quota: &str, period: &str) -> Option<CfsQuota> {
+        let quota_us: i64 = quota.trim().parse().ok()?;
+        let period_us: u64 = period.trim().parse().ok()?;
+        Self::limit(u64::try_from(quota_us).ok()?, period_us)
+    }
+
+    fn limit(quota_us: u64, period_us: u64) -> Option<CfsQuota> {
+        (quota_us > 0 && period_us > 0).then_some(CfsQuota { quota_us, period_us })
+    }
+
+    /// The limit in cores, exactly (`15000` of `100000` is 0.15).
+    pub fn cores(self) -> f64 {
+        self.quota_us as f64 / self.period_us as f64
+    }
+
+    /// The limit as a CPU quantity, rounded to the nearest millicore.
+    pub fn millicores(self) -> Option<Millicores> {
+        Millicores::from_cfs(self.quota_us, self.period_us)
+    }
+}
+
 impl fmt::Display for Millicores {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}m", self.0)
@@ -121,6 +171,37 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cfs_limits_of_both_cgroup_versions() {
+        let q = |quota_us, period_us| Some(CfsQuota { quota_us, period_us });
+        assert_eq!(CfsQuota::from_cpu_max("40000 100000\n"), q(40_000, 100_000));
+        assert_eq!(CfsQuota::from_cpu_max("40000"), q(40_000, 100_000));
+        for unlimited in [
+            "max 100000\n",
+            "max",
+            "garbage",
+            "",
+            "0 100000",
+            "40000 0",
+            "40000 x",
+        ] {
+            assert_eq!(CfsQuota::from_cpu_max(unlimited), None, "{unlimited:?}");
+        }
+        assert_eq!(CfsQuota::from_v1("15000\n", "100000\n"), q(15_000, 100_000));
+        for (quota, period) in [
+            ("-1\n", "100000\n"),
+            ("junk", "100000"),
+            ("15000", ""),
+            ("0", "100000"),
+        ] {
+            assert_eq!(CfsQuota::from_v1(quota, period), None, "{quota:?} {period:?}");
+        }
+        let l = CfsQuota::from_cpu_max("40000 100000").unwrap();
+        assert_eq!((l.cores(), l.millicores()), (0.4, Some(Millicores(400))));
+        let l = CfsQuota::from_v1("15000", "100000").unwrap();
+        assert_eq!((l.cores(), l.millicores()), (0.15, Some(Millicores(150))));
+    }
 
     #[test]
     fn cpu_quantities() {

@@ -199,6 +199,46 @@ impl LabStatus {
         self.ready_of(Role::Rank)
     }
 
+    /// Where the lab's desired state disagrees with itself, one line each: ranks asked for that the
+    /// configured world size does not count, a rank that is not Running and Ready, a live CPU limit that
+    /// drifted from its template. Empty for a job that is whole. A job can train at its baseline while
+    /// one of these holds (world size set back to 4 with a fifth rank still Pending) and break the moment
+    /// the cluster changes, so a fix is not verified until this is empty.
+    pub fn inconsistencies(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.ranks_desired != self.world_size {
+            out.push(format!(
+                "ranks asked for {} but the world size configured is {}",
+                self.ranks_desired, self.world_size
+            ));
+        }
+        for p in self.ranks() {
+            if !p.is_running_ready() {
+                out.push(format!(
+                    "{} is {}{}",
+                    p.name,
+                    if p.phase == Phase::Running {
+                        "Running, not Ready".to_string()
+                    } else {
+                        p.phase.to_string()
+                    },
+                    p.reason.as_ref().map_or(String::new(), |r| format!(" ({r})"))
+                ));
+            }
+            if let (true, Some(l), Some(t)) = (
+                p.resources.drifted(),
+                p.resources.cpu_live,
+                p.resources.cpu_template,
+            ) {
+                out.push(format!(
+                    "{}'s live CPU limit {l} differs from its template {t}",
+                    p.name
+                ));
+            }
+        }
+        out
+    }
+
     /// `(ready, total)` over the storage servers only.
     pub fn servers_ready(&self) -> (usize, usize) {
         self.ready_of(Role::StorageServer)
@@ -216,6 +256,61 @@ impl LabStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rank(i: u32, phase: Phase, ready: bool, live: u32) -> PodStatus {
+        let mut p = PodStatus::new(format!("rank-{i}"), Role::Rank, Some(i));
+        p.phase = phase;
+        p.ready = ready;
+        p.resources.cpu_live = Some(Millicores(live));
+        p.resources.cpu_template = Some(Millicores(400));
+        p
+    }
+
+    fn lab(pods: Vec<PodStatus>, desired: u32, world: u32) -> LabStatus {
+        LabStatus {
+            lab: "t".into(),
+            runtime: RuntimeKind::Local,
+            pods,
+            gpus_capacity: 4,
+            gpu_resource: "gpu".into(),
+            ranks_desired: desired,
+            world_size: world,
+            storage_servers: 3,
+            delay_path: "proxy".into(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_whole_job_has_no_inconsistencies_and_each_kind_is_named() {
+        let whole: Vec<PodStatus> = (0..4).map(|i| rank(i, Phase::Running, true, 400)).collect();
+        assert!(lab(whole.clone(), 4, 4).inconsistencies().is_empty());
+
+        // The world size set back to 4 while a fifth rank is still asked for and Pending.
+        let mut five = whole.clone();
+        let mut pending = rank(4, Phase::Pending, false, 400);
+        pending.reason = Some("Insufficient gpu".into());
+        five.push(pending);
+        assert_eq!(
+            lab(five, 5, 4).inconsistencies(),
+            vec![
+                "ranks asked for 5 but the world size configured is 4".to_string(),
+                "rank-4 is Pending (Insufficient gpu)".to_string(),
+            ]
+        );
+
+        // A limit cut in place and a rank that runs but is not Ready.
+        let mut drifted = whole;
+        drifted[1] = rank(1, Phase::Running, true, 150);
+        drifted[2] = rank(2, Phase::Running, false, 400);
+        assert_eq!(
+            lab(drifted, 4, 4).inconsistencies(),
+            vec![
+                "rank-1's live CPU limit 150m differs from its template 400m".to_string(),
+                "rank-2 is Running, not Ready".to_string(),
+            ]
+        );
+    }
 
     #[test]
     fn drift_needs_both_values() {

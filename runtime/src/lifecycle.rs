@@ -75,9 +75,10 @@ where
     F: std::future::Future<Output = Result<T, E>>,
     E: std::fmt::Display,
 {
+    use tracing::Instrument as _;
     progress.step_started(name);
     let start = std::time::Instant::now();
-    let r = f.await;
+    let r = f.instrument(tracing::info_span!("step", name)).await;
     match &r {
         Ok(_) => progress.step_finished(name, true, start.elapsed(), None),
         Err(e) => progress.step_finished(name, false, start.elapsed(), Some(&e.to_string())),

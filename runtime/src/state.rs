@@ -141,7 +141,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     fs::rename(&tmp, path).map_err(|e| state_err(path, "rename", e))
 }
 
-fn state_err(path: &Path, what: &str, e: std::io::Error) -> RuntimeError {
+/// A state-folder I/O error: what was being done to which path.
+pub fn state_err(path: &Path, what: &str, e: std::io::Error) -> RuntimeError {
     RuntimeError::State {
         path: path.to_path_buf(),
         what: what.to_string(),

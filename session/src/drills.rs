@@ -20,6 +20,15 @@ pub enum Ran {
     Interrupted(Vec<String>),
 }
 
+/// `drills` with each one `n` times in a row (`lab drill run --repeat N`): its runs sit together in the
+/// report, and [`RunReport`]'s stats give each drill's pass rate and the spread of its figures.
+pub fn repeated(drills: &[Loaded], n: u32) -> Vec<Loaded> {
+    drills
+        .iter()
+        .flat_map(|l| std::iter::repeat_n(l.clone(), n.max(1) as usize))
+        .collect()
+}
+
 impl Lab {
     /// The options a drill run needs: where bundles go, and what a remediation command is told.
     /// `remediate` replaces every remediate step's command (`--remediate`).

@@ -25,6 +25,8 @@ pub enum SessionError {
     Demo(String),
     #[error("cannot keep the baseline")]
     SaveBaseline(#[source] serde_json::Error),
+    #[error("cannot encode the live snapshot")]
+    Encode(#[source] serde_json::Error),
 }
 
 /// The façade's result.

@@ -13,6 +13,7 @@ pub mod drills;
 pub mod error;
 pub mod guard;
 pub mod lifecycle;
+pub mod live;
 pub mod source;
 pub mod watch;
 

@@ -123,6 +123,14 @@ const CLEAR_DEADLINE: Duration = Duration::from_secs(120);
 /// # Errors
 /// [`SessionError::Runtime`] when the runtime cannot remove what it created.
 pub async fn down(name: &str, progress: &dyn Progress) -> Result<bool> {
+    // The watcher first, so that nothing reads the lab while it is taken apart.
+    if crate::live::running(name) {
+        let _ = step(progress, "stop the watcher", async {
+            crate::live::stop(name);
+            Ok::<(), SessionError>(())
+        })
+        .await;
+    }
     // On Kubernetes a fault outlives the lab's objects only if the cluster does: clear them first. A local
     // lab's faults live in its own processes and cgroups, which down removes.
     if let Ok(Some(rec)) = lab_runtime::state::read_record(name)

@@ -15,7 +15,7 @@ use crate::expo::parse;
 use crate::rules::{self, Condition, Engine, LearnedBaseline};
 use crate::signals::Signals;
 use crate::store::Store;
-use crate::{error_chain, fmt_secs};
+use lab_model::format::{error_chain, latency};
 
 /// How much the collector keeps.
 #[derive(Debug, Clone)]
@@ -353,11 +353,11 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
                 format!(
                     "{} read p50 {} (siblings {})",
                     c.target,
-                    fmt_secs(mine),
-                    fmt_secs(siblings)
+                    latency(mine),
+                    latency(siblings)
                 )
             } else {
-                format!("{} read p50 {}", c.target, fmt_secs(mine))
+                format!("{} read p50 {}", c.target, latency(mine))
             }
         }
         n if n == rules::THROUGHPUT_LOW.name => match baseline {

@@ -18,7 +18,9 @@ use tokio::sync::watch;
 use tokio::time::{MissedTickBehavior, timeout};
 
 use crate::error::ScrapeError;
-use crate::{Collector, error_chain};
+use lab_model::format::error_chain;
+
+use crate::Collector;
 
 /// A failure of a [`Source`] call, as the source's own error.
 pub type SourceError = Box<dyn std::error::Error + Send + Sync>;

@@ -4,6 +4,9 @@
 //! either samples or a [`ParseError`] naming the line, never a panic. `# HELP` and `# TYPE` lines and
 //! other comments are skipped; a sample's own timestamp is kept but the collector stamps samples with the
 //! scrape time, as Prometheus does for targets that send none.
+//!
+//! Hand-written on purpose: it is fuzzed (`fuzz/fuzz_targets/expo_parse.rs`) to that promise, and it is the
+//! one reader of exposition text in the lab (the Kubernetes runtime reads ranks' steps with it too).
 
 use crate::error::{ParseError, ParseErrorKind};
 use crate::labels::Labels;

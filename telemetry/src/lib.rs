@@ -23,27 +23,3 @@ pub use collector::{Collector, CollectorConfig};
 pub use driver::{Driver, DriverConfig, Ledger, NoLedger, Source, SourceError};
 pub use error::{ParseError, ScrapeError};
 pub use rules::LearnedBaseline;
-
-/// An error and its sources on one line: `fetch failed: no lab named "x" is running: ...`.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(cause) = src {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        src = cause.source();
-    }
-    s
-}
-
-/// A latency for a person: `0.4 ms`, `2.5 ms`, `488 ms`, `1.25 s`.
-pub(crate) fn fmt_secs(s: f64) -> String {
-    let ms = s * 1000.0;
-    if ms < 9.95 {
-        format!("{ms:.1} ms")
-    } else if ms < 1000.0 {
-        format!("{ms:.0} ms")
-    } else {
-        format!("{s:.2} s")
-    }
-}

@@ -131,11 +131,23 @@ fn drill(lab: &Lab, args: &[&str]) -> Output {
 /// A trap: a built-in drill with a wrong remediation must fail on the job's own signals, say so clearly,
 /// and still leave the lab steady after its cleanup.
 fn trap(lab: &Lab, dir: &Path, name: &str, remediation: &str) -> Value {
-    trap_with(lab, dir, name, name, remediation)
+    trap_with(lab, dir, name, name, remediation, NOT_BACK)
 }
 
+/// What a trap's verdict says: its reason starts with the first and contains the second.
+type Reason = (&'static str, &'static str);
+/// The job's signals never came back.
+const NOT_BACK: Reason = ("verify: the job is not back", "Ready is not fixed");
+
 /// [`trap`] with the drill given as `drill` (a built-in's name or a drill file) that reports as `name`.
-fn trap_with(lab: &Lab, dir: &Path, name: &str, drill_arg: &str, remediation: &str) -> Value {
+fn trap_with(
+    lab: &Lab,
+    dir: &Path,
+    name: &str,
+    drill_arg: &str,
+    remediation: &str,
+    (starts, contains): Reason,
+) -> Value {
     let path = dir.join(format!("{name}-trap.json"));
     let xml = dir.join(format!("{name}-trap.xml"));
     let out = drill(
@@ -161,7 +173,7 @@ fn trap_with(lab: &Lab, dir: &Path, name: &str, drill_arg: &str, remediation: &s
     assert_eq!(d["verdict"], "fail", "{d:#}");
     let reason = d["reason"].as_str().unwrap();
     assert!(
-        reason.starts_with("verify: the job is not back") && reason.contains("Ready is not fixed"),
+        reason.starts_with(starts) && reason.contains(contains),
         "{name} with `{remediation}`: {reason}"
     );
     // CI sees the same reason as the failure's message.
@@ -258,9 +270,20 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     let fixes = ["throttled-resize-fix.yaml", "unplaceable-world-size-fix.yaml"]
         .map(|f| fixtures().join("valid").join(f).display().to_string());
     let fixes_json = dir.path().join("fixes.json");
+    let fixes_xml = dir.path().join("fixes.xml");
+    // Each twice (`--repeat 2`): the report's stats give each drill's pass rate and figures' spread.
     let out = drill(
         &lab,
-        &[&fixes[0], &fixes[1], "--report", fixes_json.to_str().unwrap()],
+        &[
+            &fixes[0],
+            &fixes[1],
+            "--repeat",
+            "2",
+            "--report",
+            fixes_json.to_str().unwrap(),
+            "--junit",
+            fixes_xml.to_str().unwrap(),
+        ],
     );
     assert!(
         out.status.success(),
@@ -278,7 +301,58 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
             d["name"].as_str().unwrap()
         })
         .collect();
-    assert_eq!(names, ["throttled-resize-fix", "unplaceable-world-size-fix"]);
+    assert_eq!(
+        names,
+        [
+            "throttled-resize-fix",
+            "throttled-resize-fix",
+            "unplaceable-world-size-fix",
+            "unplaceable-world-size-fix"
+        ]
+    );
+    assert_eq!(r["repeat"], 2);
+    for (st, name) in r["stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(["throttled-resize-fix", "unplaceable-world-size-fix"])
+    {
+        assert_eq!(st["name"], name);
+        assert_eq!(
+            (st["runs"].as_u64(), st["passed"].as_u64()),
+            (Some(2), Some(2)),
+            "{st}"
+        );
+        assert_eq!(st["pass_rate"], 1.0);
+        let d = &st["figures"]["time_to_detect_s"];
+        let (lo, mid, hi) = (
+            d["min"].as_f64().unwrap(),
+            d["median"].as_f64().unwrap(),
+            d["max"].as_f64().unwrap(),
+        );
+        assert!(lo > 0.0 && lo <= mid && mid <= hi && d["runs"] == 2, "{st}");
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("over 2 runs of each drill") && stdout.contains("2/2"),
+        "{stdout}"
+    );
+    let xml = std::fs::read_to_string(&fixes_xml).unwrap();
+    let (tests, cases) = junit(&xml);
+    assert_eq!(tests, 4);
+    assert_eq!(
+        cases.iter().map(|c| c.0.as_str()).collect::<Vec<_>>(),
+        [
+            "throttled-resize-fix #1",
+            "throttled-resize-fix #2",
+            "unplaceable-world-size-fix #1",
+            "unplaceable-world-size-fix #2"
+        ]
+    );
+    assert!(
+        xml.contains(r#"name="throttled-resize-fix.pass_rate" value="1.000""#),
+        "{xml}"
+    );
 
     // The seed's traps. The slow-storage one also keeps the incident bundle it was handed.
     let bundle = dir.path().join("bundle.json");
@@ -310,6 +384,7 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
         "throttled-rank",
         deep_cut.to_str().unwrap(),
         "lab apply --cpu 400m",
+        NOT_BACK,
     );
     let d = trap(&lab, dir.path(), "unplaceable-rank", "lab scale ranks 4");
     let ev = d["evidence"]
@@ -323,6 +398,22 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
         ev.contains("world size configured 5") && ev.contains("waiting at rendezvous"),
         "{ev}"
     );
+
+    // The over-scaled fault with only the world size set back: the four running ranks train at their
+    // baseline, but a fifth is still asked for and Pending. Fixed means the whole job is whole: fails,
+    // saying which part.
+    let d = trap_with(
+        &lab,
+        dir.path(),
+        "unplaceable-rank",
+        "unplaceable-rank",
+        "lab config world-size 4",
+        (
+            "verify: the job's signals are back",
+            "not whole: ranks asked for 5 but the world size configured is 4; rank-4 is Pending",
+        ),
+    );
+    assert_eq!(d["remediations"][0]["exit_code"], 0, "{d:#}");
 
     // Interrupted mid-drill, a drill clears what it injected.
     interrupted_drill_clears_its_fault(&lab);

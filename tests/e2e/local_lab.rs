@@ -45,7 +45,7 @@ fn up_trains_reports_ready_and_down_leaves_nothing() {
         .collect();
     let mut running: Vec<String> = pids.iter().map(|p| role_of(*p)).collect();
     running.sort();
-    let mut want: Vec<String> = ["lab __supervise", "weed master"]
+    let mut want: Vec<String> = ["lab __supervise", "lab __watch", "weed master"]
         .into_iter()
         .chain(["weed volume"; 3])
         .chain(["lab-proxy"; 3])
@@ -63,6 +63,17 @@ fn up_trains_reports_ready_and_down_leaves_nothing() {
             "listener {l} is not on loopback (all: {listeners:?})"
         );
     }
+
+    // `lab status` answers from the snapshot the lab's watcher keeps, taken within the last seconds,
+    // instead of watching the job for its own 6 s window.
+    let before_ms = lab_model::clock::now_ms();
+    let live: serde_json::Value = serde_json::from_str(&lab.ok(&["status", "--json"])).unwrap();
+    let at_ms = live["at_ms"].as_u64().unwrap();
+    assert!(
+        at_ms + 3_000 >= before_ms && at_ms < before_ms + 2_000,
+        "status --json should read the live snapshot: taken at {at_ms}, asked at {before_ms}"
+    );
+    assert_eq!(live["status"]["ranks_desired"], 4);
 
     // A second `lab up` of the same name says so and starts nothing.
     let before = lab_tests::lab_processes(&lab.name).len();

@@ -1030,6 +1030,8 @@ fn bad_arguments_to_every_command_are_refused_and_touch_nothing() {
         &["fault", "inject", "slow-storage", "--jitter", "lots"],
         &["fault", "inject", "throttled-rank", "--rank", "-2"],
         &["drill", "run"],
+        &["drill", "run", "slow-storage", "--repeat", "0"],
+        &["drill", "run", "slow-storage", "--repeat", "101"],
         &["drill", "validate", "/nonexistent/drill.yaml"],
         &["up", "--runtime", "local", "--port-base", "70000"],
         &["up", "--runtime", "local", "--baseline-timeout", "forever"],

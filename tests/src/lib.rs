@@ -38,16 +38,19 @@ pub fn bin_dir() -> PathBuf {
 
 /// The `weed` binary, or a failure that says how to get it.
 pub fn weed() -> PathBuf {
+    find_weed().expect("weed (SeaweedFS) is needed: run `eval \"$(scripts/tools.sh weed)\"` first")
+}
+
+/// `LAB_WEED`, else `weed` on `PATH`.
+fn find_weed() -> Option<PathBuf> {
     if let Some(w) = std::env::var_os("LAB_WEED").filter(|w| !w.is_empty()) {
-        return PathBuf::from(w);
+        return Some(PathBuf::from(w));
     }
-    std::env::var_os("PATH")
-        .and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("weed"))
-                .find(|p| p.exists())
-        })
-        .expect("weed (SeaweedFS) is needed: run `eval \"$(scripts/tools.sh weed)\"` first")
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("weed"))
+            .find(|p| p.exists())
+    })
 }
 
 /// A lab started by a test, with its own state folder; `Drop` takes it down if the test did not.
@@ -61,6 +64,9 @@ pub struct Lab {
 impl Lab {
     /// A lab handle without starting anything (for tests of `lab up` failures).
     pub fn new(name: &str) -> Lab {
+        // Checked here, once, so that a missing weed fails the test with this message and not later in
+        // `Drop`, where a second panic would abort the whole test binary.
+        weed();
         let state = tempfile::Builder::new()
             .prefix("lab-e2e-")
             .tempdir()
@@ -87,8 +93,10 @@ impl Lab {
         let mut c = Command::new(bin_dir().join("lab"));
         c.args(args)
             .env("LAB_STATE_DIR", self.state.path())
-            .env("LAB_NAME", &self.name)
-            .env("LAB_WEED", weed());
+            .env("LAB_NAME", &self.name);
+        if let Some(w) = find_weed() {
+            c.env("LAB_WEED", w);
+        }
         c
     }
 

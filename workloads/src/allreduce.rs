@@ -20,6 +20,9 @@
 //! The time spent blocked in `poll` is the *wait* phase (a peer is not ready: the straggler signal); the
 //! rest is *transfer*. An operation that takes longer than the watchdog timeout fails with a
 //! [`WorkloadError::Watchdog`] naming the neighbour it was waiting for.
+//!
+//! Hand-written on purpose: the lab measures this collective's wait and transfer, which a library (MPI,
+//! NCCL bindings) would hide and would need a runtime the lab's ranks do not have.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -480,7 +483,7 @@ pub fn connect_ring(spec: &RingSpec<'_>, listener: &TcpListener, rejected: &dyn 
                         next = Some(s);
                     }
                 }
-                Err(e) => last_connect_error = crate::error_chain(&e),
+                Err(e) => last_connect_error = lab_model::format::error_chain(&e),
             }
         }
         if prev.is_none() {

@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+use lab_model::CfsQuota;
+
 /// Which cgroup hierarchy a [`CpuCgroup`] lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
@@ -78,10 +80,10 @@ impl CpuCgroup {
             Version::V1 => {
                 let quota = std::fs::read_to_string(self.dir.join("cpu.cfs_quota_us"))?;
                 let period = std::fs::read_to_string(self.dir.join("cpu.cfs_period_us"))?;
-                Ok(parse_v1_limit(&quota, &period))
+                Ok(CfsQuota::from_v1(&quota, &period).map(CfsQuota::cores))
             }
             Version::V2 => match std::fs::read_to_string(self.dir.join("cpu.max")) {
-                Ok(text) => Ok(parse_cpu_max(&text)),
+                Ok(text) => Ok(CfsQuota::from_cpu_max(&text).map(CfsQuota::cores)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(e),
             },
@@ -243,29 +245,6 @@ pub fn parse_cpu_stat(text: &str) -> CpuStat {
     s
 }
 
-/// The v2 `cpu.max` (`"max 100000"` or `"40000 100000"`) in cores.
-pub fn parse_cpu_max(text: &str) -> Option<f64> {
-    let mut it = text.split_whitespace();
-    let quota = it.next()?;
-    let period: f64 = it.next().and_then(|p| p.parse().ok()).unwrap_or(100_000.0);
-    if quota == "max" || period <= 0.0 {
-        return None;
-    }
-    let q: f64 = quota.parse().ok()?;
-    Some(q / period)
-}
-
-/// The v1 `cpu.cfs_quota_us` (`-1` when unlimited) over `cpu.cfs_period_us`, in cores.
-pub fn parse_v1_limit(quota: &str, period: &str) -> Option<f64> {
-    let q: i64 = quota.trim().parse().ok()?;
-    let p: f64 = period.trim().parse().ok()?;
-    if q <= 0 || p <= 0.0 {
-        None
-    } else {
-        Some(q as f64 / p)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,15 +338,6 @@ mod tests {
             }
         );
         assert_eq!(parse_cpu_stat("garbage\n"), CpuStat::default());
-    }
-
-    #[test]
-    fn parses_limits() {
-        assert_eq!(parse_cpu_max("max 100000\n"), None);
-        assert_eq!(parse_cpu_max("40000 100000\n"), Some(0.4));
-        assert_eq!(parse_v1_limit("15000\n", "100000\n"), Some(0.15));
-        assert_eq!(parse_v1_limit("-1\n", "100000\n"), None);
-        assert_eq!(parse_v1_limit("junk", "100000"), None);
     }
 
     #[test]

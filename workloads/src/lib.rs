@@ -20,18 +20,3 @@ pub mod serve;
 pub mod storage;
 
 pub use error::{Result, WorkloadError};
-
-/// An error and its sources on one line: `outer: cause: root cause`.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let text = c.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        cur = c.source();
-    }
-    s
-}

@@ -25,8 +25,9 @@ use crate::error::{Result, WorkloadError};
 use crate::metrics::Registry;
 use crate::model::Model;
 use crate::rendezvous::{self, Hello, Observer, Outcome, Resume};
+use crate::serve;
 use crate::storage::{self, Storage};
-use crate::{error_chain, serve};
+use lab_model::format::error_chain;
 
 /// How often rank 0 records the furthest step reached (what a restart's lost steps are counted from).
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
@@ -141,7 +142,7 @@ pub fn register_metrics(r: &Registry) {
         "The job's step on this rank (continues from the checkpoint after a restart).",
     );
     r.histogram(m::STEP_DURATION, "Wall time of one training step.", &STEP_BUCKETS);
-    r.counter(
+    r.float_counter(
         m::PHASE_SECONDS,
         "Seconds spent in each phase of a step (read, compute, wait, transfer).",
     );
@@ -175,7 +176,7 @@ pub fn register_metrics(r: &Registry) {
         m::RENDEZVOUS_WAITING,
         "1 while this rank waits at rendezvous for peers, else 0.",
     );
-    r.gauge(
+    r.float_gauge(
         m::LOSS,
         "Mean squared error of the last step on this rank's batch.",
     );
@@ -204,11 +205,11 @@ pub fn register_metrics(r: &Registry) {
         m::CPU_THROTTLED_PERIODS,
         "CFS periods in which this rank's cgroup was throttled.",
     );
-    r.counter(
+    r.float_counter(
         m::CPU_THROTTLED_SECONDS,
         "Seconds this rank's cgroup was throttled.",
     );
-    r.gauge(
+    r.float_gauge(
         m::CPU_LIMIT_CORES,
         "CPU limit of this rank's cgroup in cores (absent when unlimited).",
     );

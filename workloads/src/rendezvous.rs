@@ -499,7 +499,7 @@ pub fn join(
             Err(e) => {
                 last_problem = format!(
                     "rank 0's rendezvous at {addr} is not reachable: {}",
-                    crate::error_chain(&e)
+                    lab_model::format::error_chain(&e)
                 );
                 std::thread::sleep(
                     Duration::from_millis(500).min(deadline.saturating_duration_since(Instant::now())),

@@ -367,7 +367,10 @@ fn wait_for_servers(master: &mut Master, opts: &SeedOptions, log: &dyn Fn(&str))
                     missing.join(", ")
                 )
             }
-            Err(e) => format!("the master is not answering: {}", crate::error_chain(&e)),
+            Err(e) => format!(
+                "the master is not answering: {}",
+                lab_model::format::error_chain(&e)
+            ),
         };
         if Instant::now() >= deadline {
             return Err(WorkloadError::Master {

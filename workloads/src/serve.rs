@@ -79,11 +79,7 @@ fn handle(stream: TcpStream, registry: &Registry, refresh: &Refresh) -> std::io:
     let (status, content_type, body) = match (method, path) {
         ("GET" | "HEAD", "/metrics") => {
             refresh(registry);
-            (
-                "200 OK",
-                "text/plain; version=0.0.4; charset=utf-8",
-                registry.encode(),
-            )
+            ("200 OK", crate::metrics::CONTENT_TYPE, registry.encode())
         }
         ("GET" | "HEAD", "/readyz" | "/healthz") => {
             ("200 OK", "text/plain; charset=utf-8", "ok\n".to_string())

@@ -12,6 +12,7 @@ use std::time::Instant;
 use lab_drills::engine::{Event, Flow, Observer};
 use lab_drills::report::{DrillReport, StepName, StepReport, Verdict};
 use lab_model::Snapshot;
+use lab_model::format::opt_secs;
 use lab_model::status::Phase;
 use lab_runtime::UpOptions;
 use lab_session::drills::Ran;
@@ -178,8 +179,8 @@ impl Observer for Story {
                     "{} {}: detected in {}, back to baseline {} after the injection, {} steps lost{}",
                     if pass { "✓" } else { "✗" },
                     title,
-                    secs(f.time_to_detect_s),
-                    secs(f.time_to_baseline_s),
+                    opt_secs(f.time_to_detect_s),
+                    opt_secs(f.time_to_baseline_s),
                     f.steps_lost,
                     if pass {
                         String::new()
@@ -271,10 +272,6 @@ fn kube_words(s: Option<&Snapshot>) -> String {
     w
 }
 
-fn secs(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1} s"))
-}
-
 fn table(rows: &[Row]) -> String {
     use std::fmt::Write;
     let mut o = String::new();
@@ -293,9 +290,9 @@ fn table(rows: &[Row]) -> String {
             f.fault_throughput_pct
                 .or(f.lowest_throughput_pct)
                 .map_or("-".into(), |p| format!("{p:.0}% of normal")),
-            secs(f.time_to_detect_s),
-            secs(f.time_to_mitigate_s),
-            secs(f.time_to_baseline_s),
+            opt_secs(f.time_to_detect_s),
+            opt_secs(f.time_to_mitigate_s),
+            opt_secs(f.time_to_baseline_s),
             f.steps_lost,
             r.fix
         );

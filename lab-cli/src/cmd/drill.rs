@@ -43,7 +43,7 @@ fn validate(files: &[PathBuf]) -> ExitCode {
             ),
             Err(e) => {
                 bad += 1;
-                eprintln!("{}", crate::out::chain(&e));
+                eprintln!("{}", lab_model::format::error_chain(&e));
             }
         }
     }
@@ -173,6 +173,7 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|f| lab_drills::resolve(f))
         .collect::<Result<_, _>>()?;
+    let drills = lab_session::drills::repeated(&drills, a.repeat);
     let lab = Lab::open(name).await?;
     let options = lab.drill_options(a.remediate.clone());
     let interrupt = async {
@@ -202,6 +203,10 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot write the HTML report to {}", p.display()))?;
     }
     println!("\n{}", report.summary_table());
+    if a.repeat > 1 {
+        println!("over {} runs of each drill: median (min–max)", a.repeat);
+        println!("{}", report.repeat_table());
+    }
     if let Some(p) = &a.report {
         println!("report: {}", p.display());
     }

@@ -12,7 +12,7 @@ use crate::out;
 
 pub async fn incident(name: &str, a: IncidentArgs) -> anyhow::Result<ExitCode> {
     let lab = Lab::open(name).await?;
-    let snap = out::snapshot(&lab, a.window).await;
+    let snap = out::current(&lab, a.window).await;
     let bundle = Bundle::from_snapshot(&snap);
     if a.json {
         out::json(&bundle)?;

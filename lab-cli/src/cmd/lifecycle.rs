@@ -1,5 +1,6 @@
 //! `lab up` and `lab down`: the flags mapped onto the façade's plan, its result printed.
 
+use anyhow::Context;
 use std::process::ExitCode;
 
 use lab_model::status::RuntimeKind;
@@ -95,6 +96,14 @@ pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -
     let steps = Steps::new();
     eprintln!("Starting lab {name:?} on the {kind} runtime ({reason})");
     let up = lifecycle::up(plan, &steps).await?;
+    // The lab watches itself from now on: `lab status` reads what the watcher keeps.
+    let exe = std::env::current_exe().context("cannot find the lab binary to start the watcher")?;
+    let watcher = lab_session::live::start(name, &exe, &["__watch", "--name", name]);
+    if let Err(e) = &watcher {
+        eprintln!(
+            "warning: the lab's watcher did not start ({e}); `lab status` will watch for 6 s each time"
+        );
+    }
     let (baseline, st) = (&up.baseline, &up.status);
     let (ready, total) = st.ranks_ready();
     if json {

@@ -33,6 +33,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,
         Command::Demo(a) => demo::demo(&name, a).await,
+        Command::Watch => {
+            let lab = lab_session::Lab::open(&name).await?;
+            lab.serve_snapshots().await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Supervise { .. } => unreachable!("handled in main before the async runtime starts"),
     }
 }

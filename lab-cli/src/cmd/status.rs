@@ -11,7 +11,7 @@ pub async fn status(name: &str, a: StatusArgs) -> anyhow::Result<ExitCode> {
     let lab = Lab::open(name).await?;
     // A lab whose runtime does not answer is reported as such, not as an empty screen.
     lab.runtime().status().await?;
-    let snap = out::snapshot(&lab, a.window).await;
+    let snap = out::current(&lab, a.window).await;
     if a.json {
         out::json(&snap)?;
     } else {

@@ -584,15 +584,14 @@ async fn withdraw_gpus(client: &Client, resource: &str, nodes: &[String], deadli
     Ok(())
 }
 
-/// The value of the first sample of `name` in Prometheus text, if any.
+/// The value of the first sample of `name` in Prometheus text, read by the telemetry's exposition parser;
+/// `None` when there is none or the text is malformed.
 pub fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .and_then(|l| l.rsplit_once(' ')?.1.trim().parse().ok())
+    lab_telemetry::expo::parse(text)
+        .ok()?
+        .into_iter()
+        .find(|s| s.name == name)
+        .map(|s| s.value)
 }
 
 /// Waits until every rank has done a few steps: the job trains end to end.

@@ -7,7 +7,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use lab_model::Millicores;
+use lab_model::{CfsQuota, Millicores};
 use serde::{Deserialize, Serialize};
 
 /// The CFS period the lab uses: 100 ms, Kubernetes' default.
@@ -125,9 +125,12 @@ impl Cgroups {
             CgroupVersion::V1 => {
                 let q = fs::read_to_string(p.join("cpu.cfs_quota_us"))?;
                 let per = fs::read_to_string(p.join("cpu.cfs_period_us"))?;
-                Ok(parse_v1_limit(&q, &per))
+                Ok(CfsQuota::from_v1(&q, &per).and_then(CfsQuota::millicores))
             }
-            CgroupVersion::V2 => Ok(parse_v2_max(&fs::read_to_string(p.join("cpu.max"))?)),
+            CgroupVersion::V2 => {
+                let max = fs::read_to_string(p.join("cpu.max"))?;
+                Ok(CfsQuota::from_cpu_max(&max).and_then(CfsQuota::millicores))
+            }
         }
     }
 
@@ -224,41 +227,9 @@ fn read_procs(group: &Path) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Parses v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` (quota `-1` is unlimited).
-pub fn parse_v1_limit(quota: &str, period: &str) -> Option<Millicores> {
-    let q: i64 = quota.trim().parse().ok()?;
-    let p: u64 = period.trim().parse().ok()?;
-    if q < 0 {
-        None
-    } else {
-        Millicores::from_cfs(q as u64, p)
-    }
-}
-
-/// Parses v2 `cpu.max` (`max 100000` is unlimited).
-pub fn parse_v2_max(s: &str) -> Option<Millicores> {
-    let mut it = s.split_whitespace();
-    let q = it.next()?;
-    let p: u64 = it.next()?.parse().ok()?;
-    if q == "max" {
-        None
-    } else {
-        Millicores::from_cfs(q.parse().ok()?, p)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_both_versions() {
-        assert_eq!(parse_v1_limit("15000\n", "100000\n"), Some(Millicores(150)));
-        assert_eq!(parse_v1_limit("-1", "100000"), None);
-        assert_eq!(parse_v2_max("40000 100000\n"), Some(Millicores(400)));
-        assert_eq!(parse_v2_max("max 100000"), None);
-        assert_eq!(parse_v2_max("garbage"), None);
-    }
 
     #[test]
     fn finds_a_v1_controller_in_a_fake_tree_and_writes_quota() {

@@ -336,7 +336,7 @@ impl LocalRuntime {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.paths.dir.join("supervisor.log"))
+            .open(self.paths.supervisor_log())
             .map_err(|e| RuntimeError::io("creating the supervisor's log", e))?;
         let child = std::process::Command::new(&self.cfg.lab_bin)
             .arg("__supervise")

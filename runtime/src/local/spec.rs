@@ -199,6 +199,10 @@ impl Paths {
     pub fn supervisor(&self) -> PathBuf {
         self.dir.join("supervisor.json")
     }
+    /// The supervisor's log: its `tracing` events, and anything it writes to stderr.
+    pub fn supervisor_log(&self) -> PathBuf {
+        self.dir.join("supervisor.log")
+    }
     pub fn logs(&self) -> PathBuf {
         self.dir.join("logs")
     }

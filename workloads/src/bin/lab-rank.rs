@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use lab_workloads::error_chain;
+use lab_model::format::error_chain;
 use lab_workloads::rank::{self, RankOptions};
 
 /// One rank of the lab's training job: reads its batches from SeaweedFS, computes a gradient, sums it with

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use lab_model::format::error_chain;
 use lab_workloads::dataset::parse_placement;
-use lab_workloads::error_chain;
 use lab_workloads::seeder::{self, SeedOptions};
 
 /// Seeds the lab's training dataset: a deterministic synthetic regression dataset, cut into shards, each

@@ -13,6 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use lab_telemetry::expo::parse;
+use lab_telemetry::labels::Labels;
+
 /// The `weed` binary: `LAB_WEED`, else `weed` on `PATH`. Missing weed fails the test with what to run.
 pub fn weed_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("LAB_WEED").filter(|p| !p.is_empty()) {
@@ -397,38 +400,24 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-/// The value of the sample `name{labels}` in a Prometheus text exposition (labels in any order).
+/// The value of the sample `name{labels}` in a Prometheus text exposition (labels in any order), read by
+/// the lab's own exposition parser; `None` when there is none or the text is malformed.
 pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (series, value) = l.rsplit_once(' ')?;
-        let (n, rest) = match series.split_once('{') {
-            Some((n, rest)) => (n, rest.trim_end_matches('}')),
-            None => (series, ""),
-        };
-        if n != name {
-            return None;
-        }
-        let have: Vec<(&str, &str)> = rest
-            .split(',')
-            .filter(|p| !p.is_empty())
-            .filter_map(|p| p.split_once('=').map(|(k, v)| (k, v.trim_matches('"'))))
-            .collect();
-        if labels.len() != have.len() || !labels.iter().all(|l| have.contains(l)) {
-            return None;
-        }
-        value.parse().ok()
-    })
+    let want = Labels::from_pairs(labels.iter().copied());
+    parse(text)
+        .ok()?
+        .into_iter()
+        .find(|s| s.name == name && s.labels == want)
+        .map(|s| s.value)
 }
 
-/// Every label set of samples named `name`, with values.
+/// Every label set of samples named `name` (as `name{labels}`), with values.
 pub fn series(text: &str, name: &str) -> Vec<(String, f64)> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (s, v) = l.rsplit_once(' ')?;
-            let n = s.split('{').next()?;
-            (n == name).then(|| (s.to_string(), v.parse().unwrap_or(f64::NAN)))
-        })
+    parse(text)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.name == name)
+        .map(|s| (format!("{}{}", s.name, s.labels), s.value))
         .collect()
 }
 

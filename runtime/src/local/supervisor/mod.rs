@@ -133,7 +133,7 @@ async fn serve(dir: &Path) -> Result<()> {
 }
 
 fn log(msg: &str) {
-    eprintln!("{} supervisor: {msg}", state::now_ms());
+    tracing::info!(target: "supervisor", "{msg}");
 }
 
 /// Stops every process (ranks first, storage last) and removes the lab's cgroups.

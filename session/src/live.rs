@@ -1,0 +1,146 @@
+//! The lab watching itself between commands. `lab up` starts a watcher (`lab __watch`) that keeps the
+//! telemetry and the golden-signal rules running, as Prometheus does beside a real job, and writes each
+//! snapshot to the lab's folder; `lab status` reads the latest at once, with every alert's since-time from
+//! the continuous evaluation, instead of watching the job for its own window. `lab down` stops the
+//! watcher first; it also ends by itself when the lab's folder is gone.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use lab_model::Snapshot;
+use lab_runtime::local::procs::{self, ProcRecord};
+use lab_runtime::local::supervisor::{LAB_ENV, lab_env_value};
+use lab_runtime::state;
+
+use crate::{Lab, Result};
+
+/// The latest snapshot, rewritten about once a second.
+pub const SNAPSHOT_FILE: &str = "live-snapshot.json";
+/// The watcher's process record (pid and start time, so a reused pid is never signalled).
+pub const WATCHER_FILE: &str = "watcher.json";
+/// A snapshot older than this is stale: the watcher is not keeping up, or is gone.
+pub const FRESH: Duration = Duration::from_secs(3);
+
+fn snapshot_path(name: &str) -> PathBuf {
+    state::lab_dir(name).join(SNAPSHOT_FILE)
+}
+
+fn watcher_path(name: &str) -> PathBuf {
+    state::lab_dir(name).join(WATCHER_FILE)
+}
+
+/// Starts the watcher of lab `name`: `program` with `args` (the CLI's own `lab __watch`), detached in its
+/// own session, its output to `watch.log` in the lab's folder. It carries the lab's process marker, so a
+/// local `lab down` that finds no record still stops it.
+///
+/// # Errors
+/// [`crate::SessionError::Runtime`] when it cannot be started or recorded.
+pub fn start(name: &str, program: &Path, args: &[&str]) -> Result<u32> {
+    use std::os::unix::process::CommandExt;
+    let dir = state::lab_dir(name);
+    let log = std::fs::File::create(dir.join("watch.log"))
+        .map_err(|e| state::state_err(&dir, "create watch.log", e))?;
+    let child = Command::new(program)
+        .args(args)
+        .env(LAB_ENV, lab_env_value(name, &dir))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| state::state_err(program, "start the watcher", e))?;
+    let pid = child.id();
+    // Not waited for: it outlives this command. The record is what stops it.
+    drop(child);
+    let rec = ProcRecord::of("watcher", pid, true).ok_or_else(|| {
+        lab_runtime::RuntimeError::Other(format!("the watcher (pid {pid}) exited at once; see watch.log"))
+    })?;
+    procs::write_table(&watcher_path(name), &[rec])?;
+    Ok(pid)
+}
+
+/// Whether the watcher of lab `name` runs.
+pub fn running(name: &str) -> bool {
+    procs::read_table(&watcher_path(name))
+        .iter()
+        .any(ProcRecord::alive)
+}
+
+/// Stops the watcher of lab `name` if one runs. Returns whether one was stopped.
+pub fn stop(name: &str) -> bool {
+    let recs: Vec<ProcRecord> = procs::read_table(&watcher_path(name))
+        .into_iter()
+        .filter(ProcRecord::alive)
+        .collect();
+    if recs.is_empty() {
+        return false;
+    }
+    procs::stop_all(&recs, Duration::from_secs(2));
+    let _ = std::fs::remove_file(watcher_path(name));
+    let _ = std::fs::remove_file(snapshot_path(name));
+    true
+}
+
+/// The latest snapshot the watcher wrote, if it is fresh at `now_ms` and its watcher still runs.
+pub fn read_fresh(name: &str, now_ms: u64) -> Option<Snapshot> {
+    if !running(name) {
+        return None;
+    }
+    let bytes = std::fs::read(snapshot_path(name)).ok()?;
+    let s: Snapshot = serde_json::from_slice(&bytes).ok()?;
+    fresh(s.at_ms, now_ms).then_some(s)
+}
+
+/// Whether a snapshot taken at `at_ms` is within [`FRESH`] of `now_ms` (and not from the future).
+pub fn fresh(at_ms: u64, now_ms: u64) -> bool {
+    at_ms <= now_ms && now_ms - at_ms <= FRESH.as_millis() as u64
+}
+
+impl Lab {
+    /// Runs the watcher: the lab's telemetry loop, each snapshot written to the lab's folder, until the
+    /// folder is gone (the lab was taken down) or the task is dropped.
+    ///
+    /// # Errors
+    /// [`crate::SessionError::Runtime`] when a snapshot cannot be written while the folder still exists.
+    pub async fn serve_snapshots(&self) -> Result<()> {
+        let dir = state::lab_dir(&self.name);
+        let path = snapshot_path(&self.name);
+        let watch = self.watch();
+        let mut rx = watch.subscribe();
+        loop {
+            let changed = tokio::time::timeout(Duration::from_secs(5), rx.changed()).await;
+            if !dir.is_dir() {
+                return Ok(());
+            }
+            match changed {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return Ok(()),
+                Err(_) => continue,
+            }
+            let Some(snap) = rx.borrow_and_update().clone() else {
+                continue;
+            };
+            let bytes = serde_json::to_vec(&snap).map_err(crate::SessionError::Encode)?;
+            if let Err(e) = state::write_atomic(&path, &bytes) {
+                if !dir.is_dir() {
+                    return Ok(());
+                }
+                return Err(e.into());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_is_fresh_for_three_seconds_and_never_from_the_future() {
+        assert!(fresh(10_000, 10_000));
+        assert!(fresh(10_000, 13_000));
+        assert!(!fresh(10_000, 13_001));
+        assert!(!fresh(10_000, 9_999));
+    }
+}
