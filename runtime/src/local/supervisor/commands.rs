@@ -1,6 +1,6 @@
 //! The command line of each role the supervisor runs: the SeaweedFS master and volume servers, the latency
 //! proxy in front of each volume server, the dataset seeder and the ranks. Pure: the configuration and
-//! the desired state in, a [`RoleCommand`] out; starting it is [`super::launch`]'s business.
+//! the desired state in, a [`RoleCommand`] out; starting it is the launcher's business.
 
 use std::path::PathBuf;
 

@@ -6,9 +6,9 @@
 //! configuration changes, probes readiness, and answers requests on its control socket. It records every
 //! process it starts so that `lab down` can stop them even if the supervisor itself was killed.
 //!
-//! This module runs the process: its main loop and its shutdown. The parts: [`reconcile`] (the state and
-//! the reconciler), [`commands`] (each role's command line), [`launch`] (starting processes, behind a
-//! trait), [`probes`] (readiness), [`server`] (the control socket) and [`status`] (the report).
+//! This module runs the process: its main loop and its shutdown. The parts: `reconcile` (the state and
+//! the reconciler), `commands` (each role's command line), `launch` (starting processes, behind a
+//! trait), `probes` (readiness), `server` (the control socket) and `status` (the report).
 
 mod commands;
 mod launch;
