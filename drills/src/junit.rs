@@ -323,7 +323,7 @@ time to detect 8.0 s, to mitigate -, back to baseline -, steps lost 0
 
     #[test]
     fn repeated_runs_are_numbered_cases_with_pass_rate_and_spread_as_properties() {
-        let mut slow = |detect: f64, verdict: Verdict| {
+        let slow = |detect: f64, verdict: Verdict| {
             let mut d = drill("slow-storage", verdict, "r");
             d.figures.time_to_detect_s = Some(detect);
             d
