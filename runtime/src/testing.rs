@@ -59,6 +59,8 @@ pub struct FakeRuntime {
     failing: Arc<Mutex<Vec<&'static str>>>,
     /// Actions that never return (an interrupted call).
     hanging: Arc<Mutex<Vec<&'static str>>>,
+    /// Actions that take this long (on tokio's clock) before they act.
+    slow: Arc<Mutex<Vec<(&'static str, Duration)>>>,
 }
 
 impl FakeRuntime {
@@ -104,8 +106,21 @@ impl FakeRuntime {
             .push(method);
     }
 
-    /// Lets `method` succeed (and return) again.
+    /// Makes `method` take `by` (on tokio's clock, so a test with a paused clock does not wait) before it
+    /// acts, from now on.
+    pub fn slow(&self, method: &'static str, by: Duration) {
+        self.slow
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((method, by));
+    }
+
+    /// Lets `method` succeed (and return) again, at once.
     pub fn heal(&self, method: &'static str) {
+        self.slow
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(m, _)| *m != method);
         self.failing
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -136,6 +151,16 @@ impl FakeRuntime {
             .contains(&method)
         {
             std::future::pending::<()>().await;
+        }
+        let by = self
+            .slow
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(m, _)| *m == method)
+            .map(|(_, by)| *by);
+        if let Some(by) = by {
+            tokio::time::sleep(by).await;
         }
         Ok(())
     }

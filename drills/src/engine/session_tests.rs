@@ -194,6 +194,37 @@ async fn a_drill_whose_fix_holds_passes_and_leaves_nothing_injected() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn snapshots_taken_while_an_injection_runs_are_kept_for_the_next_step() {
+    let rt = FakeRuntime::new();
+    // Every probe of a storage server takes 10 s: the injection probes the two siblings (20 s), sets the
+    // delay, then proves it (30 s more).
+    rt.slow("probe_storage", Duration::from_secs(10));
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(&rt);
+    // The snapshots kept from the injection are stamped far ahead of the wall clock the remediation
+    // ends by (see the top of this file): the verification has room for them.
+    let text = SLOW_STORAGE.replace("deadline: 30s", "deadline: 300s");
+    let r = run(&rt, dir.path(), &mut job, &text).await;
+    assert_eq!(r.verdict, Verdict::Pass, "{}: {:?}", r.reason, r.evidence);
+
+    // After the baseline: the healthy snapshots taken while the siblings were probed, then the fault's.
+    let after_baseline: Vec<_> = r.timeline.iter().filter(|p| p.pct.is_some()).collect();
+    let healthy = after_baseline.iter().take_while(|p| p.firing.is_empty()).count();
+    assert!(
+        (19..=21).contains(&healthy),
+        "{healthy} healthy snapshots during the injection"
+    );
+    let slowed = after_baseline[healthy..]
+        .iter()
+        .take_while(|p| !p.firing.is_empty())
+        .count();
+    assert!(
+        slowed >= 25,
+        "only {slowed} snapshots of the fault: those of the proof were not kept"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_job_that_is_not_back_fails_verify_and_the_cleanup_still_clears_the_fault() {
     let rt = FakeRuntime::new();
     let dir = tempfile::tempdir().unwrap();
