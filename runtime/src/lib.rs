@@ -11,6 +11,8 @@ pub mod lifecycle;
 pub mod local;
 pub mod open;
 pub mod state;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use std::time::Duration;
 

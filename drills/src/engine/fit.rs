@@ -1,0 +1,101 @@
+//! Whether a lab can run a drill as it is: the runtime, the sizes and the dataset seed the drill was
+//! written for, and enforced CPU limits when it needs them.
+
+use lab_model::status::LabStatus;
+
+use crate::spec::{Drill, Requirements};
+
+/// Why a lab cannot run a drill as it is, if it cannot.
+pub fn unsuitable(drill: &Drill, status: &LabStatus, lab_seed: Option<u64>) -> Option<String> {
+    let req: &Requirements = &drill.runtime;
+    if !req.kinds.contains(&status.runtime) {
+        let kinds: Vec<String> = req.kinds.iter().map(ToString::to_string).collect();
+        return Some(format!(
+            "this drill runs on the {} runtime; the lab runs on {}",
+            kinds.join(" or "),
+            status.runtime
+        ));
+    }
+    let checks = [
+        ("ranks", req.ranks, status.ranks_desired, "--ranks"),
+        (
+            "storage servers",
+            req.storage_servers,
+            status.storage_servers,
+            "--storage-servers",
+        ),
+        ("GPUs", req.gpus, status.gpus_capacity, "--gpus"),
+    ];
+    for (what, want, have, flag) in checks {
+        if let Some(want) = want
+            && want != have
+        {
+            return Some(format!(
+                "this drill needs {want} {what}; the lab has {have}: `lab down`, then `lab up {flag} {want}`"
+            ));
+        }
+    }
+    if req.cpu_limits
+        && let Some(p) = status.ranks().find(|p| p.resources.cpu_live.is_none())
+    {
+        let why = status
+            .notes
+            .first()
+            .cloned()
+            .unwrap_or_else(|| format!("{}'s limit cannot be read", p.name));
+        return Some(format!("this drill needs enforced CPU limits: {why}"));
+    }
+    if let Some(seed) = lab_seed
+        && seed != drill.seed
+    {
+        return Some(format!(
+            "this drill is written for dataset seed {}; the lab was started with --seed {seed}: `lab down`, then `lab up --seed {}`",
+            drill.seed, drill.seed
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_model::Millicores;
+
+    use super::*;
+    use crate::judge::tests::snap;
+
+    fn drill(text: &str) -> Drill {
+        crate::spec::parse(text).unwrap()
+    }
+
+    #[test]
+    fn a_lab_that_does_not_fit_is_told_what_to_do() {
+        let d = drill(
+            "name: x\nseed: 42\nruntime:\n  kinds: [kind]\n  ranks: 4\nsteps:\n  - inject:\n      kind: slow-storage\n  - remediate:\n  - verify:\n",
+        );
+        let s = snap(0, Some(1.0), Some(1.0), 1);
+        assert!(
+            unsuitable(&d, &s.status, Some(42))
+                .unwrap()
+                .contains("runs on the kind runtime")
+        );
+        let d = drill(
+            "name: x\nseed: 42\nruntime:\n  ranks: 8\n  cpu_limits: true\nsteps:\n  - inject:\n      kind: slow-storage\n  - remediate:\n  - verify:\n",
+        );
+        assert!(
+            unsuitable(&d, &s.status, Some(42))
+                .unwrap()
+                .contains("needs 8 ranks; the lab has 4: `lab down`, then `lab up --ranks 8`")
+        );
+        let d = drill(
+            "name: x\nseed: 42\nruntime:\n  cpu_limits: true\nsteps:\n  - inject:\n      kind: slow-storage\n  - remediate:\n  - verify:\n",
+        );
+        let mut st = s.status.clone();
+        st.notes = vec!["CPU limits are not enforced: no cgroups".into()];
+        assert!(unsuitable(&d, &st, None).unwrap().contains("no cgroups"));
+        for p in &mut st.pods {
+            p.resources.cpu_live = Some(Millicores(400));
+        }
+        assert_eq!(unsuitable(&d, &st, None), None);
+        assert!(unsuitable(&d, &st, Some(7)).unwrap().contains("lab up --seed 42"));
+    }
+}

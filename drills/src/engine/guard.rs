@@ -1,0 +1,90 @@
+//! Whatever a drill injected is cleared: by its own cleanup, or by the [`Guard`] when the drill is
+//! interrupted. Both clear only the faults injected since the drill began, never an older one.
+
+use std::sync::{Arc, Mutex};
+
+use lab_faults::FaultError;
+use nix::sys::signal::Signal;
+
+use super::Lab;
+use crate::command::{self, GroupSlot};
+
+/// Clears what a drill injected, and ends its remediation command, when the drill is interrupted.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    lab: Lab,
+    since_ms: Arc<Mutex<Option<u64>>>,
+    pub(super) group: GroupSlot,
+}
+
+impl Guard {
+    /// A guard for drills on `lab`.
+    pub fn new(lab: Lab) -> Self {
+        Guard {
+            lab,
+            since_ms: Arc::default(),
+            group: GroupSlot::default(),
+        }
+    }
+
+    pub(super) fn arm(&self, since_ms: u64) {
+        *self.since_ms.lock().unwrap_or_else(|p| p.into_inner()) = Some(since_ms);
+    }
+
+    pub(super) fn disarm(&self) {
+        *self.since_ms.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Ends a running remediation command and clears every fault injected since the current drill began.
+    /// Returns one line per thing done or failed.
+    pub async fn abort(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let pg = *self.group.lock().unwrap_or_else(|p| p.into_inner());
+        if pg.is_some() {
+            command::signal_group(pg, Signal::SIGKILL);
+            out.push("stopped the remediation command".to_string());
+        }
+        let Some(since) = *self.since_ms.lock().unwrap_or_else(|p| p.into_inner()) else {
+            return out;
+        };
+        let ids: Vec<String> = match self.lab.ledger.read() {
+            Ok(d) => d
+                .active()
+                .filter(|e| e.injected_at_ms >= since)
+                .map(|e| e.id.clone())
+                .collect(),
+            Err(e) => {
+                out.push(format!(
+                    "cannot read the fault ledger: {e}; run `lab fault clear --all`"
+                ));
+                return out;
+            }
+        };
+        for id in ids {
+            match lab_faults::clear(self.lab.runtime.as_ref(), &self.lab.ledger, &id).await {
+                Ok(_) => out.push(format!("cleared {id}")),
+                Err(e) => out.push(format!("could not clear {id}: {e}; run `lab fault clear --all`")),
+            }
+        }
+        self.disarm();
+        out
+    }
+}
+
+/// Clears every fault injected into `lab` since `since_ms`; returns the ids cleared.
+pub(super) async fn clear_ours(lab: &Lab, since_ms: u64) -> Result<Vec<String>, FaultError> {
+    let ids: Vec<String> = lab
+        .ledger
+        .read()?
+        .active()
+        .filter(|e| e.injected_at_ms >= since_ms)
+        .map(|e| e.id.clone())
+        .collect();
+    let mut done = Vec::new();
+    for id in ids {
+        if let Some(e) = lab_faults::clear(lab.runtime.as_ref(), &lab.ledger, &id).await? {
+            done.push(format!("{} ({})", e.id, e.fault));
+        }
+    }
+    Ok(done)
+}

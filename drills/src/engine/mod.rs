@@ -1,0 +1,135 @@
+//! Running a drill against a live lab: a [`Session`] takes snapshots from a [`SnapshotSource`], acts through
+//! the fault engine and the runtime, and hands every decision to the pure judges in [`crate::judge`].
+//!
+//! Snapshots keep coming while an action runs (an injection, a remediation command): they are buffered and
+//! the next step reads them, so a detection during a slow injection, or a recovery during a long
+//! remediation, is timed from what was really seen. Whatever the drill injected is cleared at the end, and
+//! the steady state is checked after that cleanup; a [`Guard`] does the same on an interrupt.
+//!
+//! The parts: `source` (where snapshots come from), `observe` (events for a display), `session` (a drill
+//! in progress), its steps in `steps`, `remediate` and `verify`, the `guard` that clears on an
+//! interrupt, `fit` (whether a lab can run a drill) and `evidence` (what a verdict cites).
+
+mod evidence;
+mod fit;
+mod guard;
+mod observe;
+mod remediate;
+mod session;
+mod source;
+mod steps;
+mod verify;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lab_faults::Ledger;
+use lab_runtime::Runtime;
+use tracing::Instrument as _;
+
+pub use self::evidence::evidence;
+pub use self::fit::unsuitable;
+pub use self::guard::Guard;
+pub use self::observe::{Event, Flow, Observer, Silent};
+pub use self::session::Session;
+pub use self::source::{SnapshotSource, Ticking};
+use crate::report::{DrillReport, StepName};
+use crate::spec::{Drill, Step};
+
+/// The lab a drill runs against.
+#[derive(Debug, Clone)]
+pub struct Lab {
+    pub name: String,
+    pub runtime: Arc<dyn Runtime>,
+    pub ledger: Ledger,
+}
+
+/// Settings of a run, shared by its drills.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Replaces the command of every remediate step (`--remediate`).
+    pub remediate: Option<String>,
+    /// Where incident bundles are written.
+    pub bundle_dir: PathBuf,
+    /// Set in a remediation command's environment (`LAB_NAME`, `LAB_STATE_DIR`).
+    pub command_env: Vec<(String, String)>,
+    /// Put first on a remediation command's `PATH`.
+    pub command_path: Option<PathBuf>,
+}
+
+/// The window over which the lab must be steady again after a drill's cleanup.
+const STEADY_AGAIN_WINDOW: Duration = Duration::from_secs(10);
+
+/// How often a long step reports where it stands.
+const PROGRESS_EVERY_MS: u64 = 10_000;
+/// How long the lab may take to become steady after its warm-up.
+const SETTLE_EXTRA: Duration = Duration::from_secs(180);
+
+/// Runs one drill from start to end: check, baseline, its steps until one fails, then the cleanup.
+pub async fn run_drill<S: SnapshotSource>(
+    lab: &Lab,
+    source: &mut S,
+    observer: &dyn Observer,
+    options: &Options,
+    guard: &Guard,
+    drill: &Drill,
+    origin: &str,
+) -> DrillReport {
+    observer.event(&Event::DrillStarted {
+        name: &drill.name,
+        origin,
+        description: drill.description.as_deref(),
+    });
+    let mut s = Session::new(lab.clone(), source, observer, options, guard.clone());
+    let span = |step: StepName| tracing::info_span!("step", drill = %drill.name, step = %step);
+    let check = s.check_lab(drill).instrument(span(StepName::Check)).await;
+    if check.ok {
+        let base = s
+            .settle(drill.warmup, drill.baseline)
+            .instrument(span(StepName::Baseline))
+            .await;
+        if base.ok && observer.after_step(&base, s.last_snapshot()) == Flow::Continue {
+            let mut i = 0;
+            while let Some(step) = drill.steps.get(i) {
+                let step_span = tracing::info_span!("step", drill = %drill.name, step = step.key());
+                let r = match step {
+                    Step::Inject(f) => s.inject(f.clone()).instrument(step_span).await,
+                    Step::Expect(e) => s.expect(e).instrument(step_span).await,
+                    Step::Remediate(r) => s.remediate(r).instrument(step_span).await,
+                    Step::Verify(v) => s.verify(v).instrument(step_span).await,
+                };
+                i += 1;
+                if observer.after_step(&r, s.last_snapshot()) == Flow::Stop {
+                    break;
+                }
+                if !r.ok {
+                    // A verification that fails sends the incident back when the drill has a further
+                    // remediation, as the seed's pipeline did; the last verification decides.
+                    let next_fix = drill.steps[i..]
+                        .iter()
+                        .position(|s| matches!(s, Step::Remediate(_)));
+                    match (step, next_fix) {
+                        (Step::Verify(_), Some(j)) => {
+                            s.retry();
+                            i += j;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+        }
+        s.cleanup(drill.cleanup_deadline)
+            .instrument(span(StepName::Cleanup))
+            .await;
+        s.rejudge();
+    } else {
+        guard.disarm();
+    }
+    let report = s.into_report(drill, origin);
+    observer.event(&Event::DrillFinished(&report));
+    report
+}
+
+#[cfg(test)]
+mod session_tests;

@@ -1,0 +1,192 @@
+//! The remediation step: the incident bundle written first, then the command (the run's `--remediate`, or
+//! the step's) with its output passed on as it comes, or the lab's own clear of what the drill injected;
+//! the changes made meanwhile are read back from the ledger.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use lab_runtime::state::now_ms;
+
+use super::guard::clear_ours;
+use super::{Event, Session, SnapshotSource};
+use crate::bundle::Bundle;
+use crate::command::{self, CommandSpec};
+use crate::report::{RemediationReport, StepName, StepReport, Verdict};
+use crate::spec::Remediate;
+
+impl<S: SnapshotSource> Session<'_, S> {
+    /// Writes the incident bundle of the latest snapshot; returns its path.
+    pub(super) fn write_bundle(&self) -> Result<PathBuf, String> {
+        let snap = self.last.as_ref().ok_or("no snapshot yet")?;
+        let bundle = Bundle::from_snapshot(snap);
+        std::fs::create_dir_all(&self.options.bundle_dir)
+            .map_err(|e| format!("cannot create {}: {e}", self.options.bundle_dir.display()))?;
+        let path = self
+            .options
+            .bundle_dir
+            .join(format!("incident-{}.json", snap.at_ms));
+        let bytes = serde_json::to_vec_pretty(&bundle).map_err(|e| e.to_string())?;
+        lab_runtime::state::write_atomic(&path, &bytes).map_err(|e| e.to_string())?;
+        Ok(path)
+    }
+
+    /// Remediates: runs the command (the run's `--remediate`, else the step's), or clears what the drill
+    /// injected when there is none.
+    pub async fn remediate(&mut self, spec: &Remediate) -> StepReport {
+        let command = self.options.remediate.clone().or_else(|| spec.command.clone());
+        let what = command.clone().unwrap_or_else(|| "the lab's own clear".into());
+        let started = self.start(StepName::Remediate, &what);
+        self.remediation_start_ms = Some(started);
+        let bundle = match self.write_bundle() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                return self.finish(
+                    StepName::Remediate,
+                    started,
+                    false,
+                    format!("cannot write the incident bundle: {e}"),
+                    vec![],
+                    Verdict::Error,
+                );
+            }
+        };
+        let mut report = RemediationReport {
+            command: command.clone(),
+            bundle: bundle.as_ref().map(|p| p.display().to_string()),
+            exit_code: None,
+            timed_out: false,
+            duration_s: 0.0,
+            stdout: String::new(),
+            stderr: String::new(),
+            changes: Vec::new(),
+        };
+        let (ok, summary) = match command {
+            Some(cmd) => {
+                let mut env = self.options.command_env.clone();
+                if let Some(b) = &bundle {
+                    env.push(("LAB_INCIDENT_BUNDLE".into(), b.display().to_string()));
+                }
+                let spec = CommandSpec {
+                    command: cmd,
+                    timeout: spec.timeout,
+                    env,
+                    path_first: self.options.command_path.clone(),
+                };
+                let observer = self.observer;
+                let group = self.guard.group.clone();
+                // Lines go to the observer from the reader tasks; they need an owned sink.
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, bool)>();
+                let sink: command::LineSink = Arc::new(move |l: &str, e| {
+                    let _ = tx.send((l.to_string(), e));
+                });
+                let run = async move {
+                    let out = command::run(&spec, sink, &group).await;
+                    (out, spec.timeout)
+                };
+                let (out, timeout) = {
+                    let mut run = std::pin::pin!(run);
+                    loop {
+                        tokio::select! {
+                            out = &mut run => break out,
+                            Some((line, stderr)) = rx.recv() => {
+                                observer.event(&Event::Output { line: &line, stderr });
+                            }
+                            s = self.source.next() => {
+                                self.record(&s);
+                                self.buffer.push_back(s);
+                            }
+                        }
+                    }
+                };
+                while let Ok((line, stderr)) = rx.try_recv() {
+                    observer.event(&Event::Output { line: &line, stderr });
+                }
+                match out {
+                    Ok(o) => {
+                        report.exit_code = o.exit_code;
+                        report.timed_out = o.timed_out;
+                        report.duration_s = o.duration.as_secs_f64();
+                        report.stdout = o.stdout.clone();
+                        report.stderr = o.stderr.clone();
+                        if o.timed_out {
+                            (
+                                false,
+                                format!(
+                                    "the command did not finish within {:.0} s and was stopped",
+                                    timeout.as_secs_f64()
+                                ),
+                            )
+                        } else if o.exit_code == Some(0) {
+                            (
+                                true,
+                                format!("the command exited 0 after {:.1} s", o.duration.as_secs_f64()),
+                            )
+                        } else {
+                            (
+                                false,
+                                format!(
+                                    "the command failed ({}){}",
+                                    o.exit_code
+                                        .map_or("ended by a signal".into(), |c| format!("exit {c}")),
+                                    o.stderr
+                                        .lines()
+                                        .last()
+                                        .map_or(String::new(), |l| format!(": {l}"))
+                                ),
+                            )
+                        }
+                    }
+                    Err(e) => (false, e.to_string()),
+                }
+            }
+            None => {
+                let lab = self.lab.clone();
+                let since = self.started_ms;
+                let result = self.during(async move { clear_ours(&lab, since).await }).await;
+                match result {
+                    Ok(cleared) if cleared.is_empty() => (true, "nothing left to clear".to_string()),
+                    Ok(cleared) => (true, format!("cleared {}", cleared.join(", "))),
+                    Err(e) => (false, format!("the lab's clear failed: {e}")),
+                }
+            }
+        };
+        let end = now_ms();
+        report.changes = self.changes_between(started, end);
+        if report.duration_s == 0.0 {
+            report.duration_s = end.saturating_sub(started) as f64 / 1000.0;
+        }
+        self.mitigated_ms = Some(end);
+        let mut ev = report.changes.clone();
+        if let Some(b) = &report.bundle {
+            ev.push(format!("incident bundle: {b}"));
+        }
+        self.remediations.push(report);
+        self.finish(StepName::Remediate, started, ok, summary, ev, Verdict::Fail)
+    }
+
+    pub(super) fn changes_between(&self, from: u64, to: u64) -> Vec<String> {
+        self.lab
+            .ledger
+            .read()
+            .map(|d| {
+                d.changes
+                    .iter()
+                    .filter(|c| c.at_ms >= from && c.at_ms <= to)
+                    .map(lab_model::ChangeRecord::line)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// After a failed verification, lets a further remediation try again: the failure stays in the steps
+    /// and the evidence, and the next verification decides the verdict.
+    pub fn retry(&mut self) {
+        if let Some(f) = &self.failure
+            && f.step == StepName::Verify
+        {
+            self.retried
+                .push(format!("an earlier remediation did not hold: {}", f.reason));
+            self.failure = None;
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! One drill in progress: the [`Session`] keeps the snapshots (buffered while an action runs, so the next
+//! step judges what was really seen), the steps' reports, the figures they measured, and what its report
+//! is made of. The steps themselves are in `steps`, `remediate` and `verify`.
+
+use std::collections::VecDeque;
+use std::future::Future;
+
+use lab_model::Snapshot;
+use lab_runtime::state::now_ms;
+
+use super::{Event, Guard, Lab, Observer, Options, PROGRESS_EVERY_MS, SnapshotSource};
+use crate::judge::{Detection, PreFault, Recovery, StepsLost};
+use crate::report::{
+    CleanupReport, DrillReport, Failure, Figures, Point, RemediationReport, StepName, StepReport, Verdict,
+};
+use crate::spec::{Drill, Verify};
+
+/// One drill in progress: its snapshots, its steps and what they saw.
+pub struct Session<'a, S: SnapshotSource> {
+    pub(super) lab: Lab,
+    pub(super) source: &'a mut S,
+    pub(super) observer: &'a dyn Observer,
+    pub(super) options: &'a Options,
+    pub(super) guard: Guard,
+    pub(super) started_ms: u64,
+    pub(super) buffer: VecDeque<Snapshot>,
+    pub(super) last: Option<Snapshot>,
+    pub(super) baseline: Option<PreFault>,
+    pub(super) steps: Vec<StepReport>,
+    pub(super) remediations: Vec<RemediationReport>,
+    pub(super) timeline: Vec<Point>,
+    pub(super) lost: StepsLost,
+    pub(super) inject_ms: Option<u64>,
+    pub(super) detection: Option<Detection>,
+    pub(super) lowest_pct: Option<f64>,
+    pub(super) fault_pcts: Vec<f64>,
+    pub(super) remediation_start_ms: Option<u64>,
+    pub(super) mitigated_ms: Option<u64>,
+    pub(super) recovery: Option<Recovery>,
+    pub(super) failure: Option<Failure>,
+    pub(super) retried: Vec<String>,
+    /// The snapshots the last verification judged, what it was asked, from when, and its step's index.
+    pub(super) verify_snaps: Vec<Snapshot>,
+    pub(super) verify_ctx: Option<(Verify, u64, usize)>,
+    /// The lab's steady state measured after the cleanup.
+    pub(super) after: Option<PreFault>,
+    pub(super) cleanup: CleanupReport,
+}
+
+impl<S: SnapshotSource> std::fmt::Debug for Session<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("lab", &self.lab.name)
+            .field("steps", &self.steps.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, S: SnapshotSource> Session<'a, S> {
+    /// A session on `lab`; `guard` clears what it injects if the caller is interrupted.
+    pub fn new(
+        lab: Lab,
+        source: &'a mut S,
+        observer: &'a dyn Observer,
+        options: &'a Options,
+        guard: Guard,
+    ) -> Self {
+        let started_ms = now_ms();
+        guard.arm(started_ms);
+        Session {
+            lab,
+            source,
+            observer,
+            options,
+            guard,
+            started_ms,
+            buffer: VecDeque::new(),
+            last: None,
+            baseline: None,
+            steps: Vec::new(),
+            remediations: Vec::new(),
+            timeline: Vec::new(),
+            lost: StepsLost::default(),
+            inject_ms: None,
+            detection: None,
+            lowest_pct: None,
+            fault_pcts: Vec::new(),
+            remediation_start_ms: None,
+            mitigated_ms: None,
+            recovery: None,
+            failure: None,
+            retried: Vec::new(),
+            verify_snaps: Vec::new(),
+            verify_ctx: None,
+            after: None,
+            cleanup: CleanupReport::default(),
+        }
+    }
+
+    /// The latest snapshot seen.
+    pub fn last_snapshot(&self) -> Option<&Snapshot> {
+        self.last.as_ref()
+    }
+
+    /// The pre-fault baseline, once measured.
+    pub fn baseline(&self) -> Option<PreFault> {
+        self.baseline
+    }
+
+    /// Whether a step has failed so far.
+    pub fn failed(&self) -> bool {
+        self.failure.is_some()
+    }
+
+    pub(super) fn rel_s(&self, ms: u64) -> f64 {
+        ms.saturating_sub(self.started_ms) as f64 / 1000.0
+    }
+
+    pub(super) fn record(&mut self, s: &Snapshot) {
+        let t = &s.training;
+        self.timeline.push(Point {
+            t_s: self.rel_s(s.at_ms),
+            samples_per_s: t.samples_per_s,
+            pct: match (t.samples_per_s, self.baseline) {
+                (Some(v), Some(b)) => Some((b.pct(v) * 10.0).round() / 10.0),
+                _ => None,
+            },
+            step_seconds: crate::judge::step_time(s),
+            step: crate::judge::job_step(s),
+            ranks_ready: s.status.ranks_ready(),
+            firing: s.alerts.iter().map(|a| a.rule.clone()).collect(),
+            read_p50_ms: s
+                .storage
+                .iter()
+                .filter_map(|v| Some((v.name.clone(), (v.client_p50? * 1e4).round() / 10.0)))
+                .collect(),
+            throttled: s
+                .ranks
+                .iter()
+                .filter_map(|r| Some((r.name.clone(), (r.throttled? * 1e3).round() / 1e3)))
+                .collect(),
+            compute: s
+                .ranks
+                .iter()
+                .filter_map(|r| Some((r.name.clone(), (r.compute? * 1e3).round() / 1e3)))
+                .collect(),
+            world_size: t.world_size,
+        });
+        if self.inject_ms.is_some() {
+            self.lost.push(s);
+        }
+        self.last = Some(s.clone());
+    }
+
+    pub(super) async fn next(&mut self) -> Snapshot {
+        if let Some(s) = self.buffer.pop_front() {
+            return s;
+        }
+        let s = self.source.next().await;
+        self.record(&s);
+        s
+    }
+
+    /// Runs `fut` while snapshots keep coming; they are kept for the next step.
+    pub(super) async fn during<T>(&mut self, fut: impl Future<Output = T>) -> T {
+        let mut fut = std::pin::pin!(fut);
+        loop {
+            tokio::select! {
+                out = &mut fut => return out,
+                s = self.source.next() => {
+                    self.record(&s);
+                    self.buffer.push_back(s);
+                }
+            }
+        }
+    }
+
+    pub(super) fn start(&self, step: StepName, what: &str) -> u64 {
+        self.observer.event(&Event::StepStarted { step, what });
+        now_ms()
+    }
+
+    pub(super) fn finish(
+        &mut self,
+        step: StepName,
+        started: u64,
+        ok: bool,
+        summary: String,
+        evidence: Vec<String>,
+        verdict_if_failed: Verdict,
+    ) -> StepReport {
+        let r = StepReport {
+            step,
+            ok,
+            started_s: self.rel_s(started),
+            duration_s: now_ms().saturating_sub(started) as f64 / 1000.0,
+            summary: summary.clone(),
+            evidence: evidence.clone(),
+        };
+        if !ok && self.failure.is_none() {
+            self.failure = Some(Failure {
+                step,
+                verdict: verdict_if_failed,
+                reason: format!("{step}: {summary}"),
+                evidence,
+            });
+        }
+        self.steps.push(r.clone());
+        self.observer.event(&Event::StepFinished(&r));
+        r
+    }
+
+    pub(super) fn progress(&self, step: StepName, started: u64, last: &mut u64, at_ms: u64, text: &str) {
+        if at_ms.saturating_sub(*last) >= PROGRESS_EVERY_MS {
+            *last = at_ms;
+            self.observer.event(&Event::Progress {
+                step,
+                elapsed_s: at_ms.saturating_sub(started) as f64 / 1000.0,
+                text,
+            });
+        }
+    }
+
+    /// The report of the drill.
+    pub fn into_report(self, drill: &Drill, origin: &str) -> DrillReport {
+        let inject = self.inject_ms;
+        let rel = |ms: Option<u64>| ms.zip(inject).map(|(m, i)| m.saturating_sub(i) as f64 / 1000.0);
+        let figures = Figures {
+            time_to_detect_s: rel(self.detection.as_ref().map(|d| d.at_ms)),
+            time_to_mitigate_s: rel(self.mitigated_ms),
+            time_to_baseline_s: rel(self.recovery.as_ref().map(|r| r.back_at_ms)),
+            steps_lost: self.lost.lost(),
+            lowest_throughput_pct: self.lowest_pct.map(|p| (p * 10.0).round() / 10.0),
+            fault_throughput_pct: median(&self.fault_pcts).map(|p| (p * 10.0).round() / 10.0),
+        };
+        let secs = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1} s"));
+        let (verdict, reason, evidence) = match self.failure {
+            Some(f) => (f.verdict, f.reason, f.evidence),
+            None => (
+                Verdict::Pass,
+                format!(
+                    "detected in {}, mitigated at {}, back to baseline at {}, {} steps lost",
+                    secs(figures.time_to_detect_s),
+                    secs(figures.time_to_mitigate_s),
+                    secs(figures.time_to_baseline_s),
+                    figures.steps_lost
+                ),
+                self.retried
+                    .iter()
+                    .cloned()
+                    .chain(
+                        self.steps
+                            .iter()
+                            .filter(|s| s.step != StepName::Check)
+                            .map(|s| format!("{}: {}", s.step, s.summary)),
+                    )
+                    .collect(),
+            ),
+        };
+        let runtime = self.last.as_ref().map_or_else(
+            || self.lab.runtime.kind().to_string(),
+            |s| s.status.runtime.to_string(),
+        );
+        DrillReport {
+            name: drill.name.clone(),
+            origin: origin.to_string(),
+            description: drill.description.clone(),
+            faults: crate::report::injected(drill),
+            seed: drill.seed,
+            lab: self.lab.name.clone(),
+            runtime,
+            started_at: crate::bundle::rfc3339(self.started_ms),
+            duration_s: now_ms().saturating_sub(self.started_ms) as f64 / 1000.0,
+            verdict,
+            reason,
+            evidence,
+            figures,
+            baseline: self.baseline,
+            steady_after: self.after,
+            steps: self.steps,
+            remediations: self.remediations,
+            cleanup: self.cleanup,
+            timeline: self.timeline,
+        }
+    }
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}

@@ -1,0 +1,203 @@
+//! The steps before a remediation: check that the lab fits the drill, measure the job's normal, inject
+//! the fault and prove it, and wait for the golden signals to catch it.
+
+use std::time::Duration;
+
+use lab_faults::Fault;
+
+use super::evidence::evidence;
+use super::fit::unsuitable;
+use super::{SETTLE_EXTRA, Session, SnapshotSource};
+use crate::judge::{ExpectTracker, Outcome, SteadyWindow, fmt_s};
+use crate::report::{StepName, StepReport, Verdict};
+use crate::spec::{Drill, Expect};
+
+impl<S: SnapshotSource> Session<'_, S> {
+    /// Checks that the lab can run `drill` and nothing is injected already.
+    pub async fn check_lab(&mut self, drill: &Drill) -> StepReport {
+        let started = self.start(StepName::Check, "the lab fits the drill");
+        let result = async {
+            let st = self
+                .lab
+                .runtime
+                .status()
+                .await
+                .map_err(|e| format!("cannot read the lab's status: {e}"))?;
+            let seed = lab_runtime::state::read_record(&self.lab.name)
+                .ok()
+                .flatten()
+                .and_then(|r| r.config.get("seed").and_then(serde_json::Value::as_u64));
+            if let Some(why) = unsuitable(drill, &st, seed) {
+                return Err(why);
+            }
+            let active: Vec<String> = self
+                .lab
+                .ledger
+                .read()
+                .map_err(|e| e.to_string())?
+                .active()
+                .map(|e| format!("{} ({})", e.id, e.fault))
+                .collect();
+            if !active.is_empty() {
+                return Err(format!(
+                    "the lab already has {} injected: clear it with `lab fault clear --all` first",
+                    active.join(", ")
+                ));
+            }
+            Ok(format!(
+                "{} runtime, {} ranks, {} storage servers, {} GPUs{}",
+                st.runtime,
+                st.ranks_desired,
+                st.storage_servers,
+                st.gpus_capacity,
+                seed.map_or(String::new(), |s| format!(", seed {s}"))
+            ))
+        }
+        .await;
+        match result {
+            Ok(s) => self.finish(StepName::Check, started, true, s, vec![], Verdict::Error),
+            Err(e) => self.finish(StepName::Check, started, false, e, vec![], Verdict::Error),
+        }
+    }
+
+    /// Watches for `warmup`, then measures the pre-fault baseline over a steady `window`.
+    pub async fn settle(&mut self, warmup: Duration, window: Duration) -> StepReport {
+        let started = self.start(StepName::Baseline, "warm up, then measure the job's normal");
+        let warm_until = started + warmup.as_millis() as u64;
+        let deadline = warm_until + (window + SETTLE_EXTRA).as_millis() as u64;
+        let mut steady = SteadyWindow::new(window.as_millis() as u64);
+        let mut last_progress = started;
+        loop {
+            let s = self.next().await;
+            if s.at_ms < warm_until {
+                continue;
+            }
+            match steady.push(&s) {
+                Outcome::Done(b) => {
+                    self.baseline = Some(b);
+                    self.source.rebase(&b);
+                    let learned = b.learned.map_or(String::new(), |l| {
+                        format!(
+                            " (the rules compared with {:.0} samples/s, {} until now)",
+                            l.samples_per_s,
+                            fmt_s(l.step_seconds)
+                        )
+                    });
+                    let summary = format!(
+                        "{:.0} samples/s, step {} over {:.0} s{learned}",
+                        b.samples_per_s,
+                        fmt_s(b.step_seconds),
+                        b.window_s
+                    );
+                    return self.finish(StepName::Baseline, started, true, summary, vec![], Verdict::Error);
+                }
+                Outcome::Pending(why) | Outcome::Failed(why) => {
+                    if s.at_ms > deadline {
+                        let summary = format!(
+                            "the lab is not at a steady state before the drill: {why} (after {:.0} s)",
+                            s.at_ms.saturating_sub(started) as f64 / 1000.0
+                        );
+                        return self.finish(
+                            StepName::Baseline,
+                            started,
+                            false,
+                            summary,
+                            evidence(&s),
+                            Verdict::Error,
+                        );
+                    }
+                    self.progress(StepName::Baseline, started, &mut last_progress, s.at_ms, &why);
+                }
+            }
+        }
+    }
+
+    /// Injects `fault` and proves it took effect.
+    pub async fn inject(&mut self, fault: Fault) -> StepReport {
+        let what = fault.to_string();
+        let started = self.start(StepName::Inject, &what);
+        self.inject_ms.get_or_insert(started);
+        let lab = self.lab.clone();
+        let result = self
+            .during(async move { lab_faults::inject(lab.runtime.as_ref(), &lab.ledger, fault).await })
+            .await;
+        match result {
+            Ok(done) => {
+                let summary = done.entry.proof.clone().unwrap_or(what);
+                let ev = done.changes.iter().map(lab_model::ChangeRecord::line).collect();
+                self.finish(StepName::Inject, started, true, summary, ev, Verdict::Error)
+            }
+            Err(e) => self.finish(
+                StepName::Inject,
+                started,
+                false,
+                format!("could not inject {what}: {e}"),
+                vec![],
+                Verdict::Error,
+            ),
+        }
+    }
+
+    /// Waits for the expected signals.
+    pub async fn expect(&mut self, spec: &Expect) -> StepReport {
+        let started = self.start(StepName::Expect, "the golden signals catch it");
+        let (Some(base), Some(from)) = (self.baseline, self.inject_ms) else {
+            return self.finish(
+                StepName::Expect,
+                started,
+                false,
+                "nothing to expect: no baseline or no injection before this step".into(),
+                vec![],
+                Verdict::Error,
+            );
+        };
+        let mut tracker = ExpectTracker::new(spec.clone(), base, from);
+        let mut last_progress = started;
+        loop {
+            let s = self.next().await;
+            let outcome = tracker.push(&s);
+            self.lowest_pct = tracker.lowest_pct();
+            // The fault's steady effect: throughput from detection to the end of the hold.
+            if let Some(met) = tracker.met_at()
+                && s.at_ms >= met
+                && let Some(v) = s.training.samples_per_s
+            {
+                self.fault_pcts.push(base.pct(v));
+            }
+            match outcome {
+                Outcome::Done(d) => {
+                    let after = self.rel_from_inject(d.at_ms);
+                    let mut summary = format!("detected {after:.1} s after the injection:");
+                    for seen in &d.seen {
+                        summary.push_str(&format!(
+                            " {} at +{:.1} s;",
+                            seen.what,
+                            self.rel_from_inject(seen.at_ms)
+                        ));
+                    }
+                    if let Some((r, t)) = d.ranks_ready_min {
+                        summary.push_str(&format!(" Kubernetes: {r}/{t} ranks Ready throughout"));
+                    }
+                    let summary = summary.trim_end_matches(';').to_string();
+                    let ev = d
+                        .seen
+                        .iter()
+                        .map(|s| format!("{}: {}", s.what, s.detail))
+                        .collect();
+                    self.detection = Some(d);
+                    return self.finish(StepName::Expect, started, true, summary, ev, Verdict::Fail);
+                }
+                Outcome::Failed(why) => {
+                    return self.finish(StepName::Expect, started, false, why, evidence(&s), Verdict::Fail);
+                }
+                Outcome::Pending(text) => {
+                    self.progress(StepName::Expect, started, &mut last_progress, s.at_ms, &text);
+                }
+            }
+        }
+    }
+
+    pub(super) fn rel_from_inject(&self, ms: u64) -> f64 {
+        ms.saturating_sub(self.inject_ms.unwrap_or(self.started_ms)) as f64 / 1000.0
+    }
+}

@@ -1,0 +1,210 @@
+//! The fault engine driven against the fake runtime: apply, prove, recover, rollback, idempotence and the
+//! ledger, with no processes and no network.
+
+use std::time::Duration;
+
+use lab_faults::ledger::Before;
+use lab_faults::{Fault, FaultError, FaultPhase, Ledger, clear, clear_all, inject};
+use lab_model::Millicores;
+use lab_runtime::testing::FakeRuntime;
+use lab_runtime::{Delay, Runtime};
+
+fn slow(server: u32) -> Fault {
+    Fault::SlowStorage {
+        server,
+        delay: Duration::from_millis(300),
+        jitter: Duration::ZERO,
+    }
+}
+
+fn ledger() -> (tempfile::TempDir, Ledger) {
+    let dir = tempfile::tempdir().unwrap();
+    let l = Ledger::in_dir(dir.path());
+    (dir, l)
+}
+
+fn count(rt: &FakeRuntime, method: &str) -> usize {
+    rt.calls()
+        .iter()
+        .filter(|c| c.starts_with(&format!("{method}(")))
+        .count()
+}
+
+#[tokio::test]
+async fn slow_storage_is_applied_proven_recorded_and_cleared_to_exactly_before() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    let done = inject(&rt, &l, slow(1)).await.unwrap();
+    assert_eq!(done.entry.phase, FaultPhase::Injected);
+    assert_eq!(done.entry.before, Before::Delay { delay: None });
+    let proof = done.entry.proof.as_deref().unwrap();
+    assert_eq!(
+        proof,
+        "storage-1 answers in 302 ms through its path (set +300 ms via latency proxy); \
+         siblings 2.0 ms, 2.0 ms (before: 2.0 ms, 2.0 ms)"
+    );
+    assert_eq!(done.changes.len(), 1);
+    assert_eq!(
+        done.changes[0].line(),
+        l.read().unwrap().changes[0].line(),
+        "the change is in the ledger"
+    );
+    assert_eq!(
+        rt.state().delays.get(&1).map(|d| d.delay),
+        Some(Duration::from_millis(300))
+    );
+
+    let cleared = clear(&rt, &l, &done.entry.id).await.unwrap().unwrap();
+    assert_eq!(cleared.phase, FaultPhase::Cleared);
+    assert!(rt.state().delays.is_empty());
+    let data = l.read().unwrap();
+    assert_eq!(data.active().count(), 0);
+    assert_eq!(data.changes.len(), 2);
+    assert_eq!(data.changes[1].note.as_deref(), Some("cleared"));
+}
+
+#[tokio::test]
+async fn clearing_twice_changes_nothing_the_second_time() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    let done = inject(&rt, &l, slow(0)).await.unwrap();
+    clear(&rt, &l, &done.entry.id).await.unwrap();
+    let sets = count(&rt, "set_storage_delay");
+    assert_eq!(clear(&rt, &l, &done.entry.id).await.unwrap(), None);
+    assert_eq!(clear(&rt, &l, "slow-storage").await.unwrap(), None);
+    assert!(clear_all(&rt, &l).await.unwrap().is_empty());
+    assert_eq!(count(&rt, "set_storage_delay"), sets, "nothing was touched again");
+    assert!(matches!(
+        clear(&rt, &l, "no-such-fault-9").await,
+        Err(FaultError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_fault_that_cannot_be_proven_is_rolled_back_and_kept_as_failed() {
+    let rt = FakeRuntime::new();
+    rt.update(|l| l.delays_take_effect = false);
+    let (_d, l) = ledger();
+    let err = inject(&rt, &l, slow(1)).await.unwrap_err();
+    assert!(matches!(err, FaultError::NotProven { .. }), "{err}");
+    assert!(rt.state().delays.is_empty(), "the delay was rolled back");
+    let data = l.read().unwrap();
+    assert_eq!(data.faults.len(), 1);
+    assert_eq!(data.faults[0].phase, FaultPhase::Failed);
+    assert!(data.faults[0].error.is_some());
+    assert_eq!(data.active().count(), 0);
+}
+
+#[tokio::test]
+async fn a_failed_apply_is_rolled_back_and_the_error_names_the_action() {
+    let rt = FakeRuntime::new();
+    rt.fail("set_storage_delay");
+    let (_d, l) = ledger();
+    let err = inject(&rt, &l, slow(2)).await.unwrap_err();
+    assert!(err.to_string().contains("adding the delay to storage-2"), "{err}");
+    assert_eq!(l.read().unwrap().faults[0].phase, FaultPhase::Failed);
+}
+
+#[tokio::test]
+async fn nothing_changes_when_a_fault_does_not_fit_or_is_already_in() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    let err = inject(&rt, &l, slow(7)).await.unwrap_err();
+    assert!(err.to_string().contains("--server 7 is out of range"), "{err}");
+    let err = inject(&rt, &l, Fault::UnplaceableRank { ranks: 4 })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not above the current 4 ranks"), "{err}");
+    assert!(l.read().unwrap().faults.is_empty());
+
+    inject(&rt, &l, slow(1)).await.unwrap();
+    let sets = count(&rt, "set_storage_delay");
+    let err = inject(&rt, &l, slow(2)).await.unwrap_err();
+    assert!(matches!(err, FaultError::AlreadyInjected { .. }), "{err}");
+    assert_eq!(count(&rt, "set_storage_delay"), sets);
+    assert!(!rt.state().delays.contains_key(&2));
+}
+
+#[tokio::test]
+async fn throttled_rank_restores_the_limit_it_found_not_the_template() {
+    let rt = FakeRuntime::new();
+    rt.update(|l| {
+        l.cpu_live.insert(1, Millicores(300));
+    });
+    let (_d, l) = ledger();
+    let fault = Fault::ThrottledRank {
+        rank: 1,
+        cpu: Millicores(150),
+    };
+    let done = inject(&rt, &l, fault).await.unwrap();
+    assert_eq!(done.entry.before, Before::Cpu { cpu: Millicores(300) });
+    assert!(
+        done.entry
+            .proof
+            .as_deref()
+            .unwrap()
+            .contains("reads 150m while its template says 400m")
+    );
+    assert_eq!(done.changes[0].note.as_deref(), Some("spec 400m"));
+    clear_all(&rt, &l).await.unwrap();
+    assert_eq!(rt.state().cpu_live.get(&1), Some(&Millicores(300)));
+}
+
+#[tokio::test]
+async fn a_throttled_rank_replaced_since_needs_nothing_undone() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    let fault = Fault::ThrottledRank {
+        rank: 2,
+        cpu: Millicores(150),
+    };
+    inject(&rt, &l, fault).await.unwrap();
+    rt.restart_rank(2).await.unwrap();
+    let resizes = count(&rt, "resize_rank");
+    let cleared = clear(&rt, &l, "throttled-rank").await.unwrap().unwrap();
+    assert_eq!(cleared.phase, FaultPhase::Cleared);
+    assert_eq!(count(&rt, "resize_rank"), resizes, "no resize back");
+}
+
+#[tokio::test]
+async fn unplaceable_rank_is_proven_by_the_pending_rank_and_cleared_to_four() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    let done = inject(&rt, &l, Fault::UnplaceableRank { ranks: 5 })
+        .await
+        .unwrap();
+    let proof = done.entry.proof.as_deref().unwrap();
+    assert!(
+        proof.starts_with("rank-4 Pending (Insufficient gpu); 4 running ranks restarted"),
+        "{proof}"
+    );
+    assert_eq!((rt.state().ranks, rt.state().world_size), (5, 5));
+    assert_eq!(done.changes.len(), 2);
+    clear_all(&rt, &l).await.unwrap();
+    assert_eq!((rt.state().ranks, rt.state().world_size), (4, 4));
+}
+
+#[tokio::test]
+async fn a_clear_that_fails_keeps_the_fault_on_record_until_it_succeeds() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    inject(&rt, &l, slow(1)).await.unwrap();
+    rt.fail("set_storage_delay");
+    let err = clear_all(&rt, &l).await.unwrap_err();
+    assert!(matches!(err, FaultError::NotRestored { .. }), "{err}");
+    assert_eq!(l.read().unwrap().active().count(), 1, "still active");
+    rt.heal("set_storage_delay");
+    assert_eq!(clear_all(&rt, &l).await.unwrap().len(), 1);
+    assert!(rt.state().delays.is_empty());
+}
+
+#[test]
+fn a_delay_on_record_reads_back_as_it_was() {
+    let d = Delay {
+        delay: Duration::from_millis(300),
+        jitter: Duration::from_millis(20),
+    };
+    let b = Before::Delay { delay: Some(d) };
+    let json = serde_json::to_string(&b).unwrap();
+    assert_eq!(serde_json::from_str::<Before>(&json).unwrap(), b);
+}

@@ -1,0 +1,135 @@
+//! The command line of each role the supervisor runs: the SeaweedFS master and volume servers, the latency
+//! proxy in front of each volume server, the dataset seeder and the ranks. Pure: the configuration and
+//! the desired state in, a [`RoleCommand`] out; starting it is the launcher's business.
+
+use std::path::PathBuf;
+
+use lab_model::{Millicores, names};
+
+use super::reconcile::Kind;
+use crate::local::spec::{LocalConfig, LocalSpec, Paths};
+
+const LO: &str = "127.0.0.1";
+
+/// How to start one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RoleCommand {
+    /// The instance's name (`rank-1`, `storage-0-proxy`, ...): its log file and its cgroup are named so.
+    pub name: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// A folder the process keeps its files in, made before it starts.
+    pub data_dir: Option<PathBuf>,
+    /// The working directory, when the process resolves paths against it.
+    pub cwd: Option<PathBuf>,
+    /// A rank's CPU limit: the process is placed in a cgroup of its own with this quota.
+    pub cpu: Option<Millicores>,
+}
+
+/// The command line of instance `kind` of the lab configured by `cfg`, as `spec` wants it now.
+///
+/// A rank's ports must already be in `spec.rank_ports` (the reconciler hands them out); `None` when they
+/// are not.
+pub(crate) fn role_command(
+    kind: Kind,
+    cfg: &LocalConfig,
+    spec: &LocalSpec,
+    paths: &Paths,
+) -> Option<RoleCommand> {
+    let name = super::reconcile::inst_name(kind);
+    let data = paths.data();
+    let mut cmd = RoleCommand {
+        name,
+        program: PathBuf::new(),
+        args: Vec::new(),
+        data_dir: None,
+        cwd: None,
+        cpu: None,
+    };
+    match kind {
+        Kind::Master => {
+            let mdir = data.join("master");
+            cmd.program = cfg.weed.clone();
+            cmd.args = vec![
+                "master".into(),
+                format!("-ip={LO}"),
+                format!("-ip.bind={LO}"),
+                format!("-port={}", cfg.master_port),
+                format!("-port.grpc={}", cfg.master_grpc_port),
+                format!("-mdir={}", mdir.display()),
+                "-volumeSizeLimitMB=64".into(),
+                "-defaultReplication=000".into(),
+            ];
+            cmd.data_dir = Some(mdir);
+            cmd.cwd = Some(data);
+        }
+        Kind::Volume(i) => {
+            let p = cfg.storage.get(i as usize)?;
+            let vdir = data.join(names::storage(i));
+            cmd.program = cfg.weed.clone();
+            cmd.args = vec![
+                "volume".into(),
+                format!("-ip={LO}"),
+                format!("-ip.bind={LO}"),
+                format!("-port={}", p.weed),
+                format!("-port.grpc={}", p.weed_grpc),
+                format!("-publicUrl={LO}:{}", p.proxy),
+                format!("-dir={}", vdir.display()),
+                "-max=32".into(),
+                // weed finds the master's gRPC port from `host:port.grpcPort`.
+                format!("-master={}.{}", cfg.master(), cfg.master_grpc_port),
+                format!("-rack={}", names::storage(i)),
+                "-dataCenter=lab".into(),
+                format!("-metricsIp={LO}"),
+                format!("-metricsPort={}", p.metrics),
+            ];
+            cmd.data_dir = Some(vdir);
+            cmd.cwd = Some(data);
+        }
+        Kind::Proxy(i) => {
+            let p = cfg.storage.get(i as usize)?;
+            // A proxy that restarts comes back with the delay the lab has on record.
+            let d = spec.delays.get(&i).copied();
+            cmd.program = cfg.bin_dir.join("lab-proxy");
+            cmd.args = vec![
+                format!("--listen={LO}:{}", p.proxy),
+                format!("--upstream={LO}:{}", p.weed),
+                format!("--control={LO}:{}", p.control),
+                format!(
+                    "--delay-ms={}",
+                    d.map(|d| d.delay.as_secs_f64() * 1000.0).unwrap_or(0.0)
+                ),
+                format!(
+                    "--jitter-ms={}",
+                    d.map(|d| d.jitter.as_secs_f64() * 1000.0).unwrap_or(0.0)
+                ),
+            ];
+        }
+        Kind::Seeder => {
+            cmd.program = cfg.bin_dir.join("lab-seeder");
+            cmd.args = vec![
+                format!("--master={}", cfg.master()),
+                format!("--ranks={}", spec.ranks.max(cfg.gpus).max(1)),
+                // Every server the lab started, not the seeder's default of three.
+                format!("--servers={}", cfg.storage_servers),
+                format!("--seed={}", cfg.seed),
+            ];
+        }
+        Kind::Rank(r) => {
+            let ports = spec.rank_ports.get(&r)?;
+            cmd.program = cfg.bin_dir.join("lab-rank");
+            cmd.args = vec![
+                format!("--rank={r}"),
+                format!("--world-size={}", spec.world_size),
+                format!("--master={}", cfg.master()),
+                format!("--rendezvous={LO}:{}", cfg.rendezvous_port),
+                format!("--listen={LO}:{}", ports.listen),
+                format!("--advertise={LO}"),
+                format!("--metrics-listen={LO}:{}", ports.metrics),
+                format!("--watchdog-timeout={}s", cfg.watchdog_secs),
+            ];
+            cmd.cpu = Some(spec.cpu_for(r));
+        }
+    }
+    Some(cmd)
+}

@@ -1,0 +1,60 @@
+//! Readiness probes: every running instance's health endpoint, asked once a second, sets its Ready.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::reconcile::{Kind, Sup};
+use crate::local::spec::{LocalConfig, LocalSpec};
+
+fn probe_url(cfg: &LocalConfig, spec: &LocalSpec, kind: Kind) -> Option<String> {
+    match kind {
+        Kind::Master => Some(format!("http://{}/cluster/status", cfg.master())),
+        Kind::Volume(i) => Some(format!(
+            "http://127.0.0.1:{}/status",
+            cfg.storage.get(i as usize)?.weed
+        )),
+        Kind::Proxy(i) => Some(format!(
+            "http://127.0.0.1:{}/healthz",
+            cfg.storage.get(i as usize)?.control
+        )),
+        Kind::Rank(r) => Some(format!(
+            "http://127.0.0.1:{}/readyz",
+            spec.rank_ports.get(&r)?.metrics
+        )),
+        Kind::Seeder => None,
+    }
+}
+
+/// Probes every running instance's readiness endpoint once a second.
+pub(super) async fn probe_loop(sup: Arc<Mutex<Sup>>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let probes: Vec<(String, String)> = {
+            let s = sup.lock().expect("supervisor state");
+            if s.shutting_down {
+                return;
+            }
+            s.insts
+                .iter()
+                .filter(|(_, i)| i.running.as_ref().is_some_and(|r| r.terminating.is_none()))
+                .filter_map(|(n, i)| probe_url(&s.cfg, &s.spec, i.kind).map(|u| (n.clone(), u)))
+                .collect()
+        };
+        let results = futures::future::join_all(probes.into_iter().map(|(name, url)| async move {
+            let ok = crate::local::http::get(&url, Duration::from_millis(800))
+                .await
+                .is_ok_and(|(code, _)| code == 200);
+            (name, ok)
+        }))
+        .await;
+        let mut s = sup.lock().expect("supervisor state");
+        for (name, ok) in results {
+            if let Some(i) = s.insts.get_mut(&name)
+                && i.running.is_some()
+            {
+                i.ready = ok;
+            }
+        }
+    }
+}

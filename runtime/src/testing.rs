@@ -1,0 +1,325 @@
+//! A fake [`Runtime`] for unit tests of the engines above it (faults, drills, the façade): the lab as a
+//! few numbers in memory, acting at once, with every call logged and any action made to fail on demand.
+//! No processes, no network.
+//!
+//! The model it keeps is the one the real runtimes report: ranks beyond the GPU capacity are Pending
+//! (`Insufficient gpu`), a rank's live CPU limit may drift from its template, a storage server's probe
+//! answers in its base latency plus the delay on its path, and each running rank's metrics report the
+//! world size.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lab_model::status::{LabStatus, Phase, PodStatus, Role, RuntimeKind};
+use lab_model::{Millicores, metrics, names};
+
+use crate::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget, TargetKind};
+
+/// The fake lab's state; tests read it with [`FakeRuntime::state`] and change it with [`FakeRuntime::update`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeLab {
+    pub ranks: u32,
+    pub world_size: u32,
+    pub gpus: u32,
+    pub storage_servers: u32,
+    /// Each server's latency without a delay.
+    pub base_latency: Duration,
+    pub delays: BTreeMap<u32, Delay>,
+    /// Live CPU limits by rank; a rank missing here runs at the template.
+    pub cpu_live: BTreeMap<u32, Millicores>,
+    pub template: Millicores,
+    /// When false, a delay set on a path does not show in its probe (a path that ignores it).
+    pub delays_take_effect: bool,
+}
+
+impl Default for FakeLab {
+    fn default() -> Self {
+        FakeLab {
+            ranks: 4,
+            world_size: 4,
+            gpus: 4,
+            storage_servers: 3,
+            base_latency: Duration::from_millis(2),
+            delays: BTreeMap::new(),
+            cpu_live: BTreeMap::new(),
+            template: Millicores(400),
+            delays_take_effect: true,
+        }
+    }
+}
+
+/// A [`Runtime`] over a [`FakeLab`].
+#[derive(Debug, Clone, Default)]
+pub struct FakeRuntime {
+    lab: Arc<Mutex<FakeLab>>,
+    calls: Arc<Mutex<Vec<String>>>,
+    /// Actions (by method name) that fail until taken out.
+    failing: Arc<Mutex<Vec<&'static str>>>,
+    /// Actions that never return (an interrupted call).
+    hanging: Arc<Mutex<Vec<&'static str>>>,
+    /// Actions that take this long (on tokio's clock) before they act.
+    slow: Arc<Mutex<Vec<(&'static str, Duration)>>>,
+}
+
+impl FakeRuntime {
+    /// A fake lab of 4 ranks on 4 GPUs and 3 storage servers, every rank at 400m.
+    pub fn new() -> Self {
+        FakeRuntime::default()
+    }
+
+    /// A copy of the fake lab's state as it is now.
+    pub fn state(&self) -> FakeLab {
+        self.lab().clone()
+    }
+
+    /// Changes the fake lab's state, as something outside the runtime would (a rank replaced, a path that
+    /// ignores delays).
+    pub fn update(&self, change: impl FnOnce(&mut FakeLab)) {
+        change(&mut self.lab());
+    }
+
+    // Held only within one call: a guard that reached a test could be held across a second lock.
+    fn lab(&self) -> MutexGuard<'_, FakeLab> {
+        self.lab.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every call so far, as `method(args)`, in order.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Makes `method` (`set_storage_delay`, `resize_rank`, ...) fail from now on.
+    pub fn fail(&self, method: &'static str) {
+        self.failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(method);
+    }
+
+    /// Makes `method` never return from now on, as a call that hangs until the caller gives up.
+    pub fn hang(&self, method: &'static str) {
+        self.hanging
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(method);
+    }
+
+    /// Makes `method` take `by` (on tokio's clock, so a test with a paused clock does not wait) before it
+    /// acts, from now on.
+    pub fn slow(&self, method: &'static str, by: Duration) {
+        self.slow
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((method, by));
+    }
+
+    /// Lets `method` succeed (and return) again, at once.
+    pub fn heal(&self, method: &'static str) {
+        self.slow
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(m, _)| *m != method);
+        self.failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|m| *m != method);
+        self.hanging
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|m| *m != method);
+    }
+
+    async fn call(&self, method: &'static str, args: String) -> Result<()> {
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(format!("{method}({args})"));
+        if self
+            .failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&method)
+        {
+            return Err(RuntimeError::Other(format!("{method} fails in this test")));
+        }
+        if self
+            .hanging
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&method)
+        {
+            std::future::pending::<()>().await;
+        }
+        let by = self
+            .slow
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(m, _)| *m == method)
+            .map(|(_, by)| *by);
+        if let Some(by) = by {
+            tokio::time::sleep(by).await;
+        }
+        Ok(())
+    }
+
+    fn rank_running(lab: &FakeLab, rank: u32) -> bool {
+        rank < lab.ranks && rank < lab.gpus
+    }
+}
+
+#[async_trait]
+impl Runtime for FakeRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Local
+    }
+
+    fn name(&self) -> &str {
+        "fake"
+    }
+
+    async fn status(&self) -> Result<LabStatus> {
+        self.call("status", String::new()).await?;
+        let lab = self.lab();
+        let mut pods = Vec::new();
+        for i in 0..lab.ranks {
+            let mut p = PodStatus::new(names::rank(i), Role::Rank, Some(i));
+            p.resources.gpus = 1;
+            p.resources.cpu_template = Some(lab.template);
+            if Self::rank_running(&lab, i) {
+                p.phase = Phase::Running;
+                p.ready = true;
+                let live = lab.cpu_live.get(&i).copied().unwrap_or(lab.template);
+                p.resources.cpu_live = Some(live);
+                p.resources.cpu_spec = Some(live);
+            } else {
+                p.reason = Some("Insufficient gpu".into());
+            }
+            pods.push(p);
+        }
+        for s in 0..lab.storage_servers {
+            let mut p = PodStatus::new(names::storage(s), Role::StorageServer, Some(s));
+            p.phase = Phase::Running;
+            p.ready = true;
+            pods.push(p);
+        }
+        Ok(LabStatus {
+            lab: "fake".into(),
+            runtime: RuntimeKind::Local,
+            pods,
+            gpus_capacity: lab.gpus,
+            gpu_resource: "lab.dev/gpu".into(),
+            ranks_desired: lab.ranks,
+            world_size: lab.world_size,
+            storage_servers: lab.storage_servers,
+            delay_path: "proxy".into(),
+            notes: Vec::new(),
+        })
+    }
+
+    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>> {
+        self.call("scrape_targets", String::new()).await?;
+        let lab = self.lab();
+        Ok((0..lab.ranks)
+            .filter(|r| Self::rank_running(&lab, *r))
+            .map(|r| ScrapeTarget {
+                instance: names::rank(r),
+                kind: TargetKind::Rank,
+                index: r,
+                address: format!("fake://rank-{r}"),
+            })
+            .collect())
+    }
+
+    async fn fetch_metrics(&self, target: &ScrapeTarget, _timeout: Duration) -> Result<String> {
+        self.call("fetch_metrics", target.instance.clone()).await?;
+        let lab = self.lab();
+        Ok(format!("{} {}\n", metrics::WORLD_SIZE, lab.world_size))
+    }
+
+    async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
+        self.call("storage_delay", server.to_string()).await?;
+        Ok(self.lab().delays.get(&server).copied())
+    }
+
+    async fn set_storage_delay(&self, server: u32, delay: Option<Delay>) -> Result<DelayPath> {
+        self.call("set_storage_delay", format!("{server}, {delay:?}"))
+            .await?;
+        let mut lab = self.lab();
+        if server >= lab.storage_servers {
+            return Err(RuntimeError::Other(format!("no storage-{server}")));
+        }
+        match delay {
+            Some(d) => lab.delays.insert(server, d),
+            None => lab.delays.remove(&server),
+        };
+        Ok(DelayPath::Proxy)
+    }
+
+    async fn probe_storage(&self, server: u32, _samples: usize) -> Result<Duration> {
+        self.call("probe_storage", server.to_string()).await?;
+        let lab = self.lab();
+        let added = match lab.delays.get(&server) {
+            Some(d) if lab.delays_take_effect => d.delay,
+            _ => Duration::ZERO,
+        };
+        Ok(lab.base_latency + added)
+    }
+
+    async fn cpu_limits(&self, rank: u32) -> Result<CpuLimits> {
+        self.call("cpu_limits", rank.to_string()).await?;
+        let lab = self.lab();
+        if !Self::rank_running(&lab, rank) {
+            return Err(RuntimeError::Other(format!("rank-{rank} is not running")));
+        }
+        let live = lab.cpu_live.get(&rank).copied().unwrap_or(lab.template);
+        Ok(CpuLimits {
+            live: Some(live),
+            spec: Some(live),
+            template: lab.template,
+        })
+    }
+
+    async fn resize_rank(&self, rank: u32, cpu: Millicores) -> Result<()> {
+        self.call("resize_rank", format!("{rank}, {cpu}")).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, rank) {
+            return Err(RuntimeError::Other(format!("rank-{rank} is not running")));
+        }
+        lab.cpu_live.insert(rank, cpu);
+        Ok(())
+    }
+
+    async fn apply_template(&self, cpu: Millicores) -> Result<()> {
+        self.call("apply_template", cpu.to_string()).await?;
+        self.lab().template = cpu;
+        Ok(())
+    }
+
+    async fn scale_ranks(&self, ranks: u32) -> Result<()> {
+        self.call("scale_ranks", ranks.to_string()).await?;
+        if ranks == 0 {
+            return Err(RuntimeError::Other("ranks must be at least 1".into()));
+        }
+        self.lab().ranks = ranks;
+        Ok(())
+    }
+
+    async fn set_world_size(&self, world_size: u32) -> Result<()> {
+        self.call("set_world_size", world_size.to_string()).await?;
+        if world_size == 0 {
+            return Err(RuntimeError::Other("world size must be at least 1".into()));
+        }
+        self.lab().world_size = world_size;
+        Ok(())
+    }
+
+    async fn restart_rank(&self, rank: u32) -> Result<()> {
+        self.call("restart_rank", rank.to_string()).await?;
+        // A new rank comes back from its template.
+        self.lab().cpu_live.remove(&rank);
+        Ok(())
+    }
+}
