@@ -127,6 +127,33 @@ impl RankOptions {
     }
 }
 
+/// The series a rank exports from start-up, before its first step: its world size, waiting at rendezvous
+/// with no peer connected, and every counter at zero (a rate needs the zero a counter starts from).
+pub fn start_series(registry: &Registry, world_size: u32) {
+    registry.set(m::WORLD_SIZE, &[], f64::from(world_size));
+    registry.set(m::RENDEZVOUS_WAITING, &[], 1.0);
+    registry.set(m::PEERS_CONNECTED, &[], 0.0);
+    for kind in [
+        "timeout",
+        "protocol",
+        "peer_closed",
+        "world_size",
+        "config",
+        "mismatch",
+    ] {
+        registry.touch(m::COLLECTIVE_ERRORS, &[("kind", kind)]);
+    }
+    for metric in [
+        m::STEPS,
+        m::SAMPLES,
+        m::RESUMES,
+        m::STEPS_LOST,
+        m::CHECKPOINT_WRITE_ERRORS,
+    ] {
+        registry.touch(metric, &[]);
+    }
+}
+
 /// Registers every metric a rank exports, with its help text (the long form is in `docs/metrics.md`).
 pub fn register_metrics(r: &Registry) {
     const STEP_BUCKETS: [f64; 16] = [
@@ -268,28 +295,7 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
     let rank = opts.rank;
     let registry = Arc::new(Registry::new());
     register_metrics(&registry);
-    registry.set(m::WORLD_SIZE, &[], f64::from(opts.world_size));
-    registry.set(m::RENDEZVOUS_WAITING, &[], 1.0);
-    registry.set(m::PEERS_CONNECTED, &[], 0.0);
-    for kind in [
-        "timeout",
-        "protocol",
-        "peer_closed",
-        "world_size",
-        "config",
-        "mismatch",
-    ] {
-        registry.touch(m::COLLECTIVE_ERRORS, &[("kind", kind)]);
-    }
-    for metric in [
-        m::STEPS,
-        m::SAMPLES,
-        m::RESUMES,
-        m::STEPS_LOST,
-        m::CHECKPOINT_WRITE_ERRORS,
-    ] {
-        registry.touch(metric, &[]);
-    }
+    start_series(&registry, opts.world_size);
     refresh_cgroup(&registry);
     // The endpoint comes first and answers /readyz from now on, whatever happens next.
     let metrics_addr = serve::spawn(&opts.metrics_listen, registry.clone(), Arc::new(refresh_cgroup))?;

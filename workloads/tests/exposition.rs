@@ -8,34 +8,13 @@ use std::collections::BTreeMap;
 
 use lab_model::metrics as m;
 use lab_workloads::metrics::Registry;
-use lab_workloads::rank::register_metrics;
+use lab_workloads::rank::{register_metrics, start_series};
 
 /// The calls a rank makes from start-up through two steps, with fixed values.
 fn rank_after_two_steps() -> Registry {
     let r = Registry::new();
     register_metrics(&r);
-    r.set(m::WORLD_SIZE, &[], 4.0);
-    r.set(m::RENDEZVOUS_WAITING, &[], 1.0);
-    r.set(m::PEERS_CONNECTED, &[], 0.0);
-    for kind in [
-        "timeout",
-        "protocol",
-        "peer_closed",
-        "world_size",
-        "config",
-        "mismatch",
-    ] {
-        r.touch(m::COLLECTIVE_ERRORS, &[("kind", kind)]);
-    }
-    for metric in [
-        m::STEPS,
-        m::SAMPLES,
-        m::RESUMES,
-        m::STEPS_LOST,
-        m::CHECKPOINT_WRITE_ERRORS,
-    ] {
-        r.touch(metric, &[]);
-    }
+    start_series(&r, 4);
     r.set(m::CPU_PERIODS, &[], 120.0);
     r.set(m::CPU_THROTTLED_PERIODS, &[], 7.0);
     r.set(m::CPU_THROTTLED_SECONDS, &[], 0.25);
