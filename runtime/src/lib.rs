@@ -10,6 +10,7 @@ pub mod kube;
 pub mod lifecycle;
 pub mod local;
 pub mod open;
+pub mod source;
 pub mod state;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -25,6 +26,7 @@ pub use error::RuntimeError;
 pub use lab_model::actions::{CpuLimits, Delay, DelayPath};
 pub use lab_model::scrape::{ScrapeTarget, TargetKind};
 pub use lifecycle::{Progress, UpOptions};
+pub use source::RuntimeSource;
 
 /// A result whose error is a [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

@@ -38,7 +38,7 @@ pub fn driver(name: &str, rt: Arc<dyn Runtime>, ledger: Ledger) -> Driver {
         collector.restore_baseline(b);
     }
     Driver::new(
-        Arc::new(crate::source::RuntimeSource(rt)),
+        Arc::new(lab_runtime::RuntimeSource(rt)),
         Arc::new(move || ledger.view()),
         collector,
         DriverConfig::default(),

@@ -14,7 +14,6 @@ pub mod error;
 pub mod guard;
 pub mod lifecycle;
 pub mod live;
-pub mod source;
 pub mod watch;
 
 use std::sync::Arc;
@@ -27,8 +26,8 @@ use lab_telemetry::Driver;
 
 pub use error::{Result, SessionError};
 pub use guard::Guarded;
+pub use lab_runtime::RuntimeSource;
 pub use lifecycle::{Place, Up, UpPlan};
-pub use source::RuntimeSource;
 pub use watch::Watch;
 
 /// A running lab, opened: its runtime and its fault ledger.

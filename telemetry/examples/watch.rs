@@ -9,36 +9,8 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use std::time::Duration;
-
-use lab_model::scrape::ScrapeTarget;
-use lab_model::status::{LabStatus, RuntimeKind};
-use lab_runtime::Runtime;
-use lab_telemetry::{Collector, Driver, DriverConfig, LearnedBaseline, NoLedger, Source, SourceError};
+use lab_telemetry::{Collector, Driver, DriverConfig, LearnedBaseline, NoLedger};
 use serde_json::json;
-
-/// The running lab as the driver reads it (the façade's `lab_session::RuntimeSource`, without the façade).
-#[derive(Debug)]
-struct Lab(Arc<dyn Runtime>);
-
-#[async_trait::async_trait]
-impl Source for Lab {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn kind(&self) -> RuntimeKind {
-        self.0.kind()
-    }
-    async fn status(&self) -> Result<LabStatus, SourceError> {
-        Ok(self.0.status().await?)
-    }
-    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>, SourceError> {
-        Ok(self.0.scrape_targets().await?)
-    }
-    async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String, SourceError> {
-        Ok(self.0.fetch_metrics(target, timeout).await?)
-    }
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -57,7 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let rt = lab_runtime::open::open(&name).await?;
     let mut driver = Driver::new(
-        Arc::new(Lab(rt)),
+        Arc::new(lab_runtime::RuntimeSource(rt)),
         Arc::new(NoLedger),
         collector,
         DriverConfig::default(),
