@@ -337,13 +337,10 @@ impl DrillStats {
                     ("lowest_throughput_pct", |f| f.lowest_throughput_pct),
                     ("fault_throughput_pct", |f| f.fault_throughput_pct),
                 ];
+                // A run that never started has no figures, and its zero steps lost is not one.
+                let ran: Vec<&&DrillReport> = runs.iter().filter(|d| !d.steps.is_empty()).collect();
                 for (key, get) in all {
-                    // Steps lost means something only for a drill that ran.
-                    let values: Vec<f64> = runs
-                        .iter()
-                        .filter(|d| key != "steps_lost" || !d.steps.is_empty())
-                        .filter_map(|d| get(&d.figures))
-                        .collect();
+                    let values: Vec<f64> = ran.iter().filter_map(|d| get(&d.figures)).collect();
                     if let Some(sp) = Spread::of(&values) {
                         figures.insert(key, sp);
                     }
