@@ -133,10 +133,23 @@ pub fn write_record(dir: &Path, record: &LabRecord) -> Result<()> {
 /// # Errors
 /// [`RuntimeError::State`] on I/O errors.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_replacing(path, bytes, true)
+}
+
+/// [`write_atomic`] without waiting for the disk: for a file rewritten every second whose loss in a crash
+/// costs nothing (the watcher's live snapshot).
+///
+/// # Errors
+/// [`RuntimeError::State`] on I/O errors.
+pub fn write_volatile(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_replacing(path, bytes, false)
+}
+
+fn write_replacing(path: &Path, bytes: &[u8], sync: bool) -> Result<()> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let mut f = fs::File::create(&tmp).map_err(|e| state_err(&tmp, "create", e))?;
     f.write_all(bytes)
-        .and_then(|()| f.sync_all())
+        .and_then(|()| if sync { f.sync_all() } else { Ok(()) })
         .map_err(|e| state_err(&tmp, "write", e))?;
     fs::rename(&tmp, path).map_err(|e| state_err(path, "rename", e))
 }

@@ -122,7 +122,7 @@ impl Lab {
                 continue;
             };
             let bytes = serde_json::to_vec(&snap).map_err(crate::SessionError::Encode)?;
-            if let Err(e) = state::write_atomic(&path, &bytes) {
+            if let Err(e) = state::write_volatile(&path, &bytes) {
                 if !dir.is_dir() {
                     return Ok(());
                 }
