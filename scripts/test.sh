@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command: installs what the tests need (SeaweedFS, promtool, tmux, shellcheck) when
+# The project's test command: installs what the tests need (SeaweedFS, promtool, tmux, shellcheck, Chromium) when
 # missing, checks formatting and lints (Rust and shell), builds every binary, runs the unit and integration
 # tests, then the end-to-end tests of the local lab one at a time (they share the machine's cores with real
 # processes). Every end-to-end test binary runs even when one fails, so one red test hides no other.
