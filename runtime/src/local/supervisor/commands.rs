@@ -82,6 +82,8 @@ pub(crate) fn role_command(
                 "-dataCenter=lab".into(),
                 format!("-metricsIp={LO}"),
                 format!("-metricsPort={}", p.metrics),
+                // The lab's servers stop with the lab: no 10 s of heartbeats telling the master it is leaving.
+                "-preStopSeconds=0".into(),
             ];
             cmd.data_dir = Some(vdir);
             cmd.cwd = Some(data);
