@@ -22,7 +22,7 @@ use lab_model::format::{error_chain, latency};
 pub struct CollectorConfig {
     /// Points in each sparkline history (one per tick).
     pub history_len: usize,
-    /// How long raw samples stay in the store; at least the longest window a rule reads (30 s).
+    /// How long raw samples stay in the store; at least the longest window a rule reads (10 s).
     pub retention_ms: i64,
     /// A target's metrics text longer than this is refused as garbage.
     pub max_metrics_bytes: usize,
@@ -84,7 +84,7 @@ impl Collector {
         self.engine.set_baseline(Some(baseline));
     }
 
-    /// Forgets the baseline; the next stable 30 s learn a new one.
+    /// Forgets the baseline; the next stable 10 s learn a new one.
     pub fn reset_baseline(&mut self) {
         self.engine.set_baseline(None);
     }

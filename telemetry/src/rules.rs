@@ -97,10 +97,10 @@ pub const THROUGHPUT_MIN_FRACTION: f64 = 0.5;
 /// Saturation: fires when the median rank waits more than this share of its step at the collective.
 pub const WAIT_SHARE_MAX: f64 = 0.5;
 
-/// The baseline's window: `[30s]` over the recorded throughput.
-pub const BASELINE_WINDOW_MS: i64 = 30_000;
+/// The baseline's window: `[10s]` over the recorded throughput.
+pub const BASELINE_WINDOW_MS: i64 = 10_000;
 /// The baseline needs this many recorded values in its window (a full window at 1 s, some slack).
-pub const BASELINE_MIN_SAMPLES: usize = 25;
+pub const BASELINE_MIN_SAMPLES: usize = 8;
 /// ... and a standard deviation under this fraction of the mean (the job is stable).
 pub const BASELINE_MAX_VARIATION: f64 = 0.1;
 
@@ -322,8 +322,8 @@ impl Engine {
     }
 }
 
-/// The baseline latch (the rule file's self-referencing recording rule): once the last 30 s hold at
-/// least 25 recorded throughput values, all above zero, with a standard deviation under 10% of their
+/// The baseline latch (the rule file's self-referencing recording rule): once the last 10 s hold at
+/// least 8 recorded throughput values, all above zero, with a standard deviation under 10% of their
 /// mean, the mean is the baseline, and it stays.
 fn learn(store: &Store, t: i64) -> Option<LearnedBaseline> {
     let any = |_: &Labels| true;
@@ -492,7 +492,7 @@ mod tests {
         // Not before the window has left the zero at t = 0 behind; the ramp's tail may still be in it, and
         // pulls the baseline down by a few percent at most.
         let learned_at = learned_at.unwrap();
-        assert!((31..=40).contains(&learned_at), "{learned_at}");
+        assert!((11..=20).contains(&learned_at), "{learned_at}");
         let b = e.baseline().unwrap().job;
         assert!(
             b.samples_per_s > 380.0 && b.samples_per_s < 402.0,
