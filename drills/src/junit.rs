@@ -60,7 +60,7 @@ pub fn write(report: &RunReport, out: impl Write) -> Result<(), DrillError> {
 fn case(d: &DrillReport) -> TestCase {
     let status = match d.verdict {
         Verdict::Pass => TestCaseStatus::success(),
-        Verdict::Fail | Verdict::Error => {
+        Verdict::Fail | Verdict::Error | Verdict::Declined => {
             let (kind, ty) = if d.verdict == Verdict::Error {
                 (NonSuccessKind::Error, "error")
             } else {
@@ -233,6 +233,7 @@ mod tests {
             remediations: vec![],
             cleanup: CleanupReport::default(),
             timeline: vec![],
+            full_bundles: vec![],
         }
     }
 
