@@ -99,6 +99,7 @@ fn drill(o: &mut String, d: &DrillReport) {
         }
         o.push_str("</ul>\n");
     }
+    crate::agent::html::plans(o, d);
     steps(o, d);
     o.push_str("</section>\n");
 }
@@ -909,7 +910,7 @@ fn anchor(name: &str) -> String {
 }
 
 /// Text made safe for HTML content and attribute values.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

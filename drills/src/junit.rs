@@ -41,6 +41,34 @@ pub fn write(report: &RunReport, out: impl Write) -> Result<(), DrillError> {
             }
         }
     }
+    // With `--agent`, each plan's scores as suite properties (`slow-storage.agent.1.recall`, with ` #2`
+    // after the drill's name for a repeated run), as the JSON report has them.
+    let mut runs: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    for d in &report.drills {
+        let n = runs.entry(d.name.as_str()).or_default();
+        *n += 1;
+        let case = if report.repeat > 1 {
+            format!("{} #{n}", d.name)
+        } else {
+            d.name.clone()
+        };
+        for (i, a) in d.remediations.iter().filter_map(|r| r.agent.as_ref()).enumerate() {
+            let key = |k: &str| format!("{case}.agent.{}.{k}", i + 1);
+            suite.add_property((key("evidence"), a.evidence.to_string()));
+            suite.add_property((key("outcome"), format!("{:?}", a.outcome).to_lowercase()));
+            if let Some(s) = &a.score {
+                suite.add_property((key("detection"), s.detection.to_string()));
+                let p = s.precision.map_or("-".into(), |p| format!("{p:.3}"));
+                suite.add_property((key("precision"), p));
+                suite.add_property((key("recall"), format!("{:.3}", s.recall)));
+                suite.add_property((key("cause"), s.cause.to_string()));
+                suite.add_property((key("mitigation"), format!("{:?}", s.mitigation).to_lowercase()));
+                if let Some(t) = s.plan_at_s {
+                    suite.add_property((key("plan_at_s"), format!("{t:.1}")));
+                }
+            }
+        }
+    }
     let mut seen: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     suite.add_test_cases(report.drills.iter().map(|d| {
         let n = seen.entry(d.name.as_str()).or_default();

@@ -4,6 +4,7 @@
 //! ([`score`]). [`record`] keeps each incident for [`replay`], which scores an agent without a lab.
 
 pub mod evidence;
+pub(crate) mod html;
 pub mod plan;
 pub mod record;
 pub mod replay;

@@ -133,10 +133,154 @@ pub fn write(dir: &Path, reports: &[DrillReport]) -> Result<Vec<std::path::PathB
         let sub = dir.join(&r.name);
         std::fs::create_dir_all(&sub).map_err(|e| format!("cannot create {}: {e}", sub.display()))?;
         let stamp: String = r.started_at.chars().filter(char::is_ascii_digit).collect();
-        let path = sub.join(format!("run-{stamp}.json"));
+        let mut path = sub.join(format!("run-{stamp}.json"));
+        let mut n = 1;
+        while path.exists() {
+            n += 1;
+            path = sub.join(format!("run-{stamp}-{n}.json"));
+        }
         let bytes = serde_json::to_vec_pretty(&run).map_err(|e| e.to_string())?;
         std::fs::write(&path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         written.push(path);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::replay::{load, replay};
+    use crate::agent::{AgentReport, EvidenceLevel, Plan, PlanCommand, plan::PLAN_FORMAT};
+    use crate::report::RemediationReport;
+
+    fn run(verdict: Verdict, reason: &str, argv: &[&str]) -> DrillReport {
+        let drill = crate::spec::parse(
+            "name: slow\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n  - expect:\n      signals: [latency]\n  - remediate:\n  - verify:\n",
+        )
+        .unwrap();
+        let mut r = DrillReport::not_run(&drill, "t.yaml", "lab", "local", reason.into());
+        r.verdict = verdict;
+        r.full_bundles = vec![serde_json::json!({
+            "format": "straggler-lab.incident/v1",
+            "changes": [], "wiring": {"pods": []}, "dependencies": [], "training": {"ranks": []},
+            "signals_firing": [{"signal": "latency"}],
+        })];
+        let plan = Plan {
+            format: PLAN_FORMAT.into(),
+            anomaly: true,
+            blame: vec!["storage-1".into()],
+            cause: "bad-network-path".into(),
+            summary: String::new(),
+            commands: vec![PlanCommand {
+                argv: argv.iter().map(|s| s.to_string()).collect(),
+                reason: "r".into(),
+            }],
+        };
+        r.remediations.push(RemediationReport {
+            command: Some("agent".into()),
+            bundle: None,
+            exit_code: Some(0),
+            timed_out: false,
+            duration_s: 1.0,
+            stdout: String::new(),
+            stderr: String::new(),
+            changes: vec![],
+            agent: Some(AgentReport {
+                agent: "agent".into(),
+                evidence: EvidenceLevel::Full,
+                exit_code: Some(0),
+                timed_out: false,
+                duration_s: 0.1,
+                outcome: PlanOutcome::Ran,
+                problem: None,
+                plan: Some(plan),
+                commands: vec![],
+                plan_at_s: Some(20.0),
+                truth: Some(Truth::of(
+                    &[lab_faults::Fault::SlowStorage {
+                        server: 1,
+                        delay: std::time::Duration::from_millis(300),
+                        jitter: std::time::Duration::ZERO,
+                    }],
+                    &["storage-1".into()],
+                )),
+                score: None,
+            }),
+        });
+        r
+    }
+
+    /// A recorded right fix and a recorded trap replay as `fixed` and `failed`; other commands are
+    /// `unknown`; a folder of another format is refused.
+    #[tokio::test]
+    async fn recorded_plans_replay_with_their_verified_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let fix = run(Verdict::Pass, "ok", &["lab", "fault", "clear", "slow-storage"]);
+        let trap = run(
+            Verdict::Fail,
+            "verify: not back",
+            &["lab", "restart", "rank", "1"],
+        );
+        let mut trap2 = trap.clone();
+        trap2.started_at = "2026-01-01T00:00:01Z".into();
+        write(dir.path(), &[fix, trap]).unwrap();
+        write(dir.path(), &[trap2]).unwrap();
+        let inc = &load(dir.path()).unwrap()[0];
+        assert_eq!(inc.runs, 3);
+        let argv = |v: &[&str]| vec![v.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+        assert_eq!(
+            inc.outcome_of(&argv(&["lab", "fault", "clear", "slow-storage"]))
+                .0,
+            Mitigation::Fixed
+        );
+        let (m, why) = inc.outcome_of(&argv(&["lab", "restart", "rank", "1"]));
+        assert_eq!(
+            (m, why.as_str()),
+            (Mitigation::Failed, "a recorded trap (failed verification 2×)")
+        );
+        assert_eq!(
+            inc.outcome_of(&argv(&["lab", "restart", "rank", "2"])).0,
+            Mitigation::Unknown
+        );
+
+        // An agent that prints the trap, through the real replay.
+        let agent = r#"printf '%s' '{"format":"straggler-lab.plan/v1","anomaly":true,"blame":["rank-1"],"cause":"slow-node","commands":[{"argv":["lab","restart","rank","1"],"reason":"slow"}]}'"#;
+        let r = replay(
+            dir.path(),
+            agent,
+            EvidenceLevel::Metrics,
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        assert_eq!((r.fixed, r.failed, r.unknown, r.no_plan), (0, 1, 0, 0));
+        let s = r.incidents[0].score.as_ref().unwrap();
+        assert_eq!((s.precision, s.recall, s.cause), (Some(0.0), 0.0, false));
+        let r = replay(
+            dir.path(),
+            "exit 1",
+            EvidenceLevel::Full,
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.no_plan, 1);
+
+        std::fs::write(
+            dir.path().join(MARKER),
+            r#"{"format":"straggler-lab.recording/v0"}"#,
+        )
+        .unwrap();
+        let e = load(dir.path()).unwrap_err();
+        assert!(
+            e.contains("format \"straggler-lab.recording/v0\"") && e.contains("record it again"),
+            "{e}"
+        );
+        assert!(
+            write(dir.path(), &[]).is_err(),
+            "no run is added to a folder of another format"
+        );
+        let e = load(&dir.path().join("nothing-here")).unwrap_err();
+        assert!(e.contains("is not a recording"), "{e}");
+    }
 }
