@@ -346,9 +346,10 @@ pub struct DrillRunArgs {
     #[arg(long, value_enum, default_value_t = EvidenceArg::Full, requires = "agent")]
     pub evidence: EvidenceArg,
     /// Approve each command of the agent's plan before it runs: on the terminal, or with FILE, from its
-    /// lines in order (`yes` or `no` per command; a command with no line left is declined). A declined
+    /// lines in order (`yes` or `no` per command; a command with no line left is declined; `-` is the
+    /// terminal). A declined
     /// command ends the drill with the verdict DECLINED; nothing after it runs.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "", requires = "agent")]
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", requires = "agent")]
     pub approve: Option<PathBuf>,
     /// How long the agent may take to print its plan.
     #[arg(long, default_value = "120s", value_parser = parse_duration, requires = "agent")]

@@ -179,7 +179,7 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
         Some(cmd) => {
             let approval = match &a.approve {
                 None => Approval::Auto,
-                Some(p) if p.as_os_str().is_empty() => Approval::terminal().map_err(anyhow::Error::msg)?,
+                Some(p) if p.as_os_str() == "-" => Approval::terminal().map_err(anyhow::Error::msg)?,
                 Some(p) => Approval::from_file(p).map_err(anyhow::Error::msg)?,
             };
             Some(AgentOptions {
