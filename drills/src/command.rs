@@ -60,9 +60,44 @@ pub async fn run(
     group: &GroupSlot,
 ) -> Result<CommandOutcome, DrillError> {
     let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(&spec.command)
-        .stdin(Stdio::null())
+    cmd.arg("-c").arg(&spec.command);
+    run_prepared(cmd, spec, on_line, group).await
+}
+
+/// Runs `argv` as it is (no shell), with `spec`'s timeout, environment and `PATH`; `spec.command` names it
+/// in errors. A first element without a `/` is looked up on the `PATH` (with `spec.path_first` first).
+///
+/// # Errors
+/// [`DrillError::Io`] when it cannot be started.
+pub async fn run_argv(
+    argv: &[String],
+    spec: &CommandSpec,
+    on_line: LineSink,
+    group: &GroupSlot,
+) -> Result<CommandOutcome, DrillError> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(DrillError::Io {
+            what: "an empty command".into(),
+            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        });
+    };
+    let found = spec
+        .path_first
+        .as_ref()
+        .map(|d| d.join(program))
+        .filter(|p| !program.contains('/') && p.is_file());
+    let mut cmd = tokio::process::Command::new(found.as_deref().unwrap_or(std::path::Path::new(program)));
+    cmd.args(args);
+    run_prepared(cmd, spec, on_line, group).await
+}
+
+async fn run_prepared(
+    mut cmd: tokio::process::Command,
+    spec: &CommandSpec,
+    on_line: LineSink,
+    group: &GroupSlot,
+) -> Result<CommandOutcome, DrillError> {
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -82,7 +117,7 @@ pub async fn run(
     let start = Instant::now();
     let mut child = cmd
         .spawn()
-        .map_err(DrillError::io(format!("cannot start `sh -c {:?}`", spec.command)))?;
+        .map_err(DrillError::io(format!("cannot start `{}`", spec.command)))?;
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
     *group.lock().unwrap_or_else(|p| p.into_inner()) = pgid;
     let out = tokio::spawn(collect(child.stdout.take(), false, on_line.clone()));

@@ -99,6 +99,7 @@ fn drill(o: &mut String, d: &DrillReport) {
         }
         o.push_str("</ul>\n");
     }
+    crate::agent::html::plans(o, d);
     steps(o, d);
     o.push_str("</section>\n");
 }
@@ -887,6 +888,7 @@ fn verdict_class(v: Verdict) -> &'static str {
         Verdict::Pass => "verdict-pass",
         Verdict::Fail => "verdict-fail",
         Verdict::Error => "verdict-error",
+        Verdict::Declined => "verdict-declined",
     }
 }
 
@@ -908,7 +910,7 @@ fn anchor(name: &str) -> String {
 }
 
 /// Text made safe for HTML content and attribute values.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -934,7 +936,7 @@ th,td{border:1px solid #ddd;padding:4px 10px;text-align:left;vertical-align:top}
 thead th,.summary th{background:#f4f4f4;font-weight:600}.summary th{width:190px}
 .verdict{font-weight:700}
 .verdict-pass{background:#e6f4ea;color:#1b5e20}.verdict-fail{background:#fdecea;color:#b71c1c}
-.verdict-error{background:#fff4e0;color:#8a4b00}
+.verdict-error{background:#fff4e0;color:#8a4b00}.verdict-declined{background:#eef0f4;color:#334}
 .badge{font-size:13px;padding:2px 8px;border-radius:4px;vertical-align:middle}
 .chart{margin:12px 0}svg{display:block;background:#fff;border:1px solid #eee;max-width:100%;height:auto}
 .evidence{font-family:ui-monospace,'DejaVu Sans Mono',monospace;font-size:13px;padding-left:20px}

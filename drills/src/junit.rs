@@ -41,6 +41,34 @@ pub fn write(report: &RunReport, out: impl Write) -> Result<(), DrillError> {
             }
         }
     }
+    // With `--agent`, each plan's scores as suite properties (`slow-storage.agent.1.recall`, with ` #2`
+    // after the drill's name for a repeated run), as the JSON report has them.
+    let mut runs: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    for d in &report.drills {
+        let n = runs.entry(d.name.as_str()).or_default();
+        *n += 1;
+        let case = if report.repeat > 1 {
+            format!("{} #{n}", d.name)
+        } else {
+            d.name.clone()
+        };
+        for (i, a) in d.remediations.iter().filter_map(|r| r.agent.as_ref()).enumerate() {
+            let key = |k: &str| format!("{case}.agent.{}.{k}", i + 1);
+            suite.add_property((key("evidence"), a.evidence.to_string()));
+            suite.add_property((key("outcome"), format!("{:?}", a.outcome).to_lowercase()));
+            if let Some(s) = &a.score {
+                suite.add_property((key("detection"), s.detection.to_string()));
+                let p = s.precision.map_or("-".into(), |p| format!("{p:.3}"));
+                suite.add_property((key("precision"), p));
+                suite.add_property((key("recall"), format!("{:.3}", s.recall)));
+                suite.add_property((key("cause"), s.cause.to_string()));
+                suite.add_property((key("mitigation"), format!("{:?}", s.mitigation).to_lowercase()));
+                if let Some(t) = s.plan_at_s {
+                    suite.add_property((key("plan_at_s"), format!("{t:.1}")));
+                }
+            }
+        }
+    }
     let mut seen: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     suite.add_test_cases(report.drills.iter().map(|d| {
         let n = seen.entry(d.name.as_str()).or_default();
@@ -60,7 +88,7 @@ pub fn write(report: &RunReport, out: impl Write) -> Result<(), DrillError> {
 fn case(d: &DrillReport) -> TestCase {
     let status = match d.verdict {
         Verdict::Pass => TestCaseStatus::success(),
-        Verdict::Fail | Verdict::Error => {
+        Verdict::Fail | Verdict::Error | Verdict::Declined => {
             let (kind, ty) = if d.verdict == Verdict::Error {
                 (NonSuccessKind::Error, "error")
             } else {
@@ -233,6 +261,7 @@ mod tests {
             remediations: vec![],
             cleanup: CleanupReport::default(),
             timeline: vec![],
+            full_bundles: vec![],
         }
     }
 
@@ -362,5 +391,73 @@ time to detect 8.0 s, to mitigate -, back to baseline -, steps lost 0
         assert!(parse("<testsuite tests=\"2\"><testcase name=\"a\"/></testsuite>").is_err());
         assert!(parse("").is_err());
         assert!(parse("<testsuite tests=\"1\"><testcase name=\"a\"/></testsuite>").is_ok());
+    }
+
+    #[test]
+    fn agent_plans_are_suite_properties_and_a_declined_plan_is_a_failure() {
+        use crate::agent::{AgentReport, EvidenceLevel, Mitigation, PlanOutcome, Score};
+        let mut d = drill(
+            "slow-storage",
+            Verdict::Declined,
+            "remediate: command 1 of 1 was declined",
+        );
+        d.remediations.push(crate::report::RemediationReport {
+            command: Some("agent".into()),
+            bundle: None,
+            exit_code: Some(0),
+            timed_out: false,
+            duration_s: 1.0,
+            stdout: String::new(),
+            stderr: String::new(),
+            changes: vec![],
+            agent: Some(AgentReport {
+                agent: "agent".into(),
+                evidence: EvidenceLevel::Wiring,
+                exit_code: Some(0),
+                timed_out: false,
+                duration_s: 0.2,
+                outcome: PlanOutcome::Declined,
+                problem: None,
+                plan: None,
+                commands: vec![],
+                plan_at_s: Some(21.5),
+                truth: None,
+                score: Some(Score {
+                    detection: true,
+                    precision: Some(0.5),
+                    recall: 1.0,
+                    cause: false,
+                    cause_named: "slow-node".into(),
+                    cause_expected: "bad-network-path".into(),
+                    mitigation: Mitigation::NotRun,
+                    plan_at_s: Some(21.5),
+                    mitigated_at_s: None,
+                }),
+            }),
+        });
+        let report = RunReport::new("lab", 1_700_000_000_000, 70.0, vec![d]);
+        let mut out = Vec::new();
+        write(&report, &mut out).unwrap();
+        let xml = String::from_utf8(out).unwrap();
+        let parsed = parse(&xml).unwrap_or_else(|e| panic!("{e}\n{xml}"));
+        assert!(
+            parsed.cases[0]
+                .1
+                .as_deref()
+                .is_some_and(|m| m.contains("declined")),
+            "{xml}"
+        );
+        for prop in [
+            r#"name="slow-storage.agent.1.evidence" value="wiring""#,
+            r#"name="slow-storage.agent.1.outcome" value="declined""#,
+            r#"name="slow-storage.agent.1.detection" value="true""#,
+            r#"name="slow-storage.agent.1.precision" value="0.500""#,
+            r#"name="slow-storage.agent.1.recall" value="1.000""#,
+            r#"name="slow-storage.agent.1.cause" value="false""#,
+            r#"name="slow-storage.agent.1.mitigation" value="notrun""#,
+            r#"name="slow-storage.agent.1.plan_at_s" value="21.5""#,
+        ] {
+            assert!(xml.contains(prop), "{prop} missing:\n{xml}");
+        }
     }
 }

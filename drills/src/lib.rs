@@ -8,6 +8,7 @@
 //! cleanup, and produces a [`report`] (JSON), [`junit`] XML and an [`html`] page. Before a remediation it writes the
 //! incident [`bundle`]: the evidence a real system would show, without naming the injected fault.
 
+pub mod agent;
 pub mod builtin;
 pub mod bundle;
 pub mod command;

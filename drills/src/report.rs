@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::judge::PreFault;
 
 /// The outcome of one drill.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     /// Detected, remediated, and the job's own signals came back; the cleanup left the lab steady.
@@ -20,6 +20,8 @@ pub enum Verdict {
     /// The drill could not run as written (the lab did not fit, a fault could not be injected, or the lab
     /// was not steady to begin with).
     Error,
+    /// An agent's plan was declined by the person (or the approvals file) asked to approve it.
+    Declined,
 }
 
 impl std::fmt::Display for Verdict {
@@ -28,6 +30,7 @@ impl std::fmt::Display for Verdict {
             Verdict::Pass => "PASS",
             Verdict::Fail => "FAIL",
             Verdict::Error => "ERROR",
+            Verdict::Declined => "DECLINED",
         })
     }
 }
@@ -147,6 +150,9 @@ pub struct RemediationReport {
     pub stderr: String,
     /// The changes to the lab made while it ran, as lines.
     pub changes: Vec<String>,
+    /// With `--agent`: the plan, what was approved and run, and its score.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<crate::agent::AgentReport>,
 }
 
 /// The drill's own cleanup: what it cleared, and whether the lab came back to steady state after it.
@@ -213,6 +219,10 @@ pub struct DrillReport {
     pub remediations: Vec<RemediationReport>,
     pub cleanup: CleanupReport,
     pub timeline: Vec<Point>,
+    /// Every incident bundle handed out, whole, for `--record` (not in the JSON report: the bundles' files
+    /// are, cut to the evidence level).
+    #[serde(skip)]
+    pub full_bundles: Vec<serde_json::Value>,
 }
 
 impl DrillReport {
@@ -249,6 +259,7 @@ impl DrillReport {
             remediations: Vec::new(),
             cleanup: CleanupReport::default(),
             timeline: Vec::new(),
+            full_bundles: Vec::new(),
         }
     }
 }

@@ -61,6 +61,15 @@ pub enum Command {
     Incident(IncidentArgs),
     /// The seed story end to end: each fault injected, detected, remediated and verified.
     Demo(DemoArgs),
+    /// Score an agent against recorded incidents, without a lab (a folder from `lab drill run --record`).
+    ///
+    /// Each incident's bundle, cut to the evidence level, goes to the agent (its path in
+    /// LAB_INCIDENT_BUNDLE); its plan is checked and scored against the recorded truth, and its commands
+    /// against the plans verified live: a recorded right fix is `fixed`, a recorded trap `failed`, commands
+    /// never run live `unknown` (never guessed). Example:
+    ///   lab replay drills/tests/fixtures/recorded --agent examples/agents/reference.py --evidence full
+    #[command(verbatim_doc_comment)]
+    Replay(ReplayArgs),
     /// Runs a local lab's supervisor (started by `lab up`; not for direct use).
     #[command(name = "__supervise", hide = true)]
     Supervise { dir: PathBuf },
@@ -326,6 +335,70 @@ pub struct DrillRunArgs {
     /// every run of every drill passed.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub repeat: u32,
+    /// Ask this agent for a plan at each remediation instead of running a command. It is run with `sh -c`,
+    /// finds the incident bundle's path in LAB_INCIDENT_BUNDLE (and the level in LAB_EVIDENCE), and
+    /// prints a plan on stdout (JSON, docs/agents.md); the lab checks the plan (only allowed `lab`
+    /// commands, run as argv), records it, runs it, and scores it against what was injected.
+    #[arg(long, value_name = "CMD", conflicts_with = "remediate")]
+    pub agent: Option<String>,
+    /// How much of the bundle the agent reads: metrics, wiring (+ pods and rank → server edges), changes
+    /// (+ the change log) or full (+ the latency summary).
+    #[arg(long, value_enum, default_value_t = EvidenceArg::Full, requires = "agent")]
+    pub evidence: EvidenceArg,
+    /// Approve each command of the agent's plan before it runs: on the terminal, or with FILE, from its
+    /// lines in order (`yes` or `no` per command; a command with no line left is declined; `-` is the
+    /// terminal). A declined
+    /// command ends the drill with the verdict DECLINED; nothing after it runs.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", requires = "agent")]
+    pub approve: Option<PathBuf>,
+    /// How long the agent may take to print its plan.
+    #[arg(long, default_value = "120s", value_parser = parse_duration, requires = "agent")]
+    pub agent_timeout: std::time::Duration,
+    /// Keep each incident for `lab replay`: its whole bundle, the ledger's truth, the timeline, and the
+    /// verified outcome of every plan tried (added to what DIR already holds).
+    #[arg(long, value_name = "DIR", requires = "agent")]
+    pub record: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EvidenceArg {
+    Metrics,
+    Wiring,
+    Changes,
+    Full,
+}
+
+impl EvidenceArg {
+    pub fn level(self) -> lab_drills::agent::EvidenceLevel {
+        use lab_drills::agent::EvidenceLevel as L;
+        match self {
+            EvidenceArg::Metrics => L::Metrics,
+            EvidenceArg::Wiring => L::Wiring,
+            EvidenceArg::Changes => L::Changes,
+            EvidenceArg::Full => L::Full,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The recording folder.
+    pub dir: PathBuf,
+    /// The agent, as for `lab drill run --agent`.
+    #[arg(long, value_name = "CMD")]
+    pub agent: String,
+    /// The evidence level the agent reads (repeat it, or give several, for each in turn).
+    #[arg(long, value_enum, num_args = 1.., default_values_t = [EvidenceArg::Full])]
+    pub evidence: Vec<EvidenceArg>,
+    /// How long the agent may take per incident.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub agent_timeout: std::time::Duration,
+    /// Fail (exit 1) unless exactly N incidents are fixed at every level given; for a regression test.
+    #[arg(long, value_name = "N")]
+    pub expect_fixed: Option<usize>,
+    /// Print the replay as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

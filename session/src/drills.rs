@@ -46,6 +46,7 @@ impl Lab {
             command_path: std::env::current_exe()
                 .ok()
                 .and_then(|p| p.parent().map(PathBuf::from)),
+            agent: None,
         }
     }
 

@@ -14,6 +14,7 @@ mod evidence;
 mod fit;
 mod guard;
 mod observe;
+mod propose;
 mod remediate;
 mod session;
 mod source;
@@ -56,6 +57,8 @@ pub struct Options {
     pub command_env: Vec<(String, String)>,
     /// Put first on a remediation command's `PATH`.
     pub command_path: Option<PathBuf>,
+    /// Ask this agent for a plan at each remediation instead of running a command (`--agent`).
+    pub agent: Option<crate::agent::AgentOptions>,
 }
 
 /// The window over which the lab must be steady again after a drill's cleanup.

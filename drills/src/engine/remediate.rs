@@ -9,24 +9,35 @@ use lab_runtime::state::now_ms;
 
 use super::guard::clear_ours;
 use super::{Event, Session, SnapshotSource};
+use crate::agent::EvidenceLevel;
 use crate::bundle::Bundle;
 use crate::command::{self, CommandSpec};
 use crate::report::{RemediationReport, StepName, StepReport, Verdict};
 use crate::spec::Remediate;
 
 impl<S: SnapshotSource> Session<'_, S> {
-    /// Writes the incident bundle of the latest snapshot; returns its path.
-    pub(super) fn write_bundle(&self) -> Result<PathBuf, String> {
+    /// Writes the incident bundle of the latest snapshot, cut to `level`, with what was tried before;
+    /// returns its path and the whole bundle (for a recording).
+    pub(super) fn write_bundle(&mut self, level: EvidenceLevel) -> Result<PathBuf, String> {
         let snap = self.last.as_ref().ok_or("no snapshot yet")?;
         let bundle = Bundle::from_snapshot(snap);
+        let mut full = serde_json::to_value(&bundle).map_err(|e| e.to_string())?;
+        if let Some(o) = full.as_object_mut() {
+            o.insert(
+                "previous_attempts".into(),
+                serde_json::Value::Array(self.attempts.clone()),
+            );
+        }
+        let cut = crate::agent::evidence::limit(&full, level);
         std::fs::create_dir_all(&self.options.bundle_dir)
             .map_err(|e| format!("cannot create {}: {e}", self.options.bundle_dir.display()))?;
         let path = self
             .options
             .bundle_dir
             .join(format!("incident-{}.json", snap.at_ms));
-        let bytes = serde_json::to_vec_pretty(&bundle).map_err(|e| e.to_string())?;
+        let bytes = serde_json::to_vec_pretty(&cut).map_err(|e| e.to_string())?;
         lab_runtime::state::write_atomic(&path, &bytes).map_err(|e| e.to_string())?;
+        self.full_bundles.push(full);
         Ok(path)
     }
 
@@ -35,9 +46,12 @@ impl<S: SnapshotSource> Session<'_, S> {
     pub async fn remediate(&mut self, spec: &Remediate) -> StepReport {
         let command = self.options.remediate.clone().or_else(|| spec.command.clone());
         let what = command.clone().unwrap_or_else(|| "the lab's own clear".into());
+        if let Some(agent) = self.options.agent.clone() {
+            return self.remediate_with_agent(&agent).await;
+        }
         let started = self.start(StepName::Remediate, &what);
         self.remediation_start_ms = Some(started);
-        let bundle = match self.write_bundle() {
+        let bundle = match self.write_bundle(EvidenceLevel::Full) {
             Ok(p) => Some(p),
             Err(e) => {
                 return self.finish(
@@ -59,6 +73,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             stdout: String::new(),
             stderr: String::new(),
             changes: Vec::new(),
+            agent: None,
         };
         let (ok, summary) = match command {
             Some(cmd) => {
@@ -179,13 +194,29 @@ impl<S: SnapshotSource> Session<'_, S> {
     }
 
     /// After a failed verification, lets a further remediation try again: the failure stays in the steps
-    /// and the evidence, and the next verification decides the verdict.
+    /// and the evidence, the next bundle says what was tried and how it failed (`previous_attempts`), and
+    /// the next verification decides the verdict.
     pub fn retry(&mut self) {
         if let Some(f) = &self.failure
             && f.step == StepName::Verify
         {
             self.retried
                 .push(format!("an earlier remediation did not hold: {}", f.reason));
+            let tried = self.remediations.last();
+            let commands: Vec<String> = match tried {
+                Some(r) => match r.agent.as_ref().and_then(|a| a.plan.as_ref()) {
+                    Some(p) => p.commands.iter().map(crate::agent::PlanCommand::line).collect(),
+                    None => vec![r.command.clone().unwrap_or_else(|| "the lab's own clear".into())],
+                },
+                None => vec![],
+            };
+            self.attempts.push(serde_json::json!({
+                "at": crate::bundle::rfc3339(now_ms()),
+                "commands": commands,
+                "changes": tried.map(|r| r.changes.clone()).unwrap_or_default(),
+                "verification": f.reason,
+                "evidence": f.evidence,
+            }));
             self.failure = None;
         }
     }

@@ -39,6 +39,12 @@ pub struct Session<'a, S: SnapshotSource> {
     pub(super) recovery: Option<Recovery>,
     pub(super) failure: Option<Failure>,
     pub(super) retried: Vec<String>,
+    /// What earlier remediations tried and how their verification failed, for the next bundle.
+    pub(super) attempts: Vec<serde_json::Value>,
+    /// Every bundle handed out, whole (before any evidence level cut it), for a recording.
+    pub(super) full_bundles: Vec<serde_json::Value>,
+    /// The faults this drill injected, in order.
+    pub(super) injected: Vec<lab_faults::Fault>,
     /// The snapshots the last verification judged, what it was asked, from when, and its step's index.
     pub(super) verify_snaps: Vec<Snapshot>,
     pub(super) verify_ctx: Option<(Verify, u64, usize)>,
@@ -90,6 +96,9 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             recovery: None,
             failure: None,
             retried: Vec::new(),
+            attempts: Vec::new(),
+            full_bundles: Vec::new(),
+            injected: Vec::new(),
             verify_snaps: Vec::new(),
             verify_ctx: None,
             after: None,
@@ -257,6 +266,8 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
                     .collect(),
             ),
         };
+        let mut remediations = self.remediations;
+        score_plans(&mut remediations, verdict, figures.time_to_baseline_s);
         let runtime = self.last.as_ref().map_or_else(
             || self.lab.runtime.kind().to_string(),
             |s| s.status.runtime.to_string(),
@@ -278,10 +289,30 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             baseline: self.baseline,
             steady_after: self.after,
             steps: self.steps,
-            remediations: self.remediations,
+            remediations,
             cleanup: self.cleanup,
             timeline: self.timeline,
+            full_bundles: self.full_bundles,
         }
+    }
+}
+
+/// Scores each agent's plan once the verdict is known: the last plan that ran is fixed when the drill
+/// passed; an earlier one that ran failed its verification.
+fn score_plans(remediations: &mut [RemediationReport], verdict: Verdict, back_s: Option<f64>) {
+    use crate::agent::{Mitigation, PlanOutcome, score::score};
+    let last = remediations.len().saturating_sub(1);
+    for (i, r) in remediations.iter_mut().enumerate() {
+        let Some(a) = r.agent.as_mut() else { continue };
+        let (Some(plan), Some(truth)) = (a.plan.as_ref(), a.truth.as_ref()) else {
+            continue;
+        };
+        let m = match a.outcome {
+            PlanOutcome::Ran if i == last && verdict == Verdict::Pass => Mitigation::Fixed,
+            PlanOutcome::Ran => Mitigation::Failed,
+            _ => Mitigation::NotRun,
+        };
+        a.score = Some(score(plan, truth, m, a.plan_at_s, back_s));
     }
 }
 

@@ -362,3 +362,162 @@ async fn an_interrupted_drill_is_cleared_by_its_guard_and_only_what_it_injected(
         "a second interrupt has nothing left to do"
     );
 }
+
+/// The slow-storage drill with short windows, for tests on the real clock (an agent is a real process).
+const AGENT_DRILL: &str = "\
+name: slow
+seed: 42
+warmup: 0s
+baseline: 5s
+steps:
+  - inject:
+      kind: slow-storage
+      server: 1
+      delay: 300ms
+  - expect:
+      within: 20s
+      signals: [latency]
+      hold: 1s
+  - remediate:
+  - verify:
+      within_pct: 20
+      consecutive_steps: 10
+      deadline: 3s
+  - remediate:
+  - verify:
+      within_pct: 20
+      consecutive_steps: 10
+      deadline: 3s
+";
+
+async fn run_agent(dir: &Path, agent: &str, approval: crate::agent::Approval) -> DrillReport {
+    let rt = FakeRuntime::new();
+    let mut job = Job::new(&rt);
+    let lab = lab(&rt, dir);
+    let guard = Guard::new(lab.clone());
+    let mut opts = options(dir);
+    opts.agent = Some(crate::agent::AgentOptions {
+        command: agent.into(),
+        evidence: crate::agent::EvidenceLevel::Wiring,
+        approval,
+        timeout: Duration::from_secs(3),
+    });
+    run_drill(
+        &lab,
+        &mut job,
+        &Silent,
+        &opts,
+        &guard,
+        &drill(AGENT_DRILL),
+        "test",
+    )
+    .await
+}
+
+/// Bad agents and a declined plan, on the real clock, side by side: each ends with its own verdict and
+/// changes nothing; a plan that ran and did not hold sends the incident back with `previous_attempts`.
+#[tokio::test]
+async fn agents_that_fail_are_verdicts_and_change_nothing() {
+    use crate::agent::{Approval, Mitigation, PlanOutcome};
+    let dirs: Vec<tempfile::TempDir> = (0..5).map(|_| tempfile::tempdir().unwrap()).collect();
+    let plan = |cmds: &str| {
+        format!(
+            r#"printf '%s' '{{"format":"straggler-lab.plan/v1","anomaly":true,"blame":["storage-1"],"cause":"bad-network-path","commands":[{cmds}]}}'"#
+        )
+    };
+    let keep = format!(
+        "cp \"$LAB_INCIDENT_BUNDLE\" {}/seen-$(date +%s%N).json; ",
+        dirs[4].path().display()
+    );
+    let approvals = dirs[3].path().join("approvals");
+    std::fs::write(&approvals, "no\n").unwrap();
+    let decline = Approval::from_file(&approvals).unwrap();
+    let look = plan(r#"{"argv":["lab","status"],"reason":"look first"}"#);
+    let nothing = format!("{keep}{}", plan(""));
+    let (not_json, crash, slow, declined, empty) = tokio::join!(
+        run_agent(dirs[0].path(), "echo restart rank 1", Approval::Auto),
+        run_agent(dirs[1].path(), "echo boom >&2; exit 3", Approval::Auto),
+        run_agent(dirs[2].path(), "sleep 30", Approval::Auto),
+        run_agent(dirs[3].path(), &look, decline),
+        run_agent(dirs[4].path(), &nothing, Approval::Auto),
+    );
+    let first = |r: &DrillReport| r.remediations[0].agent.clone().unwrap();
+    assert_eq!(not_json.verdict, Verdict::Fail, "{}", not_json.reason);
+    assert!(
+        not_json.reason.contains("plan was refused"),
+        "{}",
+        not_json.reason
+    );
+    assert_eq!(first(&not_json).outcome, PlanOutcome::Refused);
+    assert!(
+        crash.reason.contains("exit 3") && crash.reason.contains("boom"),
+        "{}",
+        crash.reason
+    );
+    assert_eq!(first(&crash).outcome, PlanOutcome::AgentFailed);
+    assert!(
+        slow.reason.contains("did not answer within 3 s"),
+        "{}",
+        slow.reason
+    );
+    assert!(first(&slow).timed_out);
+    assert_eq!(declined.verdict, Verdict::Declined, "{}", declined.reason);
+    assert!(
+        declined.reason.contains("declined (approvals file)"),
+        "{}",
+        declined.reason
+    );
+    let d = first(&declined);
+    assert_eq!(d.outcome, PlanOutcome::Declined);
+    assert!(!d.commands[0].approved && d.commands[0].exit_code.is_none());
+    assert_eq!(d.score.as_ref().unwrap().mitigation, Mitigation::NotRun);
+    for r in [&not_json, &crash, &slow, &declined] {
+        assert_eq!(
+            r.remediations.len(),
+            1,
+            "{}: nothing after the failed remediation",
+            r.reason
+        );
+        assert!(
+            r.remediations[0].changes.is_empty(),
+            "{:?}",
+            r.remediations[0].changes
+        );
+        // Only the drill's own cleanup cleared the fault.
+        assert!(
+            r.cleanup.cleared.iter().any(|c| c.contains("slow-storage")),
+            "{:?}",
+            r.cleanup
+        );
+    }
+    // An empty plan ran, did not hold, and went back: the second bundle says what was tried and how it failed.
+    assert_eq!(empty.verdict, Verdict::Fail, "{}", empty.reason);
+    assert_eq!(empty.remediations.len(), 2);
+    let s = first(&empty).score.unwrap();
+    assert_eq!(
+        (s.detection, s.precision, s.recall, s.cause),
+        (true, Some(1.0), 1.0, true)
+    );
+    assert_eq!(s.mitigation, Mitigation::Failed);
+    assert_eq!(first(&empty).truth.unwrap().components, vec!["storage-1"]);
+    let mut seen: Vec<_> = std::fs::read_dir(dirs[4].path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("seen-"))
+        .collect();
+    seen.sort();
+    assert_eq!(seen.len(), 2);
+    let b1: serde_json::Value = serde_json::from_slice(&std::fs::read(&seen[0]).unwrap()).unwrap();
+    let b2: serde_json::Value = serde_json::from_slice(&std::fs::read(&seen[1]).unwrap()).unwrap();
+    assert_eq!(b1["evidence"], "wiring");
+    assert!(b1.get("changes").is_none(), "wiring level holds no change log");
+    assert_eq!(b1["previous_attempts"].as_array().unwrap().len(), 0);
+    let prev = &b2["previous_attempts"][0];
+    assert!(
+        prev["verification"].as_str().unwrap().starts_with("verify"),
+        "{prev}"
+    );
+    assert_eq!(prev["commands"], serde_json::json!([]));
+    assert_eq!(empty.full_bundles.len(), 2);
+}

@@ -117,6 +117,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         let what = fault.to_string();
         let started = self.start(StepName::Inject, &what);
         self.inject_ms.get_or_insert(started);
+        self.injected.push(fault.clone());
         let lab = self.lab.clone();
         let result = self
             .during(async move { lab_faults::inject(lab.runtime.as_ref(), &lab.ledger, fault).await })

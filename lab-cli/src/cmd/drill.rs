@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use lab_drills::agent::{AgentOptions, Approval, record};
 use lab_drills::engine::{Event, Observer};
 use lab_drills::report::Verdict;
 use lab_drills::{DrillError, Loaded, builtin, junit};
@@ -174,8 +175,30 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
         .map(|f| lab_drills::resolve(f))
         .collect::<Result<_, _>>()?;
     let drills = lab_session::drills::repeated(&drills, a.repeat);
+    let agent = match &a.agent {
+        Some(cmd) => {
+            let approval = match &a.approve {
+                None => Approval::Auto,
+                Some(p) if p.as_os_str() == "-" => Approval::terminal().map_err(anyhow::Error::msg)?,
+                Some(p) => Approval::from_file(p).map_err(anyhow::Error::msg)?,
+            };
+            Some(AgentOptions {
+                command: cmd.clone(),
+                evidence: a.evidence.level(),
+                approval,
+                timeout: a.agent_timeout,
+            })
+        }
+        None => None,
+    };
+    if let Some(dir) = &a.record
+        && dir.join(record::MARKER).exists()
+    {
+        lab_drills::agent::replay::check_marker(dir).map_err(anyhow::Error::msg)?;
+    }
     let lab = Lab::open(name).await?;
-    let options = lab.drill_options(a.remediate.clone());
+    let mut options = lab.drill_options(a.remediate.clone());
+    options.agent = agent;
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("\ninterrupted: cleaning up what the drill injected");
@@ -203,6 +226,13 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot write the HTML report to {}", p.display()))?;
     }
     println!("\n{}", report.summary_table());
+    if a.agent.is_some() {
+        println!("{}", agent_table(&report));
+    }
+    if let Some(dir) = &a.record {
+        let written = record::write(dir, &report.drills).map_err(anyhow::Error::msg)?;
+        println!("recorded {} incident runs in {}", written.len(), dir.display());
+    }
     if a.repeat > 1 {
         println!("over {} runs of each drill: median (min–max)", a.repeat);
         println!("{}", report.repeat_table());
@@ -221,4 +251,38 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// One line per agent plan: what it concluded and how it scored.
+fn agent_table(report: &lab_drills::RunReport) -> String {
+    let mut o = String::from("agent plans: detection · localization (precision/recall) · cause · mitigation");
+    for d in &report.drills {
+        for r in &d.remediations {
+            let Some(a) = &r.agent else { continue };
+            let line = match &a.score {
+                Some(s) => format!(
+                    "{:<18} {:<8} {} · {}/{} · {} ({}) · {:?}{}",
+                    d.name,
+                    a.evidence.to_string(),
+                    if s.detection { "right" } else { "wrong" },
+                    s.precision.map_or("-".into(), |p| format!("{p:.2}")),
+                    format_args!("{:.2}", s.recall),
+                    if s.cause { "right" } else { "wrong" },
+                    s.cause_named,
+                    s.mitigation,
+                    s.plan_at_s
+                        .map_or(String::new(), |t| format!(" · plan at +{t:.1} s")),
+                ),
+                None => format!(
+                    "{:<18} {:<8} no score: {}",
+                    d.name,
+                    a.evidence.to_string(),
+                    a.problem.as_deref().unwrap_or("no plan")
+                ),
+            };
+            o.push('\n');
+            o.push_str(&line);
+        }
+    }
+    o
 }

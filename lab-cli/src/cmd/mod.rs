@@ -7,6 +7,7 @@ mod fault;
 mod incident;
 mod lifecycle;
 mod remediate;
+mod replay;
 mod status;
 
 use std::process::ExitCode;
@@ -33,6 +34,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,
         Command::Demo(a) => demo::demo(&name, a).await,
+        Command::Replay(a) => replay::replay(a).await,
         Command::Watch => {
             let lab = lab_session::Lab::open(&name).await?;
             lab.serve_snapshots().await?;

@@ -1,0 +1,136 @@
+//! Evidence levels: how much of the incident bundle an agent gets to read. Each level adds to the one
+//! before it: `metrics` (the golden signals, per-dependency latency and each rank's own figures),
+//! `wiring` (+ the pods with their containers and resources against the template, and the rank → server
+//! edges), `changes` (+ the change log), `full` (+ the lab's one-line latency summary). What was tried
+//! before (`previous_attempts`) is in the bundle at every level.
+
+use serde_json::Value;
+
+/// How much of the bundle an agent reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvidenceLevel {
+    Metrics,
+    Wiring,
+    Changes,
+    Full,
+}
+
+impl EvidenceLevel {
+    /// Every level, least first.
+    pub const ALL: [EvidenceLevel; 4] = [
+        EvidenceLevel::Metrics,
+        EvidenceLevel::Wiring,
+        EvidenceLevel::Changes,
+        EvidenceLevel::Full,
+    ];
+
+    /// Its name on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvidenceLevel::Metrics => "metrics",
+            EvidenceLevel::Wiring => "wiring",
+            EvidenceLevel::Changes => "changes",
+            EvidenceLevel::Full => "full",
+        }
+    }
+
+    /// Parses a level's name.
+    ///
+    /// # Errors
+    /// A message listing the levels.
+    pub fn parse(s: &str) -> Result<EvidenceLevel, String> {
+        EvidenceLevel::ALL
+            .into_iter()
+            .find(|l| l.as_str() == s)
+            .ok_or_else(|| format!("unknown evidence level {s:?}: metrics, wiring, changes or full"))
+    }
+}
+
+impl std::fmt::Display for EvidenceLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn remove(v: &mut Value, key: &str) {
+    if let Some(o) = v.as_object_mut() {
+        o.remove(key);
+    }
+}
+
+/// The bundle (as JSON) cut down to `level`; it says which level it holds in `evidence`.
+pub fn limit(bundle: &Value, level: EvidenceLevel) -> Value {
+    let mut b = bundle.clone();
+    if level < EvidenceLevel::Full {
+        remove(&mut b, "latency_summary");
+    }
+    if level < EvidenceLevel::Changes {
+        remove(&mut b, "changes");
+    }
+    if level < EvidenceLevel::Wiring {
+        remove(&mut b, "wiring");
+        // The edges as the metrics' labels give them, and the desired state: wiring, not metrics.
+        if let Some(deps) = b.get_mut("dependencies").and_then(Value::as_array_mut) {
+            for d in deps {
+                remove(d, "readers");
+            }
+        }
+        if let Some(t) = b.get_mut("training") {
+            remove(t, "world_size_configured");
+            remove(t, "ranks_desired");
+            if let Some(ranks) = t.get_mut("ranks").and_then(Value::as_array_mut) {
+                for r in ranks {
+                    remove(r, "reads_from");
+                }
+            }
+        }
+    }
+    if let Some(o) = b.as_object_mut() {
+        o.insert("evidence".into(), Value::String(level.as_str().into()));
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle() -> Value {
+        serde_json::json!({
+            "format": "straggler-lab.incident/v1",
+            "latency_summary": ["storage-1 went from 2 ms to 414 ms"],
+            "changes": [{"where": "storage-1"}],
+            "wiring": {"pods": [], "edges": [{"from": "rank-1", "to": "storage-1"}]},
+            "dependencies": [{"name": "storage-1", "readers": ["rank-1"], "p50_ms": 400.0}],
+            "training": {"world_size_configured": 4, "ranks_desired": 4, "world_size_reported": 4,
+                         "ranks": [{"name": "rank-1", "reads_from": "storage-1", "read": 0.9}]},
+            "previous_attempts": [{"plan": []}],
+        })
+    }
+
+    #[test]
+    fn each_level_adds_to_the_one_before() {
+        let m = limit(&bundle(), EvidenceLevel::Metrics);
+        assert_eq!(m["evidence"], "metrics");
+        for gone in ["latency_summary", "changes", "wiring"] {
+            assert!(m.get(gone).is_none(), "{gone} at metrics");
+        }
+        assert!(m["dependencies"][0].get("readers").is_none());
+        assert_eq!(m["dependencies"][0]["p50_ms"], 400.0);
+        assert!(m["training"]["ranks"][0].get("reads_from").is_none());
+        assert!(m["training"].get("ranks_desired").is_none());
+        assert_eq!(m["training"]["world_size_reported"], 4);
+        assert!(m.get("previous_attempts").is_some());
+
+        let w = limit(&bundle(), EvidenceLevel::Wiring);
+        assert!(w.get("wiring").is_some() && w.get("changes").is_none());
+        assert_eq!(w["dependencies"][0]["readers"][0], "rank-1");
+        let c = limit(&bundle(), EvidenceLevel::Changes);
+        assert!(c.get("changes").is_some() && c.get("latency_summary").is_none());
+        let f = limit(&bundle(), EvidenceLevel::Full);
+        assert!(f.get("latency_summary").is_some());
+        assert_eq!(EvidenceLevel::parse("wiring"), Ok(EvidenceLevel::Wiring));
+        assert!(EvidenceLevel::parse("all").is_err());
+    }
+}

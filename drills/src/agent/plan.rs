@@ -1,0 +1,204 @@
+//! The plan an agent prints: what it concluded (anomaly or not, the components it blames, the cause class)
+//! and the ordered lab commands it proposes, each with a reason. [`parse`] reads it and checks every
+//! command against the allow-list: only `lab` commands that change the lab the way a remediation may, as
+//! argv (no shell), and never on another lab.
+
+use serde::{Deserialize, Serialize};
+
+/// The plan format's identifier, versioned.
+pub const PLAN_FORMAT: &str = "straggler-lab.plan/v1";
+
+/// The most commands a plan may hold.
+pub const MAX_COMMANDS: usize = 10;
+
+/// The cause classes a plan may name (docs/agents.md defines each).
+pub const CAUSES: [&str; 7] = [
+    "bad-network-path",
+    "slow-node",
+    "competing-job",
+    "starved-client",
+    "over-scaled",
+    "none",
+    "unknown",
+];
+
+/// The `lab` subcommands a plan may run, as argv prefixes after `lab`.
+pub const ALLOWED: [&[&str]; 7] = [
+    &["scale", "ranks"],
+    &["config", "world-size"],
+    &["resize", "rank"],
+    &["restart", "rank"],
+    &["apply"],
+    &["fault", "clear"],
+    &["status"],
+];
+
+/// One proposed command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanCommand {
+    /// The command as argv, starting with `lab`.
+    pub argv: Vec<String>,
+    /// Why this step.
+    pub reason: String,
+}
+
+impl PlanCommand {
+    /// The command as one line, for people (`lab scale ranks 4`).
+    pub fn line(&self) -> String {
+        self.argv.join(" ")
+    }
+}
+
+/// A plan as an agent prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub format: String,
+    /// Whether the agent sees an anomaly at all.
+    pub anomaly: bool,
+    /// The components it blames, by the names the bundle uses (`storage-1`, `rank-1`, `ranks`, `job config`).
+    #[serde(default)]
+    pub blame: Vec<String>,
+    /// One of [`CAUSES`].
+    pub cause: String,
+    /// Its reasoning in a sentence or two.
+    #[serde(default)]
+    pub summary: String,
+    /// The ordered commands; empty when it proposes nothing.
+    #[serde(default)]
+    pub commands: Vec<PlanCommand>,
+}
+
+/// Why a plan was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("the agent printed nothing: a plan is one JSON object on stdout")]
+    Empty,
+    #[error("the agent's output is not a plan: {0}")]
+    NotJson(String),
+    #[error("the plan's format is {found:?}, this lab reads {PLAN_FORMAT:?}")]
+    Format { found: String },
+    #[error("the plan names the cause {0:?}, which is not one of: {causes}", causes = CAUSES.join(", "))]
+    Cause(String),
+    #[error("the plan has {0} commands; at most {MAX_COMMANDS}")]
+    TooMany(usize),
+    #[error("command {index} ({line:?}) is refused: {why}")]
+    Command { index: usize, line: String, why: String },
+}
+
+/// Parses the agent's stdout as a plan and checks it; nothing runs here.
+///
+/// # Errors
+/// A [`PlanError`] saying what is wrong with the plan.
+pub fn parse(stdout: &str) -> Result<Plan, PlanError> {
+    let text = stdout.trim();
+    if text.is_empty() {
+        return Err(PlanError::Empty);
+    }
+    let plan: Plan = serde_json::from_str(text).map_err(|e| PlanError::NotJson(e.to_string()))?;
+    check(&plan)?;
+    Ok(plan)
+}
+
+/// Checks a parsed plan: its format, its cause class, and every command against the allow-list.
+///
+/// # Errors
+/// The first problem found.
+pub fn check(plan: &Plan) -> Result<(), PlanError> {
+    if plan.format != PLAN_FORMAT {
+        return Err(PlanError::Format {
+            found: plan.format.clone(),
+        });
+    }
+    if !CAUSES.contains(&plan.cause.as_str()) {
+        return Err(PlanError::Cause(plan.cause.clone()));
+    }
+    if plan.commands.len() > MAX_COMMANDS {
+        return Err(PlanError::TooMany(plan.commands.len()));
+    }
+    for (i, c) in plan.commands.iter().enumerate() {
+        allowed(&c.argv).map_err(|why| PlanError::Command {
+            index: i + 1,
+            line: c.line(),
+            why,
+        })?;
+    }
+    Ok(())
+}
+
+/// Whether `argv` is a lab command a plan may run.
+fn allowed(argv: &[String]) -> Result<(), String> {
+    let Some((first, rest)) = argv.split_first() else {
+        return Err("it is empty".into());
+    };
+    if first != "lab" {
+        return Err(format!("only `lab` commands may run, not {first:?}"));
+    }
+    if let Some(bad) = argv.iter().find(|a| a.contains('\0') || a.is_empty()) {
+        return Err(format!("argument {bad:?} is empty or holds a NUL"));
+    }
+    if rest.iter().any(|a| a == "--name" || a.starts_with("--name=")) {
+        return Err("a plan acts on the lab under test: `--name` is not allowed".into());
+    }
+    let ok = ALLOWED
+        .iter()
+        .any(|prefix| rest.len() >= prefix.len() && prefix.iter().zip(rest).all(|(p, a)| p == a));
+    if !ok {
+        let list: Vec<String> = ALLOWED.iter().map(|p| format!("lab {}", p.join(" "))).collect();
+        return Err(format!("not on the allow-list ({})", list.join(", ")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(cmds: &[&[&str]]) -> String {
+        serde_json::json!({
+            "format": PLAN_FORMAT,
+            "anomaly": true,
+            "blame": ["storage-1"],
+            "cause": "bad-network-path",
+            "summary": "storage-1 is slow",
+            "commands": cmds.iter().map(|c| serde_json::json!({"argv": c, "reason": "because"})).collect::<Vec<_>>(),
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn a_good_plan_parses() {
+        let p = parse(&plan(&[
+            &["lab", "scale", "ranks", "4"],
+            &["lab", "config", "world-size", "4"],
+        ]))
+        .unwrap();
+        assert_eq!(p.commands.len(), 2);
+        assert_eq!(p.commands[0].line(), "lab scale ranks 4");
+    }
+
+    #[test]
+    fn bad_plans_are_refused_with_why() {
+        assert_eq!(parse("  \n"), Err(PlanError::Empty));
+        assert!(matches!(parse("restart rank 1"), Err(PlanError::NotJson(_))));
+        let e = parse(&plan(&[&["sh", "-c", "lab fault clear --all"]])).unwrap_err();
+        assert!(e.to_string().contains("only `lab` commands"), "{e}");
+        let e = parse(&plan(&[&["lab", "down"]])).unwrap_err();
+        assert!(e.to_string().contains("allow-list"), "{e}");
+        let e = parse(&plan(&[&["lab", "fault", "inject", "slow-storage"]])).unwrap_err();
+        assert!(e.to_string().contains("allow-list"), "{e}");
+        let e = parse(&plan(&[&["lab", "--name", "other", "restart", "rank", "1"]])).unwrap_err();
+        assert!(e.to_string().contains("--name"), "{e}");
+        let e = parse(&plan(&[&[]])).unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+        let wrong = plan(&[]).replace(PLAN_FORMAT, "straggler-lab.plan/v0");
+        assert!(matches!(parse(&wrong), Err(PlanError::Format { .. })));
+        let cause = plan(&[]).replace("bad-network-path", "gremlins");
+        assert!(matches!(parse(&cause), Err(PlanError::Cause(_))));
+        let extra = plan(&[]).replace("\"anomaly\"", "\"shell\":\"rm -rf\",\"anomaly\"");
+        assert!(matches!(parse(&extra), Err(PlanError::NotJson(_))));
+        let many: Vec<&[&str]> = vec![&["lab", "status"]; MAX_COMMANDS + 1];
+        assert_eq!(parse(&plan(&many)), Err(PlanError::TooMany(MAX_COMMANDS + 1)));
+    }
+}
