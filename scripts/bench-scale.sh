@@ -9,7 +9,8 @@
 #
 # For each scale (RANKS:SERVERS, with as many GPUs as ranks): `lab up --runtime local` (timed), one
 # `lab status --json --window 10s` for the job's figures (the baseline step, each rank's phase shares: the
-# all-reduce share is wait + transfer over the sum of the phases; each server's readers and reads/s), the
+# all-reduce share is wait + transfer over the sum of the phases; the share of CFS periods each rank was
+# throttled in; each server's readers and reads/s), the
 # ranks' resident memory from /proc (VmRSS), STATUS_CALLS timed `lab status --json` calls (the live
 # snapshot), then `lab down` (timed). Ranks CPU-starved at 16 on a 2-CPU machine is expected: every rank
 # has its 400m limit and the machine has 2 cores.
@@ -69,6 +70,7 @@ for scale in $SCALES; do
   rec "samples/s" "$(jq -r '.training.samples_per_s // 0' <<<"$s")"
   jq -r '.ranks[] | select(.up) | (.wait + .transfer) / ((.read + .compute + .wait + .transfer) | if . > 0 then . else 1 end) * 100' \
     <<<"$s" | while read -r share; do rec "all-reduce share %" "$share"; done
+  jq -r '.ranks[] | select(.up) | (.throttled // 0) * 100' <<<"$s" | while read -r t; do rec "throttled %" "$t"; done
   rec "ranks Ready" "$(jq -r '[.status.pods[] | select(.role == "rank" and .ready)] | length' <<<"$s")"
   rec "servers with readers" "$(jq -r '[.storage[] | select((.readers | length) > 0 and .reads_per_s > 0)] | length' <<<"$s")"
   rec "alerts firing" "$(jq -r '.alerts | length' <<<"$s")"
@@ -111,7 +113,7 @@ def fig(v, key, nd):
     return f"{med:.{nd}f} ({min(xs):.{nd}f}–{max(xs):.{nd}f})"
 rows = [("lab up, s", "up s", 1), ("baseline step, ms", "baseline step ms", 1), ("step now, ms", "step ms", 1),
         ("samples/s", "samples/s", 0), ("all-reduce share of the step, % (ranks)", "all-reduce share %", 1),
-        ("rank memory VmRSS, MB (ranks)", "rank rss MB", 1), ("lab status --json, s", "status s", 2),
+        ("CPU throttled, % of periods (ranks)", "throttled %", 1), ("rank memory VmRSS, MB (ranks)", "rank rss MB", 1), ("lab status --json, s", "status s", 2),
         ("ranks Ready", "ranks Ready", 0), ("servers with readers", "servers with readers", 0),
         ("alerts firing", "alerts firing", 0), ("lab down, s", "down s", 1)]
 scales = list(dict.fromkeys(k[0] for k in now))
