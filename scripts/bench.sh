@@ -16,12 +16,14 @@
 # in turn (each needs its own tools; see its header):
 #   scripts/bench-step.sh       step time under 400m cgroups; each fault's effect on bare ranks
 #   scripts/bench-alerts.sh     inject to first alert, per fault
-#   scripts/bench-allreduce.sh  the ring against OpenMPI and torch gloo
+#   scripts/bench-allreduce.sh  the all-reduce against OpenMPI and torch gloo, 4 KiB to 64 MiB
 #   scripts/bench-storage.sh    the storage client against wrk
+#   scripts/bench-scale.sh      4, 8 and 16 ranks: step, all-reduce share, memory, status time, readers,
+#                               each beside the figure of its previous run
 #
 # Settings (environment): RUNS, READS, RECOVER_PCT (90), PROFILE (release | debug), LAB_BIN_DIR (built
 # binaries to use instead of building), BENCH_NAME (bench), COMPONENTS (full run: the bench-*.sh to call,
-# default "step alerts allreduce storage").
+# default "step alerts allreduce storage scale").
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -179,10 +181,10 @@ EOF
 
 if [ "$quick" = 1 ]; then
   say "--quick: the component figures come from scripts/bench-step.sh, scripts/bench-alerts.sh,"
-  say "scripts/bench-allreduce.sh and scripts/bench-storage.sh (the full run calls them)"
+  say "scripts/bench-allreduce.sh, scripts/bench-storage.sh and scripts/bench-scale.sh (the full run calls them)"
   exit 0
 fi
-for c in ${COMPONENTS-step alerts allreduce storage}; do
+for c in ${COMPONENTS-step alerts allreduce storage scale}; do
   echo
   echo "== scripts/bench-$c.sh"
   "$root/scripts/bench-$c.sh" || die "scripts/bench-$c.sh"

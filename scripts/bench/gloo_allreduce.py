@@ -3,7 +3,7 @@ backend, timed the same way as the lab's ring benchmark and the OpenMPI program:
 for each timed one a barrier and the all-reduce alone. Rank 0 prints one JSON line per size with the median
 time and the algorithm bandwidth.
 
-    python gloo_allreduce.py --rank 0 --world 4 --port 29500 --mib 1,16,64 --iters 10 --warmup 2
+    python gloo_allreduce.py --rank 0 --world 4 --port 29500 --kib 4,32,1024,65536 --iters 10 --warmup 2
 """
 import argparse
 import datetime
@@ -25,7 +25,7 @@ def main() -> int:
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--port", type=int, required=True, help="rank 0 hosts the rendezvous on 127.0.0.1:PORT")
-    ap.add_argument("--mib", default="1,16,64")
+    ap.add_argument("--kib", default="4,32,256,1024,16384,65536")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     a = ap.parse_args()
@@ -38,8 +38,8 @@ def main() -> int:
         world_size=a.world,
         timeout=datetime.timedelta(seconds=120),
     )
-    for mib in (int(s) for s in a.mib.split(",") if s):
-        n = mib * (1 << 20) // 4
+    for kib in (int(s) for s in a.kib.split(",") if s):
+        n = kib * 1024 // 4
         pattern = ((torch.arange(n, dtype=torch.int64) + a.rank) % 7).to(torch.float32)
         want = float(sum((n - 1 + r) % 7 for r in range(a.world)))
         t = torch.empty(n, dtype=torch.float32)
@@ -51,7 +51,7 @@ def main() -> int:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
             took = time.perf_counter() - start
             if t[n - 1].item() != want:
-                print(f"rank {a.rank}: wrong sum {t[n - 1].item()} != {want} at {mib} MiB", file=sys.stderr)
+                print(f"rank {a.rank}: wrong sum {t[n - 1].item()} != {want} at {kib} KiB", file=sys.stderr)
                 return 1
             if i >= a.warmup:
                 times.append(took)
@@ -61,10 +61,10 @@ def main() -> int:
             print(json.dumps({
                 "impl": "gloo",
                 "world": a.world,
-                "mib": mib,
+                "kib": kib,
                 "median_s": round(median, 6),
                 "min_s": round(times[0], 6),
-                "algbw_mb_s": round(mib * (1 << 20) / median / 1e6, 1),
+                "algbw_mb_s": round(kib * 1024 / median / 1e6, 1),
                 "torch": torch.__version__,
             }, separators=(",", ":")), flush=True)
     dist.destroy_process_group()

@@ -18,11 +18,11 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     int iters = argc > 2 ? atoi(argv[2]) : 20, warmup = argc > 3 ? atoi(argv[3]) : 3;
     char sizes[256];
-    strncpy(sizes, argc > 1 ? argv[1] : "1,16,64", sizeof sizes - 1);
+    strncpy(sizes, argc > 1 ? argv[1] : "4,32,256,1024,16384,65536", sizeof sizes - 1); /* KiB */
     sizes[sizeof sizes - 1] = 0;
     for (char *tok = strtok(sizes, ","); tok; tok = strtok(NULL, ",")) {
-        long mib = atol(tok);
-        size_t len = (size_t)mib * (1 << 20) / sizeof(float);
+        long kib = atol(tok);
+        size_t len = (size_t)kib * 1024 / sizeof(float);
         float *in = malloc(len * sizeof(float)), *out = malloc(len * sizeof(float));
         double *times = malloc(iters * sizeof(double));
         for (int i = 0; i < warmup + iters; i++) {
@@ -39,8 +39,8 @@ int main(int argc, char **argv) {
         qsort(times, iters, sizeof(double), cmp);
         double median = times[iters / 2];
         if (rank == 0)
-            printf("{\"impl\":\"openmpi-tcp\",\"world\":%d,\"mib\":%ld,\"median_s\":%.6f,\"min_s\":%.6f,\"algbw_mb_s\":%.1f}\n",
-                   world, mib, median, times[0], (double)mib * (1 << 20) / median / 1e6);
+            printf("{\"impl\":\"openmpi-tcp\",\"world\":%d,\"kib\":%ld,\"median_s\":%.6f,\"min_s\":%.6f,\"algbw_mb_s\":%.1f}\n",
+                   world, kib, median, times[0], (double)kib * 1024 / median / 1e6);
         fflush(stdout);
         free(in); free(out); free(times);
     }

@@ -1,16 +1,17 @@
 //! One rank of the all-reduce benchmark (`scripts/bench-allreduce.sh` starts `--world` of them).
 //!
-//! The ranks meet through the same rendezvous and ring setup as `lab-rank`, then, for each size, run a
+//! The ranks meet through the same rendezvous and connection setup as `lab-rank`, then, for each size, run a
 //! few warm-up all-reduces and `--iters` timed ones. Before each timed operation a one-value all-reduce
 //! lines the ranks up (a barrier), as the OpenMPI comparison program does with `MPI_Barrier`. Rank 0
-//! prints one JSON line per size with the median time and the algorithm bandwidth (bytes / time), and
-//! every rank checks the sums it got.
+//! prints one JSON line per size with the median time, the algorithm bandwidth (bytes / time) and the
+//! algorithm used (the one `lab-rank` would pick, unless `--algorithm` forces one), and every rank checks
+//! the sums it got.
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use lab_workloads::allreduce::{self, RingOptions, RingSpec};
+use lab_workloads::allreduce::{self, Algorithm, RingOptions, RingSpec};
 use lab_workloads::rendezvous::{self, Hello, Observer, Resume};
 
 #[derive(Debug, Parser)]
@@ -22,9 +23,12 @@ struct Args {
     /// Rank 0's rendezvous address.
     #[arg(long)]
     rendezvous: String,
-    /// Sizes to measure in MiB, comma-separated.
-    #[arg(long, default_value = "1,16,64", value_delimiter = ',')]
-    mib: Vec<usize>,
+    /// Sizes to measure in KiB, comma-separated.
+    #[arg(long, default_value = "4,32,256,1024,16384,65536", value_delimiter = ',')]
+    kib: Vec<usize>,
+    /// Force one algorithm (recursive-doubling, halving-doubling, ring) instead of choosing by size.
+    #[arg(long, value_parser = |s: &str| Algorithm::from_name(s).ok_or_else(|| format!("unknown algorithm {s}")))]
+    algorithm: Option<Algorithm>,
     #[arg(long, default_value_t = 20)]
     iters: usize,
     #[arg(long, default_value_t = 3)]
@@ -77,8 +81,9 @@ fn main() -> anyhow::Result<()> {
     let timeout = Duration::from_secs(120);
     let mut seq = 0u64;
     let mut barrier = [0.0f32];
-    for mib in &a.mib {
-        let len = mib * (1 << 20) / 4;
+    for kib in &a.kib {
+        let len = kib * 1024 / 4;
+        let algorithm = a.algorithm.unwrap_or_else(|| Algorithm::for_len(len));
         let mut data = vec![0.0f32; len];
         let mut times = Vec::with_capacity(a.iters);
         let (mut wait, mut transfer) = (Duration::ZERO, Duration::ZERO);
@@ -90,7 +95,7 @@ fn main() -> anyhow::Result<()> {
             ring.allreduce(&mut barrier, seq, 0, timeout)?;
             seq += 1;
             let t = Instant::now();
-            let stats = ring.allreduce(&mut data, seq, 0, timeout)?;
+            let stats = ring.allreduce_with(algorithm, &mut data, seq, 0, timeout)?;
             let took = t.elapsed();
             seq += 1;
             for j in [0, len / 3, len - 1] {
@@ -107,10 +112,11 @@ fn main() -> anyhow::Result<()> {
         let median = times[times.len() / 2];
         if a.rank == 0 {
             println!(
-                "{{\"impl\":\"lab-ring\",\"world\":{},\"mib\":{mib},\"median_s\":{median:.6},\"min_s\":{:.6},\"algbw_mb_s\":{:.1},\"wait_share\":{:.2}}}",
+                "{{\"impl\":\"lab\",\"algorithm\":\"{}\",\"world\":{},\"kib\":{kib},\"median_s\":{median:.6},\"min_s\":{:.6},\"algbw_mb_s\":{:.1},\"wait_share\":{:.2}}}",
+                algorithm.name(),
                 a.world,
                 times[0],
-                (mib * (1 << 20)) as f64 / median / 1e6,
+                (kib * 1024) as f64 / median / 1e6,
                 wait.as_secs_f64() / (wait + transfer).as_secs_f64().max(1e-9),
             );
         }
