@@ -347,7 +347,11 @@ fn stuck_rollout_trains_on_until_scaling_back_stalls_it_and_rolling_back_recover
     let before = std::fs::read(&ledger).ok();
     let out = lab.run(&["fault", "inject", "stuck-rollout", "--ranks", "4"]);
     assert!(!out.status.success());
-    assert!(text(&out).contains("not above the current 4 ranks"), "{}", text(&out));
+    assert!(
+        text(&out).contains("not above the current 4 ranks"),
+        "{}",
+        text(&out)
+    );
     assert_eq!(std::fs::read(&ledger).ok(), before, "the ledger is unchanged");
 
     let t = Instant::now();
@@ -383,19 +387,34 @@ fn stuck_rollout_trains_on_until_scaling_back_stalls_it_and_rolling_back_recover
     // expecting five peers.
     let t = Instant::now();
     lab.ok(&["scale", "ranks", "4"]);
-    lab.wait_for("the rollout to finish and the job to stall", Duration::from_secs(90), |s| {
-        s.status.ranks_ready() == (4, 4) && s.training.samples_per_s == Some(0.0)
-    });
-    eprintln!("figure: stalled {:.1} s after scaling back", t.elapsed().as_secs_f64());
+    lab.wait_for(
+        "the rollout to finish and the job to stall",
+        Duration::from_secs(90),
+        |s| s.status.ranks_ready() == (4, 4) && s.training.samples_per_s == Some(0.0),
+    );
+    eprintln!(
+        "figure: stalled {:.1} s after scaling back",
+        t.elapsed().as_secs_f64()
+    );
     let s = lab.snapshot_over(10);
     assert_eq!(s.status.ranks_ready(), (4, 4), "{}", lab_tests::summary(&s));
-    assert_eq!(s.training.samples_per_s, Some(0.0), "stalled: every rank expects 5 peers");
+    assert_eq!(
+        s.training.samples_per_s,
+        Some(0.0),
+        "stalled: every rank expects 5 peers"
+    );
 
     // Restoring the expected rank count recovers: the lab's own clear rolls the configuration back.
     let t = Instant::now();
     lab.ok(&["fault", "clear", "--all"]);
-    wait_recovered(&lab, "throughput back after rolling the configuration back to four");
-    eprintln!("figure: recovered {:.1} s after the clear", t.elapsed().as_secs_f64());
+    wait_recovered(
+        &lab,
+        "throughput back after rolling the configuration back to four",
+    );
+    eprintln!(
+        "figure: recovered {:.1} s after the clear",
+        t.elapsed().as_secs_f64()
+    );
     let s = lab.snapshot();
     assert_eq!((s.status.ranks_desired, s.status.world_size), (4, 4));
     assert!(active_phases(&lab).is_empty());
