@@ -7,13 +7,14 @@ use crate::error::DrillError;
 use crate::spec::{self, Drill};
 
 /// `(name, text)` of every built-in drill, in the seed story's order.
-pub const BUILTIN: [(&str, &str); 3] = [
+pub const BUILTIN: [(&str, &str); 4] = [
     ("slow-storage", include_str!("../builtin/slow-storage.yaml")),
     ("throttled-rank", include_str!("../builtin/throttled-rank.yaml")),
     (
         "unplaceable-rank",
         include_str!("../builtin/unplaceable-rank.yaml"),
     ),
+    ("stuck-rollout", include_str!("../builtin/stuck-rollout.yaml")),
 ];
 
 /// A drill and where it came from (`builtin:slow-storage`, or the file's path).

@@ -333,7 +333,7 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
                 percent: true,
             }
         }
-        Fault::UnplaceableRank { .. } => Suspect {
+        Fault::UnplaceableRank { .. } | Fault::StuckRollout { .. } => Suspect {
             axis: "ranks".into(),
             series: vec![
                 Series {

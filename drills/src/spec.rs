@@ -323,7 +323,7 @@ impl Check for RawInject {
         let takes: &[&str] = match self.kind {
             FaultKind::SlowStorage => &["server", "delay", "jitter"],
             FaultKind::ThrottledRank => &["rank", "cpu"],
-            FaultKind::UnplaceableRank => &["ranks"],
+            FaultKind::UnplaceableRank | FaultKind::StuckRollout => &["ranks"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
             return Err(format!(
@@ -347,6 +347,9 @@ impl Check for RawInject {
                 cpu: self.cpu.unwrap_or(cpu),
             },
             Fault::UnplaceableRank { ranks } => Fault::UnplaceableRank {
+                ranks: self.ranks.unwrap_or(ranks),
+            },
+            Fault::StuckRollout { ranks } => Fault::StuckRollout {
                 ranks: self.ranks.unwrap_or(ranks),
             },
         };

@@ -16,14 +16,16 @@ pub enum FaultKind {
     SlowStorage,
     ThrottledRank,
     UnplaceableRank,
+    StuckRollout,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 3] = [
+    pub const ALL: [FaultKind; 4] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
+        FaultKind::StuckRollout,
     ];
 
     /// The kind's name on the command line.
@@ -32,6 +34,7 @@ impl FaultKind {
             FaultKind::SlowStorage => "slow-storage",
             FaultKind::ThrottledRank => "throttled-rank",
             FaultKind::UnplaceableRank => "unplaceable-rank",
+            FaultKind::StuckRollout => "stuck-rollout",
         }
     }
 
@@ -60,6 +63,9 @@ impl FaultKind {
             FaultKind::UnplaceableRank => {
                 "[--ranks 5]  scale past the node's GPUs and expect that many peers; the new rank never starts"
             }
+            FaultKind::StuckRollout => {
+                "[--ranks 5]  roll out 5 ranks expecting 5 peers; rank-4 Pending holds the rollout, the job trains on"
+            }
         }
     }
 
@@ -76,6 +82,7 @@ impl FaultKind {
                 cpu: Millicores(150),
             },
             FaultKind::UnplaceableRank => Fault::UnplaceableRank { ranks: 5 },
+            FaultKind::StuckRollout => Fault::StuckRollout { ranks: 5 },
         }
     }
 }
@@ -102,6 +109,9 @@ pub enum Fault {
     ThrottledRank { rank: u32, cpu: Millicores },
     /// The job is scaled to `ranks` and told to expect that many peers.
     UnplaceableRank { ranks: u32 },
+    /// The job is rolled out to `ranks` ranks expecting that many peers, one GPU short: the rollout waits
+    /// behind the Pending rank.
+    StuckRollout { ranks: u32 },
 }
 
 impl Fault {
@@ -111,6 +121,7 @@ impl Fault {
             Fault::SlowStorage { .. } => FaultKind::SlowStorage,
             Fault::ThrottledRank { .. } => FaultKind::ThrottledRank,
             Fault::UnplaceableRank { .. } => FaultKind::UnplaceableRank,
+            Fault::StuckRollout { .. } => FaultKind::StuckRollout,
         }
     }
 
@@ -119,7 +130,7 @@ impl Fault {
         match self {
             Fault::SlowStorage { server, .. } => lab_model::names::storage(*server),
             Fault::ThrottledRank { rank, .. } => lab_model::names::rank(*rank),
-            Fault::UnplaceableRank { .. } => "ranks".to_string(),
+            Fault::UnplaceableRank { .. } | Fault::StuckRollout { .. } => "ranks".to_string(),
         }
     }
 
@@ -148,7 +159,7 @@ impl Fault {
                 Ok(())
             }
             Fault::ThrottledRank { .. } => Ok(()),
-            Fault::UnplaceableRank { ranks } => {
+            Fault::UnplaceableRank { ranks } | Fault::StuckRollout { ranks } => {
                 if *ranks == 0 || *ranks > lab_model::actions::MAX_RANKS {
                     return Err(FaultError::Invalid(format!(
                         "--ranks must be between 1 and {}",
@@ -184,6 +195,7 @@ impl fmt::Display for Fault {
             }
             Fault::ThrottledRank { rank, cpu } => write!(f, "throttled-rank on rank-{rank}: cpu {cpu}"),
             Fault::UnplaceableRank { ranks } => write!(f, "unplaceable-rank: {ranks} ranks"),
+            Fault::StuckRollout { ranks } => write!(f, "stuck-rollout: {ranks} ranks"),
         }
     }
 }

@@ -208,3 +208,95 @@ fn a_delay_on_record_reads_back_as_it_was() {
     let json = serde_json::to_string(&b).unwrap();
     assert_eq!(serde_json::from_str::<Before>(&json).unwrap(), b);
 }
+
+#[tokio::test]
+async fn stuck_rollout_is_proven_by_the_pending_rank_holding_back_the_old_configuration() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    let done = inject(&rt, &l, Fault::StuckRollout { ranks: 5 }).await.unwrap();
+    let proof = done.entry.proof.as_deref().unwrap();
+    assert!(
+        proof.contains("rank-4 Pending") && proof.contains("still train with world size 4"),
+        "{proof}"
+    );
+    let s = rt.state();
+    assert_eq!((s.ranks, s.world_size, s.running_world_size), (5, 5, Some(4)));
+    assert!(
+        rt.calls().contains(&"rollout_ranks(5 5)".to_string()),
+        "{:?}",
+        rt.calls()
+    );
+    assert_eq!(
+        count(&rt, "set_world_size"),
+        0,
+        "a rolling change, not a restart of every rank"
+    );
+    assert_eq!(done.changes.len(), 2);
+    assert!(
+        done.changes
+            .iter()
+            .all(|c| c.fault_id.as_deref() == Some("stuck-rollout-1"))
+    );
+
+    clear_all(&rt, &l).await.unwrap();
+    let s = rt.state();
+    assert_eq!((s.ranks, s.world_size, s.running_world_size), (4, 4, None));
+    assert!(rt.calls().contains(&"rollout_ranks(4 4)".to_string()));
+}
+
+#[tokio::test]
+async fn stuck_rollout_after_the_trap_is_cleared_back_to_four_expecting_four() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    inject(&rt, &l, Fault::StuckRollout { ranks: 5 }).await.unwrap();
+    // The seed agent's first fix: the rollout goes on, every rank now expects five peers.
+    rt.scale_ranks(4).await.unwrap();
+    assert_eq!(rt.state().running_world_size, None);
+    assert_eq!(rt.state().world_size, 5);
+    let cleared = clear(&rt, &l, "stuck-rollout").await.unwrap().unwrap();
+    assert_eq!(cleared.phase, FaultPhase::Cleared);
+    assert_eq!((rt.state().ranks, rt.state().world_size), (4, 4));
+}
+
+#[tokio::test]
+async fn a_stuck_rollout_that_does_not_fit_changes_nothing() {
+    let (d, l) = ledger();
+    let rt = FakeRuntime::new();
+    let files = |d: &tempfile::TempDir| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap_or_default(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files(&d);
+    for (ranks, why) in [
+        (4, "not above the current 4 ranks"),
+        (0, "--ranks must be between 1 and"),
+    ] {
+        let err = inject(&rt, &l, Fault::StuckRollout { ranks }).await.unwrap_err();
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    rt.update(|lab| lab.gpus = 8);
+    let err = inject(&rt, &l, Fault::StuckRollout { ranks: 5 })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("fits on the node's 8 GPUs"), "{err}");
+    rt.update(|lab| {
+        lab.gpus = 4;
+        lab.world_size = 3;
+    });
+    let err = inject(&rt, &l, Fault::StuckRollout { ranks: 5 })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("expects 3 peers with 4 ranks"), "{err}");
+    assert_eq!(files(&d), before, "the ledger is byte-identical");
+    assert_eq!(count(&rt, "rollout_ranks"), 0);
+}

@@ -246,6 +246,17 @@ pub enum InjectCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Roll out more ranks than GPUs with a configuration expecting them all, as one rolling change: the
+    /// extra rank stays Pending, the rollout waits behind it, and the running ranks train on with the old
+    /// configuration. Scaling back unblocks the rollout and stalls the job; putting the world size back
+    /// fixes it.
+    StuckRollout {
+        /// The new rank count (and world size in the new configuration).
+        #[arg(long, default_value_t = 5)]
+        ranks: u32,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]

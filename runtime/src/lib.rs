@@ -111,6 +111,16 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// When `world_size` is zero or the runtime cannot be reached.
     async fn set_world_size(&self, world_size: u32) -> Result<()>;
 
+    /// Sets the rank count and the world size in the ranks' template in one change, and lets the change
+    /// roll out as a StatefulSet rolling update does: one rank at a time, highest ordinal first, never
+    /// while any rank is unavailable (Pending, not yet Ready, or being replaced). Unlike
+    /// [`Runtime::set_world_size`] nothing is restarted at once: while a rank stays Pending, the running
+    /// ranks keep the configuration they started with.
+    ///
+    /// # Errors
+    /// When `ranks` or `world_size` is zero or the runtime cannot be reached.
+    async fn rollout_ranks(&self, ranks: u32, world_size: u32) -> Result<()>;
+
     /// Restarts rank `rank` (deletes the pod, or kills the process), which comes back from its template.
     ///
     /// # Errors

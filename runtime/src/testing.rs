@@ -32,6 +32,9 @@ pub struct FakeLab {
     pub template: Millicores,
     /// When false, a delay set on a path does not show in its probe (a path that ignores it).
     pub delays_take_effect: bool,
+    /// The world size the running ranks were started with, when a rolling change held back by a Pending
+    /// rank left them on the previous one; `None`: they run the configuration's.
+    pub running_world_size: Option<u32>,
 }
 
 impl Default for FakeLab {
@@ -46,6 +49,7 @@ impl Default for FakeLab {
             cpu_live: BTreeMap::new(),
             template: Millicores(400),
             delays_take_effect: true,
+            running_world_size: None,
         }
     }
 }
@@ -236,7 +240,8 @@ impl Runtime for FakeRuntime {
     async fn fetch_metrics(&self, target: &ScrapeTarget, _timeout: Duration) -> Result<String> {
         self.call("fetch_metrics", target.instance.clone()).await?;
         let lab = self.lab();
-        Ok(format!("{} {}\n", metrics::WORLD_SIZE, lab.world_size))
+        let ws = lab.running_world_size.unwrap_or(lab.world_size);
+        Ok(format!("{} {ws}\n", metrics::WORLD_SIZE))
     }
 
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
@@ -303,7 +308,29 @@ impl Runtime for FakeRuntime {
         if ranks == 0 {
             return Err(RuntimeError::Other("ranks must be at least 1".into()));
         }
-        self.lab().ranks = ranks;
+        let mut lab = self.lab();
+        lab.ranks = ranks;
+        // A rolling change held back by a Pending rank goes on once no rank is Pending.
+        if ranks <= lab.gpus {
+            lab.running_world_size = None;
+        }
+        Ok(())
+    }
+
+    async fn rollout_ranks(&self, ranks: u32, world_size: u32) -> Result<()> {
+        self.call("rollout_ranks", format!("{ranks} {world_size}"))
+            .await?;
+        if ranks == 0 || world_size == 0 {
+            return Err(RuntimeError::Other(
+                "ranks and world size must be at least 1".into(),
+            ));
+        }
+        let mut lab = self.lab();
+        let running = lab.running_world_size.unwrap_or(lab.world_size);
+        lab.ranks = ranks;
+        lab.world_size = world_size;
+        // The rollout completes at once unless a rank is Pending, which holds every running rank back.
+        lab.running_world_size = (ranks > lab.gpus && running != world_size).then_some(running);
         Ok(())
     }
 
@@ -312,7 +339,9 @@ impl Runtime for FakeRuntime {
         if world_size == 0 {
             return Err(RuntimeError::Other("world size must be at least 1".into()));
         }
-        self.lab().world_size = world_size;
+        let mut lab = self.lab();
+        lab.world_size = world_size;
+        lab.running_world_size = None;
         Ok(())
     }
 

@@ -58,7 +58,8 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
             timeout: Duration::from_secs(120),
         })],
         FaultKind::ThrottledRank => vec![Step::Remediate(command("lab restart rank 1"))],
-        FaultKind::UnplaceableRank => vec![
+        // The seed's two fixes in turn: scaling back alone, then the configuration.
+        FaultKind::UnplaceableRank | FaultKind::StuckRollout => vec![
             Step::Remediate(command("lab scale ranks 4")),
             Step::Verify(Verify {
                 deadline: WRONG_FIX_WINDOW,

@@ -8,10 +8,11 @@ use lab_model::metrics as m;
 use lab_model::names;
 use lab_model::scrape::ScrapeTarget;
 use lab_model::snapshot::{ActiveFault, Alert, RankView, Snapshot, StorageView, Training};
-use lab_model::status::{LabStatus, PodStatus, Role};
+use lab_model::status::{LabStatus, Phase, PodStatus, Role};
 
 use crate::error::ScrapeError;
-use crate::expo::parse;
+use crate::expo::{Sample, parse};
+use crate::labels::Labels;
 use crate::rules::{self, Condition, Engine, LearnedBaseline};
 use crate::signals::Signals;
 use crate::store::Store;
@@ -40,7 +41,33 @@ impl Default for CollectorConfig {
 
 /// Metric families the collector keeps; everything else a target exports is dropped on ingest.
 fn wanted(name: &str) -> bool {
-    name.starts_with("lab_") || name.starts_with(m::SEAWEED_VOLUME_REQUEST_SECONDS)
+    name.starts_with("lab_")
+        || name.starts_with(m::SEAWEED_VOLUME_REQUEST_SECONDS)
+        || name == crate::signals::POD_STATUS_PHASE
+}
+
+/// The phases kube-state-metrics reports a pod in, one series each.
+const PHASES: [(Phase, &str); 4] = [
+    (Phase::Pending, "Pending"),
+    (Phase::Running, "Running"),
+    (Phase::Succeeded, "Succeeded"),
+    (Phase::Failed, "Failed"),
+];
+
+/// The rank pods' phases as kube-state-metrics exports them (`kube_pod_status_phase{pod, phase}`, 1 for
+/// the pod's phase and 0 for the others), from the runtime's status.
+fn pod_phase_samples(status: &LabStatus) -> Vec<Sample> {
+    status
+        .ranks()
+        .flat_map(|p| {
+            PHASES.iter().map(move |(phase, name)| Sample {
+                name: crate::signals::POD_STATUS_PHASE.to_string(),
+                labels: Labels::from_pairs([("pod", p.name.as_str()), ("phase", name)]),
+                value: if p.phase == *phase { 1.0 } else { 0.0 },
+                timestamp_ms: None,
+            })
+        })
+        .collect()
 }
 
 /// Turns ticks of status and scrapes into snapshots, keeping the bounded state in between.
@@ -107,6 +134,12 @@ impl Collector {
         let t = i64::try_from(now_ms).unwrap_or(i64::MAX);
         let mut scrape_errors = Vec::new();
         let mut up: BTreeMap<String, bool> = BTreeMap::new();
+        // The pods' phases, as a cluster's kube-state-metrics would export them, unless one is scraped.
+        let ksm = crate::signals::KUBE_STATE;
+        if !scrapes.iter().any(|(target, _)| target.instance == ksm) {
+            self.store.ingest(ksm, t, pod_phase_samples(&status));
+            up.insert(ksm.to_string(), true);
+        }
         for (target, result) in scrapes {
             let samples = result.and_then(|text| {
                 if text.len() > self.config.max_metrics_bytes {
@@ -385,6 +418,16 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
                 100.0 * value
             )
         }
+        n if n == rules::RANK_PENDING.name => {
+            let why = pod(status, &c.target)
+                .and_then(|p| p.reason.clone())
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
+            format!(
+                "{} Pending{why}: {} ranks wanted, {} GPUs",
+                c.target, status.ranks_desired, status.gpus_capacity
+            )
+        }
         n if n == rules::COLLECTIVE_WAIT.name => {
             format!("ranks wait {:.0}% of each step at the collective", 100.0 * value)
         }
@@ -572,9 +615,10 @@ mod tests {
         assert!((s0.server_p50.unwrap() - 0.00045).abs() < 1e-9);
         assert!((s0.reads_per_s.unwrap() - 20.0).abs() < 1e-6);
         assert!(!s0.outlier);
-        // Only what the rules and views read is kept.
+        // Only what the rules and views read is kept (and the four phase series of each rank pod).
         let (series, _) = c.store_size();
-        assert!(series < 100, "{series}");
+        let phases = 4 * snap.status.ranks().count();
+        assert!(series - phases < 100, "{series}");
     }
 
     #[test]
@@ -724,5 +768,47 @@ mod tests {
         assert_eq!(snap.scrape_errors, vec!["rank-2: no answer within 700 ms"]);
         assert!(!snap.ranks[2].up && snap.ranks[2].cpu_limit_cores.is_none());
         assert!(snap.ranks[1].up);
+    }
+
+    #[test]
+    fn a_rank_left_pending_opens_an_incident_from_the_runtime_status_alone() {
+        let mut c = Collector::default();
+        let mut st = status(5, 0);
+        let p4 = st.pods.iter_mut().find(|p| p.name == "rank-4").unwrap();
+        p4.phase = Phase::Pending;
+        p4.ready = false;
+        p4.reason = Some("Insufficient gpu".into());
+        let mut last = None;
+        for s in 0..=16 {
+            let snap = c.observe(s * 1000, st.clone(), Vec::new(), Vec::new(), Vec::new());
+            let fired: Vec<_> = snap
+                .alerts
+                .iter()
+                .filter(|a| a.rule == "LabRankPending")
+                .collect();
+            if s < 15 {
+                assert!(fired.is_empty(), "at {s} s: {fired:?}");
+            }
+            last = Some(snap);
+        }
+        let snap = last.unwrap();
+        let a = snap.alerts.iter().find(|a| a.rule == "LabRankPending").unwrap();
+        assert_eq!(
+            (a.target.as_str(), a.signal),
+            ("rank-4", GoldenSignal::Saturation)
+        );
+        assert_eq!(
+            a.summary,
+            "rank-4 Pending (Insufficient gpu): 5 ranks wanted, 4 GPUs"
+        );
+        // A real kube-state-metrics, when scraped, is read instead of the status.
+        let ksm = ScrapeTarget {
+            instance: crate::signals::KUBE_STATE.into(),
+            kind: TargetKind::Rank,
+            index: 0,
+            address: String::new(),
+        };
+        let snap = c.observe(17_000, st, vec![(ksm, Ok(String::new()))], Vec::new(), Vec::new());
+        assert!(snap.alerts.iter().all(|a| a.rule != "LabRankPending"));
     }
 }

@@ -77,8 +77,17 @@ pub const WAITING_FOR_PEERS: Rule = Rule {
     keep_firing_ms: 0,
 };
 
+/// A rank pod has stayed Pending: the GPU pool is saturated, and a rollout of the ranks waits behind it
+/// while the running ranks may train on normally. Longer than a rank's replacement takes.
+pub const RANK_PENDING: Rule = Rule {
+    name: "LabRankPending",
+    signal: GoldenSignal::Saturation,
+    for_ms: 15_000,
+    keep_firing_ms: 0,
+};
+
 /// Every rule, in the order the rule file lists them.
-pub const RULES: [Rule; 7] = [
+pub const RULES: [Rule; 8] = [
     STORAGE_LATENCY,
     THROUGHPUT_LOW,
     STORAGE_ERRORS,
@@ -86,6 +95,7 @@ pub const RULES: [Rule; 7] = [
     CPU_THROTTLED,
     COLLECTIVE_WAIT,
     WAITING_FOR_PEERS,
+    RANK_PENDING,
 ];
 
 /// Latency: the absolute floor, in seconds.
@@ -317,6 +327,10 @@ impl Engine {
                 "job".to_string(),
                 s.ranks_waiting_for_peers.len() as f64,
             ));
+        }
+        // Saturation: max by (pod) (kube_pod_status_phase{phase="Pending", pod=~"rank-[0-9]+"}) == 1
+        for pod in &s.ranks_pending {
+            out.push((RANK_PENDING, pod.clone(), 1.0));
         }
         out
     }

@@ -13,6 +13,13 @@ use crate::labels::Labels;
 use crate::promql::{Vector, histogram_quantile, max_by, quantile, rate, sum_by};
 use crate::store::{INSTANCE, Store};
 
+/// kube-state-metrics' pod phase gauge: 1 for the pod's phase, 0 for the others. The lab writes it from
+/// the runtime's status (the collector's `kube-state-metrics` instance); a cluster's own exporter, when
+/// scraped, is read the same way.
+pub const POD_STATUS_PHASE: &str = "kube_pod_status_phase";
+/// The instance name under which the collector keeps the series it writes from the runtime's status.
+pub const KUBE_STATE: &str = "kube-state-metrics";
+
 /// The rate window of every rule, `[10s]` in the rule file.
 pub const WINDOW_MS: i64 = 10_000;
 /// A rank throttled in more than this share of its CFS periods may be CPU-starved...
@@ -96,6 +103,8 @@ pub struct Signals {
     pub wait_share_median: f64,
     /// Ranks with `lab_rendezvous_waiting == 1`.
     pub ranks_waiting_for_peers: Vec<String>,
+    /// Rank pods whose phase is Pending (`kube_pod_status_phase{phase="Pending"} == 1`), by pod name.
+    pub ranks_pending: Vec<String>,
 }
 
 /// Where a per-rank gauge goes in [`RankSignals`].
@@ -186,6 +195,17 @@ impl Signals {
         }
         for (l, v) in sum_by(r(m::COLLECTIVE_ERRORS), &[INSTANCE]) {
             ranks.entry(rank_of(&l)).or_default().collective_errors_per_s = Some(v);
+        }
+        // max by (pod) (kube_pod_status_phase{phase="Pending", pod=~"rank-[0-9]+"}) == 1
+        let pending = store.instant(POD_STATUS_PHASE, t, |l| {
+            l.get("phase") == Some("Pending")
+                && l.get("pod")
+                    .is_some_and(|p| lab_model::names::index_of(p, "rank").is_some())
+        });
+        for (l, v) in max_by(pending, &["pod"]) {
+            if v == 1.0 {
+                s.ranks_pending.push(label(&l, "pod"));
+            }
         }
         for (l, v) in inst(m::RENDEZVOUS_WAITING) {
             let rs = ranks.entry(rank_of(&l)).or_default();

@@ -237,6 +237,7 @@ fn in_lab_evaluator_fires_what_promtool_expects() {
                         e.exp_labels
                             .get("server")
                             .or_else(|| e.exp_labels.get("instance"))
+                            .or_else(|| e.exp_labels.get("pod"))
                             .cloned()
                             .unwrap_or_else(|| "job".to_string())
                     })

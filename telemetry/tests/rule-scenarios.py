@@ -206,6 +206,24 @@ groups.append(('unplaceable-rank: world size 5 from 60 s; the four ranks restart
         alert_test(80, 'LabCollectiveErrors', []),
     ], []))
 
+# D2: stuck rollout from 60 s: rank-4 Pending (no GPU), the four running ranks train on as before. rank-2 is
+# Pending for 10 s at 30 s (a pod being replaced): shorter than the rule's `for`, no alert.
+sc = Scenario()
+for r in range(4): healthy_rank(sc, r)
+ksm = {'instance': 'kube-state-metrics'}
+for r in range(4):
+    pending = [(29, 0), (39, 1), (T, 0)] if r == 2 else [(T, 0)]
+    running = [(29, 1), (39, 0), (T, 1)] if r == 2 else [(T, 1)]
+    sc.add('kube_pod_status_phase', {**ksm, 'phase': 'Pending', 'pod': f'rank-{r}'}, gauge(pending))
+    sc.add('kube_pod_status_phase', {**ksm, 'phase': 'Running', 'pod': f'rank-{r}'}, gauge(running))
+sc.add('kube_pod_status_phase', {**ksm, 'phase': 'Pending', 'pod': 'rank-4'}, gauge([(59, 'stale'), (T, 1)]))
+sc.add('kube_pod_status_phase', {**ksm, 'phase': 'Running', 'pod': 'rank-4'}, gauge([(59, 'stale'), (T, 0)]))
+groups.append(('stuck-rollout: rank-4 Pending from 60 s while the four ranks train on; only the pending-rank rule fires, and a 10 s Pending replacement of rank-2 does not',
+    sc,
+    nothing(45) + edges([(75, 'LabRankPending', {'pod': 'rank-4'})])
+    + nothing(100, except_=('LabRankPending',)) + [alert_test(100, 'LabRankPending', [{'pod': 'rank-4'}])],
+    []))
+
 # E: errors
 sc = Scenario()
 for r in range(4):

@@ -1,4 +1,4 @@
-//! The three faults end to end on the local runtime: each takes effect on the job's own signals while
+//! The faults end to end on the local runtime: each takes effect on the job's own signals while
 //! every running rank stays Ready, and clearing brings throughput back to its baseline.
 
 use std::time::{Duration, Instant};
@@ -333,4 +333,91 @@ fn unplaceable_rank_stalls_everyone_and_scaling_back_alone_is_not_enough() {
     let s = lab.snapshot();
     assert_eq!((s.status.ranks_desired, s.status.world_size), (4, 4));
     lab.down();
+}
+
+#[test]
+fn stuck_rollout_trains_on_until_scaling_back_stalls_it_and_rolling_back_recovers() {
+    let _one = serial();
+    let t_all = Instant::now();
+    let mut lab = Lab::up("rollout-week-stuck", &[]);
+    lab.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0);
+
+    // Bad input is refused and changes nothing, not even the ledger.
+    let ledger = lab.dir().join("ledger.json");
+    let before = std::fs::read(&ledger).ok();
+    let out = lab.run(&["fault", "inject", "stuck-rollout", "--ranks", "4"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("not above the current 4 ranks"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(std::fs::read(&ledger).ok(), before, "the ledger is unchanged");
+
+    let t = Instant::now();
+    let out = lab.ok(&["fault", "inject", "stuck-rollout", "--ranks", "5"]);
+    assert!(out.contains("still train with world size 4"), "{out}");
+    eprintln!("figure: inject proven in {:.1} s", t.elapsed().as_secs_f64());
+    // The job trains normally: only the rank left Pending opens the incident.
+    let s = lab.snapshot_over(17);
+    eprintln!(
+        "figure: throughput under the fault {:.0}% of baseline; alerts {:?}",
+        pct(&s),
+        s.alerts.iter().map(|a| &a.rule).collect::<Vec<_>>()
+    );
+    let r4 = s.status.ranks().find(|p| p.index == Some(4)).unwrap();
+    assert_eq!(r4.reason.as_deref(), Some("Insufficient gpu"));
+    assert_eq!(s.status.ranks_ready(), (4, 5));
+    assert_eq!(s.status.world_size, 5, "the configuration says five");
+    assert!(pct(&s) >= 80.0, "{}", lab_tests::summary(&s));
+    assert!(
+        s.alerts
+            .iter()
+            .any(|a| a.rule == "LabRankPending" && a.target == "rank-4"),
+        "{}",
+        lab_tests::summary(&s)
+    );
+    assert!(
+        s.alerts.iter().all(|a| a.rule != "LabTrainingThroughputLow"),
+        "{}",
+        lab_tests::summary(&s)
+    );
+
+    // The seed agent's first fix: scaling back lets the rollout go on, and every rank comes back
+    // expecting five peers.
+    let t = Instant::now();
+    lab.ok(&["scale", "ranks", "4"]);
+    lab.wait_for(
+        "the rollout to finish and the job to stall",
+        Duration::from_secs(90),
+        |s| s.status.ranks_ready() == (4, 4) && s.training.samples_per_s == Some(0.0),
+    );
+    eprintln!(
+        "figure: stalled {:.1} s after scaling back",
+        t.elapsed().as_secs_f64()
+    );
+    let s = lab.snapshot_over(10);
+    assert_eq!(s.status.ranks_ready(), (4, 4), "{}", lab_tests::summary(&s));
+    assert_eq!(
+        s.training.samples_per_s,
+        Some(0.0),
+        "stalled: every rank expects 5 peers"
+    );
+
+    // Restoring the expected rank count recovers: the lab's own clear rolls the configuration back.
+    let t = Instant::now();
+    lab.ok(&["fault", "clear", "--all"]);
+    wait_recovered(
+        &lab,
+        "throughput back after rolling the configuration back to four",
+    );
+    eprintln!(
+        "figure: recovered {:.1} s after the clear",
+        t.elapsed().as_secs_f64()
+    );
+    let s = lab.snapshot();
+    assert_eq!((s.status.ranks_desired, s.status.world_size), (4, 4));
+    assert!(active_phases(&lab).is_empty());
+    lab.down();
+    eprintln!("figure: test wall time {:.0} s", t_all.elapsed().as_secs_f64());
 }

@@ -3,6 +3,7 @@
 //! Adding a fault is a file here and a line in [`injector`].
 
 mod slow_storage;
+mod stuck_rollout;
 mod throttled_rank;
 mod unplaceable_rank;
 
@@ -19,6 +20,7 @@ use crate::ledger::{Before, Ledger};
 use crate::{Fault, FaultError};
 
 pub use slow_storage::SlowStorage;
+pub use stuck_rollout::StuckRollout;
 pub use throttled_rank::ThrottledRank;
 pub use unplaceable_rank::UnplaceableRank;
 
@@ -131,6 +133,7 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
         }),
         Fault::ThrottledRank { rank, cpu } => Box::new(ThrottledRank { rank, cpu }),
         Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
+        Fault::StuckRollout { ranks } => Box::new(StuckRollout { ranks }),
     }
 }
 

@@ -137,7 +137,7 @@ impl Injector for UnplaceableRank {
     }
 }
 /// The world size each running rank reports in its metrics.
-async fn reported_world_sizes(rt: &dyn Runtime) -> Vec<(String, Option<f64>)> {
+pub(super) async fn reported_world_sizes(rt: &dyn Runtime) -> Vec<(String, Option<f64>)> {
     let Ok(targets) = rt.scrape_targets().await else {
         return Vec::new();
     };

@@ -484,6 +484,39 @@ impl KubeRuntime {
         Ok(())
     }
 
+    /// Replicas and the world size in one change of the StatefulSet, left to its rolling update: the
+    /// ConfigMap first (new pods read the world size from it), then replicas and the template's world-size
+    /// annotation in one patch, so the controller creates the extra rank and rolls the others from one
+    /// new revision. Nothing is deleted here: with OrderedReady and RollingUpdate the controller replaces
+    /// one pod at a time, highest ordinal first, and waits while any rank is not Running and Ready.
+    async fn rollout(&self, ranks: u32, world_size: u32) -> Result<()> {
+        if ranks == 0 || world_size == 0 {
+            return Err(RuntimeError::InvalidInput(
+                "ranks and the world size must be at least 1".into(),
+            ));
+        }
+        let cm = json!({ "data": { obj::WORLD_SIZE_KEY: world_size.to_string() } });
+        api::within("set the world size", self.rec.request_timeout, async {
+            self.cm_api()
+                .patch(obj::CONFIG, &PatchParams::default(), &Patch::Merge(&cm))
+                .await
+                .map_err(|e| api::kube_err("set the world size in lab-config", e))
+        })
+        .await?;
+        let sts = json!({ "spec": {
+            "replicas": ranks,
+            "template": { "metadata": { "annotations": { obj::WORLD_SIZE_ANNOTATION: world_size.to_string() } } }
+        } });
+        api::within("roll out the ranks", self.rec.request_timeout, async {
+            self.sts_api()
+                .patch(obj::RANKS, &PatchParams::default(), &Patch::Merge(&sts))
+                .await
+                .map_err(|e| api::kube_err("patch the ranks' replicas and template", e))
+        })
+        .await?;
+        Ok(())
+    }
+
     async fn delete_pod(&self, name: &str) -> Result<()> {
         let what = format!("delete pod {name}");
         api::within(&what, self.rec.request_timeout, async {
@@ -593,6 +626,10 @@ impl Runtime for KubeRuntime {
 
     async fn set_world_size(&self, world_size: u32) -> Result<()> {
         self.world_size(world_size).await
+    }
+
+    async fn rollout_ranks(&self, ranks: u32, world_size: u32) -> Result<()> {
+        self.rollout(ranks, world_size).await
     }
 
     async fn restart_rank(&self, rank: u32) -> Result<()> {

@@ -868,6 +868,42 @@ async fn unplaceable_rank_scales_through_the_scale_subresource_and_sets_the_worl
 }
 
 #[tokio::test]
+async fn a_rollout_patches_replicas_and_template_together_and_deletes_no_pod() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/configmaps/lab-config"),
+                Reply::Json(200, config(5)),
+            )
+            .body(|b| assert_eq!(*b, json!({ "data": { "world-size": "5" } }))),
+            // one change of the StatefulSet: the controller's rolling update does the rest
+            ex(
+                "PATCH",
+                format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"),
+                Reply::Json(200, generation(sts(5, "400m"), 3, 2)),
+            )
+            .body(|b| {
+                assert_eq!(b["spec"]["replicas"], 5);
+                assert_eq!(
+                    b["spec"]["template"]["metadata"]["annotations"]["lab.dev/world-size"],
+                    "5"
+                );
+            }),
+        ],
+    );
+    rt.rollout_ranks(5, 5).await.unwrap();
+    let seen = finish(server).await;
+    assert!(!seen.iter().any(|s| s.starts_with("DELETE")), "{seen:#?}");
+    assert!(matches!(
+        rt.rollout_ranks(5, 0).await,
+        Err(RuntimeError::InvalidInput(_))
+    ));
+}
+
+#[tokio::test]
 async fn scale_error_paths_are_explained() {
     let (rt, h) = runtime(DelayChoice::Auto);
     let server = serve(

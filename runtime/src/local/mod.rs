@@ -658,6 +658,10 @@ impl Runtime for LocalRuntime {
         self.call(Request::WorldSize { world_size }).await.map(drop)
     }
 
+    async fn rollout_ranks(&self, ranks: u32, world_size: u32) -> Result<()> {
+        self.call(Request::Rollout { ranks, world_size }).await.map(drop)
+    }
+
     async fn restart_rank(&self, rank: u32) -> Result<()> {
         self.call(Request::Restart { rank }).await.map(drop)
     }

@@ -26,6 +26,11 @@ pub enum Request {
     WorldSize {
         world_size: u32,
     },
+    /// Rank count and world size in one template change, rolled out one rank at a time.
+    Rollout {
+        ranks: u32,
+        world_size: u32,
+    },
     Resize {
         rank: u32,
         cpu: Millicores,

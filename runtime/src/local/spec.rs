@@ -87,6 +87,11 @@ pub struct LocalSpec {
     pub rank_ports: BTreeMap<u32, RankPorts>,
     /// Bumped whenever the rank configuration changes; ranks started under an older one are replaced.
     pub generation: u64,
+    /// True after a rolling change ([`crate::Runtime::rollout_ranks`]): a rank whose world size differs
+    /// from `world_size` is replaced one at a time, only while every rank is available, instead of all
+    /// at once.
+    #[serde(default)]
+    pub rolling: bool,
 }
 
 impl LocalSpec {
@@ -101,6 +106,7 @@ impl LocalSpec {
             seed: false,
             rank_ports: BTreeMap::new(),
             generation: 1,
+            rolling: false,
         }
     }
 

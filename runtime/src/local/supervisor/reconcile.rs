@@ -67,12 +67,15 @@ pub(super) struct Inst {
     pub succeeded: bool,
     pub failed: bool,
     pub generation: u64,
+    /// The world size its process was started with: its pod's revision of the job's configuration. A
+    /// process that exits and restarts in the same instance keeps it during a rolling change.
+    pub world_size: u32,
     /// Replace instead of restart when the current process ends (a new pod: restarts start from 0).
     pub replace: bool,
 }
 
 impl Inst {
-    fn new(kind: Kind, generation: u64) -> Self {
+    fn new(kind: Kind, generation: u64, world_size: u32) -> Self {
         Inst {
             kind,
             running: None,
@@ -84,6 +87,7 @@ impl Inst {
             succeeded: false,
             failed: false,
             generation,
+            world_size,
             replace: false,
         }
     }
@@ -179,6 +183,19 @@ impl Sup {
                 self.save_spec();
                 Response::Ok
             }
+            Request::Rollout { ranks, world_size } => {
+                let max = crate::local::MAX_RANKS;
+                if ranks == 0 || ranks > max || world_size == 0 || world_size > max {
+                    return err(format!("ranks and world size must be between 1 and {max}"));
+                }
+                // Like `kubectl apply` of a StatefulSet with new replicas and a new template under a
+                // RollingUpdate strategy: nothing restarts now; `reconcile` replaces one rank at a time.
+                self.spec.ranks = ranks;
+                self.spec.world_size = world_size;
+                self.spec.rolling = true;
+                self.save_spec();
+                Response::Ok
+            }
             Request::ApplyTemplate { cpu } => {
                 // Like re-applying a StatefulSet: an unchanged template changes nothing; a changed one rolls
                 // every rank onto new pods.
@@ -241,6 +258,31 @@ impl Sup {
     fn new_generation(&mut self) {
         self.spec.generation += 1;
         self.spec.cpu_live.clear();
+        // A change applied to every rank at once ends any rolling change under way.
+        self.spec.rolling = false;
+    }
+
+    /// During a rolling change, the rank to replace now: the highest ordinal whose world size is not the
+    /// configuration's, and only when every wanted rank is available (placed, running, Ready, not being
+    /// stopped), as a StatefulSet rolling update waits. `None` when the rollout cannot or need not go on.
+    pub(super) fn next_to_roll(&self) -> Option<u32> {
+        if !self.spec.rolling {
+            return None;
+        }
+        let available = |r: u32| {
+            self.slots.contains_key(&r)
+                && self.insts.get(&names::rank(r)).is_some_and(|i| {
+                    i.ready && i.running.as_ref().is_some_and(|run| run.terminating.is_none())
+                })
+        };
+        if !(0..self.spec.ranks).all(available) {
+            return None;
+        }
+        (0..self.spec.ranks).rev().find(|r| {
+            self.insts
+                .get(&names::rank(*r))
+                .is_some_and(|i| i.world_size != self.spec.world_size)
+        })
     }
 
     /// Brings the processes in line with the spec. Called every tick and after every request.
@@ -276,10 +318,19 @@ impl Sup {
             }
         }
 
-        // Stop what is no longer wanted, or was started under an older configuration.
+        // Stop what is no longer wanted, or was started under an older configuration: every such rank at
+        // once, or during a rolling change the one whose turn it is.
         let generation = self.spec.generation;
+        let world_size = self.spec.world_size;
+        let rolled = self.next_to_roll();
+        if let Some(r) = rolled {
+            log(&format!("rolling {} to world size {world_size}", names::rank(r)));
+        }
         for (name, inst) in self.insts.iter_mut() {
-            let stale = matches!(inst.kind, Kind::Rank(_)) && inst.generation != generation;
+            let stale = match inst.kind {
+                Kind::Rank(r) => inst.generation != generation || rolled == Some(r),
+                _ => false,
+            };
             if !wanted.contains(&inst.kind) || stale {
                 if stale {
                     inst.replace = true;
@@ -299,7 +350,7 @@ impl Sup {
             let inst = self
                 .insts
                 .entry(name.clone())
-                .or_insert_with(|| Inst::new(kind, generation));
+                .or_insert_with(|| Inst::new(kind, generation, world_size));
             if inst.running.is_some() || inst.succeeded || inst.failed {
                 continue;
             }
@@ -307,7 +358,13 @@ impl Sup {
                 continue;
             }
             inst.generation = generation;
-            match self.start(kind, now) {
+            // Outside a rolling change a restart takes the configuration as it is; during one, a rank
+            // keeps its pod's revision until its turn comes.
+            if !self.spec.rolling {
+                inst.world_size = world_size;
+            }
+            let ws = inst.world_size;
+            match self.start(kind, ws, now) {
                 Ok(running) => {
                     log(&format!("started {name} (pid {})", running.process.record().pid));
                     let inst = self.insts.get_mut(&name).expect("just inserted");
@@ -340,6 +397,7 @@ impl Sup {
     /// exited.
     pub fn reap(&mut self, now: Instant) -> bool {
         let mut any = false;
+        let world_size = self.spec.world_size;
         for (name, inst) in self.insts.iter_mut() {
             let Some(run) = inst.running.as_mut() else {
                 continue;
@@ -363,9 +421,11 @@ impl Sup {
             };
             if run.terminating.is_some() {
                 if inst.replace {
+                    // A new pod, from the template as it is now.
                     inst.replace = false;
                     inst.restarts = 0;
                     inst.backoff = BACKOFF_START;
+                    inst.world_size = world_size;
                 }
                 inst.not_before = None;
                 continue;
@@ -406,11 +466,13 @@ impl Sup {
         Ok(p)
     }
 
-    fn start(&mut self, kind: Kind, now: Instant) -> std::io::Result<Running> {
+    fn start(&mut self, kind: Kind, world_size: u32, now: Instant) -> std::io::Result<Running> {
         if let Kind::Rank(r) = kind {
             self.rank_ports(r)?;
         }
-        let cmd = role_command(kind, &self.cfg, &self.spec, &self.paths).ok_or_else(|| {
+        let mut spec = self.spec.clone();
+        spec.world_size = world_size;
+        let cmd = role_command(kind, &self.cfg, &spec, &self.paths).ok_or_else(|| {
             std::io::Error::other(format!("{} is not in the lab's configuration", inst_name(kind)))
         })?;
         let process = self.launcher.launch(&cmd)?;

@@ -529,3 +529,124 @@ fn a_restarted_proxy_comes_back_with_the_delay_on_record() {
     );
     assert_eq!(volume.cwd, Some(paths.data()));
 }
+
+fn world_size_of(procs: &Procs, name: &str) -> String {
+    procs
+        .last_command(name)
+        .args
+        .into_iter()
+        .find(|a| a.starts_with("--world-size="))
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_rolling_change_waits_behind_a_pending_rank_and_the_running_ranks_keep_their_revision() {
+    let t0 = Instant::now();
+    let (_d, mut sup, procs) = with_ranks(4, t0);
+    ok(sup.request(
+        Request::Rollout {
+            ranks: 5,
+            world_size: 5,
+        },
+        t0,
+    ));
+    for s in 1..20 {
+        sup.reconcile(secs(t0, f64::from(s)));
+        all_ready(&mut sup);
+    }
+    assert_eq!(pod(&sup, "rank-4").reason.as_deref(), Some("Insufficient gpu"));
+    assert_eq!(sup.status().status.world_size, 5, "the configuration says five");
+    for r in 0..4 {
+        let name = format!("rank-{r}");
+        assert_eq!(procs.starts(&name), 1, "{name} was not touched");
+        assert_eq!(world_size_of(&procs, &name), "--world-size=4");
+    }
+    // A rank of the old revision that crashes comes back in its own pod, with its own configuration.
+    procs.exit("rank-1", 1);
+    sup.reconcile(secs(t0, 21.0));
+    sup.reconcile(secs(t0, 22.5));
+    assert_eq!(procs.starts("rank-1"), 2);
+    assert_eq!(world_size_of(&procs, "rank-1"), "--world-size=4");
+}
+
+#[test]
+fn scaling_back_unblocks_the_rollout_one_rank_at_a_time_highest_first() {
+    let t0 = Instant::now();
+    let (_d, mut sup, procs) = with_ranks(4, t0);
+    ok(sup.request(
+        Request::Rollout {
+            ranks: 5,
+            world_size: 5,
+        },
+        t0,
+    ));
+    sup.reconcile(secs(t0, 1.0));
+    ok(sup.request(Request::Scale { ranks: 4 }, secs(t0, 2.0)));
+    let mut order: Vec<String> = Vec::new();
+    let mut t = 2.0;
+    while order.len() < 4 && t < 60.0 {
+        // Several ticks before the probes see the new rank Ready: the rollout waits for it.
+        for k in 0..3 {
+            sup.reconcile(secs(t0, t + 0.1 * f64::from(k)));
+        }
+        let replaced: Vec<String> = (0..4)
+            .rev()
+            .map(|r| format!("rank-{r}"))
+            .filter(|n| procs.starts(n) == 2)
+            .collect();
+        assert!(
+            replaced.len() <= order.len() + 1,
+            "one rank at a time: {replaced:?}"
+        );
+        for n in replaced {
+            if !order.contains(&n) {
+                order.push(n);
+            }
+        }
+        all_ready(&mut sup);
+        t += 1.0;
+    }
+    assert_eq!(order, ["rank-3", "rank-2", "rank-1", "rank-0"]);
+    for r in 0..4 {
+        assert_eq!(world_size_of(&procs, &format!("rank-{r}")), "--world-size=5");
+    }
+}
+
+#[test]
+fn rolling_back_to_the_running_revision_restarts_nothing() {
+    let t0 = Instant::now();
+    let (_d, mut sup, procs) = with_ranks(4, t0);
+    ok(sup.request(
+        Request::Rollout {
+            ranks: 5,
+            world_size: 5,
+        },
+        t0,
+    ));
+    sup.reconcile(secs(t0, 1.0));
+    ok(sup.request(
+        Request::Rollout {
+            ranks: 4,
+            world_size: 4,
+        },
+        secs(t0, 2.0),
+    ));
+    for s in 2..10 {
+        sup.reconcile(secs(t0, f64::from(s)));
+        all_ready(&mut sup);
+    }
+    assert!(sup.status().status.pods.iter().all(|p| p.name != "rank-4"));
+    for r in 0..4 {
+        assert_eq!(procs.starts(&format!("rank-{r}")), 1);
+    }
+    assert!(
+        sup.request(
+            Request::Rollout {
+                ranks: 0,
+                world_size: 4
+            },
+            t0
+        ) != Response::Ok
+    );
+    assert_eq!(sup.spec.ranks, 4, "a refused rollout changes nothing");
+}
