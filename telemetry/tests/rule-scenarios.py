@@ -270,10 +270,12 @@ for lapse_end, name, checks in [
 
 # F: unstable throughput: no baseline, so no throughput alert
 sc = Scenario()
-healthy_rank(sc, 0, samples=[(15, 50), (30, 150), (45, 50), (60, 150), (T, 10)])
+# A square wave over 20 s (20/s, then 180/s): every 10 s window of its 10 s rate rises or falls by far more
+# than 10 %. Checked at 72 s, before the drop to 10/s has filled a window of its own.
+healthy_rank(sc, 0, samples=[(10, 20), (20, 180), (30, 20), (40, 180), (50, 20), (60, 180), (T, 10)])
 groups.append(('unstable throughput never settles into a baseline, so a later drop fires nothing',
-    sc, [alert_test(90, 'LabTrainingThroughputLow', [])], [
-    {'expr': 'lab:job_samples_per_second:baseline', 'eval_time': '90s', 'exp_samples': []},
+    sc, [alert_test(72, 'LabTrainingThroughputLow', [])], [
+    {'expr': 'lab:job_samples_per_second:baseline', 'eval_time': '72s', 'exp_samples': []},
     ]))
 
 # G: every server equally slow
