@@ -303,7 +303,15 @@ struct RawInject {
     #[serde(default, deserialize_with = "opt_cpu")]
     cpu: Option<Millicores>,
     #[serde(default)]
-    ranks: Option<u32>,
+    ranks: Option<RanksArg>,
+}
+
+/// `ranks:` is a count for unplaceable-rank (`ranks: 5`) and a list for slow-compute (`ranks: [1, 2]`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RanksArg {
+    Count(u32),
+    List(Vec<u32>),
 }
 
 impl Check for RawInject {
@@ -324,6 +332,8 @@ impl Check for RawInject {
             FaultKind::SlowStorage => &["server", "delay", "jitter"],
             FaultKind::ThrottledRank => &["rank", "cpu"],
             FaultKind::UnplaceableRank => &["ranks"],
+            FaultKind::RankHang => &["rank"],
+            FaultKind::SlowCompute => &["ranks"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
             return Err(format!(
@@ -347,7 +357,23 @@ impl Check for RawInject {
                 cpu: self.cpu.unwrap_or(cpu),
             },
             Fault::UnplaceableRank { ranks } => Fault::UnplaceableRank {
-                ranks: self.ranks.unwrap_or(ranks),
+                ranks: match self.ranks {
+                    None => ranks,
+                    Some(RanksArg::Count(n)) => n,
+                    Some(RanksArg::List(_)) => {
+                        return Err("`ranks` of unplaceable-rank is a count (e.g. 5), not a list".into());
+                    }
+                },
+            },
+            Fault::RankHang { rank } => Fault::RankHang {
+                rank: self.rank.unwrap_or(rank),
+            },
+            Fault::SlowCompute { ranks } => Fault::SlowCompute {
+                ranks: match self.ranks {
+                    None => ranks,
+                    Some(RanksArg::Count(n)) => vec![n],
+                    Some(RanksArg::List(l)) => l,
+                },
             },
         };
         fault.validate().map_err(|e| e.to_string().replace("--", ""))?;

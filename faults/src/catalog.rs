@@ -16,14 +16,18 @@ pub enum FaultKind {
     SlowStorage,
     ThrottledRank,
     UnplaceableRank,
+    RankHang,
+    SlowCompute,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 3] = [
+    pub const ALL: [FaultKind; 5] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
+        FaultKind::RankHang,
+        FaultKind::SlowCompute,
     ];
 
     /// The kind's name on the command line.
@@ -32,6 +36,8 @@ impl FaultKind {
             FaultKind::SlowStorage => "slow-storage",
             FaultKind::ThrottledRank => "throttled-rank",
             FaultKind::UnplaceableRank => "unplaceable-rank",
+            FaultKind::RankHang => "rank-hang",
+            FaultKind::SlowCompute => "slow-compute",
         }
     }
 
@@ -60,6 +66,12 @@ impl FaultKind {
             FaultKind::UnplaceableRank => {
                 "[--ranks 5]  scale past the node's GPUs and expect that many peers; the new rank never starts"
             }
+            FaultKind::RankHang => {
+                "[--rank 1]  one rank's training thread frozen; its process lives and stays Ready (local runtime)"
+            }
+            FaultKind::SlowCompute => {
+                "[--ranks 1,2]  a CPU hog beside each rank, inside its limit; spec and template unchanged (local runtime)"
+            }
         }
     }
 
@@ -76,6 +88,8 @@ impl FaultKind {
                 cpu: Millicores(150),
             },
             FaultKind::UnplaceableRank => Fault::UnplaceableRank { ranks: 5 },
+            FaultKind::RankHang => Fault::RankHang { rank: 1 },
+            FaultKind::SlowCompute => Fault::SlowCompute { ranks: vec![1, 2] },
         }
     }
 }
@@ -102,6 +116,10 @@ pub enum Fault {
     ThrottledRank { rank: u32, cpu: Millicores },
     /// The job is scaled to `ranks` and told to expect that many peers.
     UnplaceableRank { ranks: u32 },
+    /// Rank `rank`'s training thread is frozen while its process lives.
+    RankHang { rank: u32 },
+    /// A CPU hog runs beside each of `ranks`, inside its CPU limit.
+    SlowCompute { ranks: Vec<u32> },
 }
 
 impl Fault {
@@ -111,6 +129,8 @@ impl Fault {
             Fault::SlowStorage { .. } => FaultKind::SlowStorage,
             Fault::ThrottledRank { .. } => FaultKind::ThrottledRank,
             Fault::UnplaceableRank { .. } => FaultKind::UnplaceableRank,
+            Fault::RankHang { .. } => FaultKind::RankHang,
+            Fault::SlowCompute { .. } => FaultKind::SlowCompute,
         }
     }
 
@@ -120,6 +140,12 @@ impl Fault {
             Fault::SlowStorage { server, .. } => lab_model::names::storage(*server),
             Fault::ThrottledRank { rank, .. } => lab_model::names::rank(*rank),
             Fault::UnplaceableRank { .. } => "ranks".to_string(),
+            Fault::RankHang { rank } => lab_model::names::rank(*rank),
+            Fault::SlowCompute { ranks } => ranks
+                .iter()
+                .map(|r| lab_model::names::rank(*r))
+                .collect::<Vec<_>>()
+                .join(","),
         }
     }
 
@@ -147,7 +173,27 @@ impl Fault {
                 }
                 Ok(())
             }
-            Fault::ThrottledRank { .. } => Ok(()),
+            Fault::ThrottledRank { .. } | Fault::RankHang { .. } => Ok(()),
+            Fault::SlowCompute { ranks } => {
+                if ranks.is_empty() {
+                    return Err(FaultError::Invalid(
+                        "--ranks must name at least one rank (e.g. 1,2)".into(),
+                    ));
+                }
+                let mut sorted = ranks.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if sorted.len() != ranks.len() {
+                    return Err(FaultError::Invalid("--ranks names a rank twice".into()));
+                }
+                if ranks.len() as u32 > lab_model::actions::MAX_RANKS {
+                    return Err(FaultError::Invalid(format!(
+                        "--ranks names more than the {} ranks a lab can have",
+                        lab_model::actions::MAX_RANKS
+                    )));
+                }
+                Ok(())
+            }
             Fault::UnplaceableRank { ranks } => {
                 if *ranks == 0 || *ranks > lab_model::actions::MAX_RANKS {
                     return Err(FaultError::Invalid(format!(
@@ -184,6 +230,12 @@ impl fmt::Display for Fault {
             }
             Fault::ThrottledRank { rank, cpu } => write!(f, "throttled-rank on rank-{rank}: cpu {cpu}"),
             Fault::UnplaceableRank { ranks } => write!(f, "unplaceable-rank: {ranks} ranks"),
+            Fault::RankHang { rank } => write!(f, "rank-hang on rank-{rank}: training thread frozen"),
+            Fault::SlowCompute { .. } => write!(
+                f,
+                "slow-compute on {}: a CPU hog beside each",
+                self.target().replace(',', ", ")
+            ),
         }
     }
 }
@@ -247,6 +299,15 @@ mod tests {
         };
         assert!(absurd.validate().unwrap_err().to_string().contains("absurd"));
         assert!(Fault::UnplaceableRank { ranks: 0 }.validate().is_err());
+        assert!(Fault::SlowCompute { ranks: vec![] }.validate().is_err());
+        assert!(
+            Fault::SlowCompute { ranks: vec![1, 1] }
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
+        assert!(Fault::SlowCompute { ranks: vec![1, 2] }.validate().is_ok());
     }
 
     #[test]
@@ -255,5 +316,10 @@ mod tests {
             FaultKind::SlowStorage.default_fault().to_string(),
             "slow-storage on storage-1: +300 ms"
         );
+        assert_eq!(
+            FaultKind::SlowCompute.default_fault().to_string(),
+            "slow-compute on rank-1, rank-2: a CPU hog beside each"
+        );
+        assert_eq!(FaultKind::SlowCompute.default_fault().target(), "rank-1,rank-2");
     }
 }

@@ -52,6 +52,9 @@ pub enum Command {
     Restart(RestartArgs),
     /// Re-apply the rank template; ranks are replaced only if it changes.
     Apply(ApplyArgs),
+    /// What runs beside one rank, inside its CPU limit: list it, stop what is not the rank.
+    #[command(subcommand)]
+    Rank(RankCmd),
     /// The live console: per-storage-server latency against pod Ready.
     Console,
     /// Run and check fault drills.
@@ -237,6 +240,26 @@ pub enum InjectCmd {
         #[arg(long)]
         json: bool,
     },
+    /// One rank's training thread is frozen (cgroup v1 freezer) while its process lives and stays Ready:
+    /// its step counter stops and its siblings wait at the all-reduce. Right fix: `lab restart rank N`.
+    /// Local runtime only.
+    RankHang {
+        /// The rank.
+        #[arg(long, default_value_t = 1)]
+        rank: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A CPU hog runs beside each of these ranks, inside the rank's own CPU limit: they compute slowly
+    /// while spec, limit in force and template are unchanged. Right fix: find and stop the hog
+    /// (`lab rank procs N`, `lab rank stop N --pid P`). Local runtime only.
+    SlowCompute {
+        /// The ranks, comma-separated (e.g. 1,2); leave at least one rank out.
+        #[arg(long, default_value = "1,2", value_delimiter = ',')]
+        ranks: Vec<u32>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -285,6 +308,27 @@ pub struct RestartArgs {
     pub what: String,
     /// The rank.
     pub rank: u32,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RankCmd {
+    /// Every process in the rank's CPU limit (its cgroup), the rank's own included, with the CPU time each
+    /// used. Something beside the rank slows it down without any change to its spec or the template.
+    Procs {
+        /// The rank.
+        rank: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop one process beside the rank (from `lab rank procs`). The rank's own process is refused:
+    /// `lab restart rank N` replaces the rank.
+    Stop {
+        /// The rank.
+        rank: u32,
+        /// The process to stop.
+        #[arg(long)]
+        pid: u32,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -15,7 +15,9 @@ use async_trait::async_trait;
 use lab_model::status::{LabStatus, Phase, PodStatus, Role, RuntimeKind};
 use lab_model::{Millicores, metrics, names};
 
-use crate::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget, TargetKind};
+use crate::{
+    BesideProcess, CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget, TargetKind,
+};
 
 /// The fake lab's state; tests read it with [`FakeRuntime::state`] and change it with [`FakeRuntime::update`].
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +34,16 @@ pub struct FakeLab {
     pub template: Millicores,
     /// When false, a delay set on a path does not show in its probe (a path that ignores it).
     pub delays_take_effect: bool,
+    /// Ranks whose training thread is frozen.
+    pub frozen: std::collections::BTreeSet<u32>,
+    /// Pids of the processes started beside each rank.
+    pub beside: BTreeMap<u32, Vec<u32>>,
+    /// The next pid handed out.
+    pub next_pid: u32,
+    /// CPU seconds each process beside a rank has used; every listing adds half a second (they burn).
+    pub beside_cpu: BTreeMap<u32, f64>,
+    /// Each running rank's step counter, advanced by every status read unless the rank is frozen.
+    pub steps: BTreeMap<u32, u64>,
 }
 
 impl Default for FakeLab {
@@ -46,6 +58,11 @@ impl Default for FakeLab {
             cpu_live: BTreeMap::new(),
             template: Millicores(400),
             delays_take_effect: true,
+            frozen: Default::default(),
+            beside: BTreeMap::new(),
+            next_pid: 5000,
+            beside_cpu: BTreeMap::new(),
+            steps: BTreeMap::new(),
         }
     }
 }
@@ -235,8 +252,19 @@ impl Runtime for FakeRuntime {
 
     async fn fetch_metrics(&self, target: &ScrapeTarget, _timeout: Duration) -> Result<String> {
         self.call("fetch_metrics", target.instance.clone()).await?;
-        let lab = self.lab();
-        Ok(format!("{} {}\n", metrics::WORLD_SIZE, lab.world_size))
+        let mut lab = self.lab();
+        let frozen = lab.frozen.contains(&target.index);
+        let step = lab.steps.entry(target.index).or_insert(100);
+        if !frozen {
+            *step += 5;
+        }
+        let step = *step;
+        Ok(format!(
+            "{} {}\n{} {step}\n",
+            metrics::WORLD_SIZE,
+            lab.world_size,
+            metrics::STEP
+        ))
     }
 
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
@@ -318,8 +346,84 @@ impl Runtime for FakeRuntime {
 
     async fn restart_rank(&self, rank: u32) -> Result<()> {
         self.call("restart_rank", rank.to_string()).await?;
-        // A new rank comes back from its template.
-        self.lab().cpu_live.remove(&rank);
+        // A new rank comes back from its template, and thawed.
+        let mut lab = self.lab();
+        lab.cpu_live.remove(&rank);
+        lab.frozen.remove(&rank);
+        Ok(())
+    }
+
+    async fn rank_frozen(&self, rank: u32) -> Result<bool> {
+        self.call("rank_frozen", rank.to_string()).await?;
+        Ok(self.lab().frozen.contains(&rank))
+    }
+
+    async fn freeze_rank(&self, rank: u32, frozen: bool) -> Result<()> {
+        self.call("freeze_rank", format!("{rank}, {frozen}")).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, rank) {
+            return Err(RuntimeError::NoSuchInstance(names::rank(rank)));
+        }
+        if frozen {
+            lab.frozen.insert(rank);
+        } else {
+            lab.frozen.remove(&rank);
+        }
+        Ok(())
+    }
+
+    async fn rank_processes(&self, rank: u32) -> Result<Vec<BesideProcess>> {
+        self.call("rank_processes", rank.to_string()).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, rank) {
+            return Err(RuntimeError::NoSuchInstance(names::rank(rank)));
+        }
+        let mut out = vec![BesideProcess {
+            pid: 1000 + rank,
+            command: format!("lab-rank --rank={rank}"),
+            cpu_seconds: 1.0,
+            rank_itself: true,
+        }];
+        for pid in lab.beside.get(&rank).cloned().unwrap_or_default() {
+            let cpu = lab.beside_cpu.entry(pid).or_insert(0.0);
+            *cpu += 0.5;
+            out.push(BesideProcess {
+                pid,
+                command: "/bin/sh -c while :; do :; done".into(),
+                cpu_seconds: *cpu,
+                rank_itself: false,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn start_hog(&self, rank: u32) -> Result<u32> {
+        self.call("start_hog", rank.to_string()).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, rank) {
+            return Err(RuntimeError::NoSuchInstance(names::rank(rank)));
+        }
+        let pid = lab.next_pid;
+        lab.next_pid += 1;
+        lab.beside.entry(rank).or_default().push(pid);
+        Ok(pid)
+    }
+
+    async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
+        self.call("stop_beside", format!("{rank}, {pid}")).await?;
+        let mut lab = self.lab();
+        if pid == 1000 + rank {
+            return Err(RuntimeError::InvalidInput(format!(
+                "pid {pid} is rank-{rank} itself"
+            )));
+        }
+        let list = lab.beside.entry(rank).or_default();
+        if !list.contains(&pid) {
+            return Err(RuntimeError::InvalidInput(format!(
+                "pid {pid} is not beside rank-{rank}"
+            )));
+        }
+        list.retain(|p| *p != pid);
         Ok(())
     }
 }

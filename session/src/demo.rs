@@ -57,7 +57,13 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
             command: None,
             timeout: Duration::from_secs(120),
         })],
-        FaultKind::ThrottledRank => vec![Step::Remediate(command("lab restart rank 1"))],
+        FaultKind::ThrottledRank | FaultKind::RankHang => {
+            vec![Step::Remediate(command("lab restart rank 1"))]
+        }
+        FaultKind::SlowCompute => vec![Step::Remediate(Remediate {
+            command: None,
+            timeout: Duration::from_secs(120),
+        })],
         FaultKind::UnplaceableRank => vec![
             Step::Remediate(command("lab scale ranks 4")),
             Step::Verify(Verify {

@@ -2,6 +2,8 @@
 //! (`crate::engine`) owns the ledger and the order of things; a kind owns only what it does to the lab.
 //! Adding a fault is a file here and a line in [`injector`].
 
+mod rank_hang;
+mod slow_compute;
 mod slow_storage;
 mod throttled_rank;
 mod unplaceable_rank;
@@ -18,6 +20,8 @@ use lab_runtime::{DelayPath, Runtime};
 use crate::ledger::{Before, Ledger};
 use crate::{Fault, FaultError};
 
+pub use rank_hang::RankHang;
+pub use slow_compute::SlowCompute;
 pub use slow_storage::SlowStorage;
 pub use throttled_rank::ThrottledRank;
 pub use unplaceable_rank::UnplaceableRank;
@@ -120,6 +124,8 @@ pub trait Injector: Send + Sync {
 /// The injector of `fault`: the registry of kinds.
 pub fn injector(fault: &Fault) -> Box<dyn Injector> {
     match *fault {
+        Fault::RankHang { rank } => Box::new(RankHang { rank }),
+        Fault::SlowCompute { ref ranks } => Box::new(SlowCompute { ranks: ranks.clone() }),
         Fault::SlowStorage {
             server,
             delay,
@@ -132,6 +138,17 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
         Fault::ThrottledRank { rank, cpu } => Box::new(ThrottledRank { rank, cpu }),
         Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
     }
+}
+
+/// Refuses `kind` on a runtime other than the local one, saying why (`why`).
+pub(crate) fn local_only(status: &LabStatus, kind: &str, why: &str) -> Result<(), FaultError> {
+    if status.runtime == lab_model::status::RuntimeKind::Local {
+        return Ok(());
+    }
+    Err(FaultError::Invalid(format!(
+        "{kind} runs on the local runtime only, and this lab runs on {}: it {why}",
+        status.runtime
+    )))
 }
 
 /// The ledger holds a `before` that does not belong to this kind of fault.

@@ -221,6 +221,10 @@ impl Observer for Story {
                             t.fix = "the lab's own clear (delay removed)".into();
                         }
                         lab_faults::FaultKind::ThrottledRank => t.fix = "lab restart rank 1".into(),
+                        lab_faults::FaultKind::RankHang => t.fix = "lab restart rank 1".into(),
+                        lab_faults::FaultKind::SlowCompute => {
+                            t.fix = "the lab's own clear (hogs stopped)".into();
+                        }
                         lab_faults::FaultKind::UnplaceableRank => {}
                     }
                 }

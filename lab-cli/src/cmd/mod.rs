@@ -29,6 +29,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Resize(a) => remediate::resize(&name, a.rank, a.cpu).await,
         Command::Restart(a) => remediate::restart(&name, a.rank).await,
         Command::Apply(a) => remediate::apply(&name, a.cpu).await,
+        Command::Rank(crate::cli::RankCmd::Procs { rank, json }) => remediate::procs(&name, rank, json).await,
+        Command::Rank(crate::cli::RankCmd::Stop { rank, pid }) => remediate::stop(&name, rank, pid).await,
         Command::Console => console::console(&name).await,
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,

@@ -1,4 +1,4 @@
-//! Remediation commands: scale, world size, resize, restart, apply.
+//! Remediation commands: scale, world size, resize, restart, apply, and what runs beside a rank.
 
 use std::process::ExitCode;
 
@@ -34,4 +34,30 @@ pub async fn restart(name: &str, rank: u32) -> anyhow::Result<ExitCode> {
 pub async fn apply(name: &str, cpu: Millicores) -> anyhow::Result<ExitCode> {
     let rt = lab_runtime::open::open(name).await?;
     done(remediate::apply_template(rt.as_ref(), &Ledger::of_lab(name), cpu).await).await
+}
+
+pub async fn procs(name: &str, rank: u32, json: bool) -> anyhow::Result<ExitCode> {
+    let rt = lab_runtime::open::open(name).await?;
+    let procs = remediate::rank_processes(rt.as_ref(), rank).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&procs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:>8}  {:>9}  {:<6}  COMMAND", "PID", "CPU (s)", "");
+    for p in &procs {
+        let who = if p.rank_itself { "rank" } else { "beside" };
+        println!("{:>8}  {:>9.2}  {who:<6}  {}", p.pid, p.cpu_seconds, p.command);
+    }
+    let beside = procs.iter().filter(|p| !p.rank_itself).count();
+    if beside > 0 {
+        println!(
+            "{beside} process(es) share rank-{rank}'s CPU limit; `lab rank stop {rank} --pid PID` stops one"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn stop(name: &str, rank: u32, pid: u32) -> anyhow::Result<ExitCode> {
+    let rt = lab_runtime::open::open(name).await?;
+    done(remediate::stop_beside(rt.as_ref(), &Ledger::of_lab(name), rank, pid).await).await
 }

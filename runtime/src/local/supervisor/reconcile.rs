@@ -101,6 +101,8 @@ pub(super) struct Sup {
     pub me: Option<ProcRecord>,
     pub shutting_down: bool,
     pub launcher: Box<dyn Launcher>,
+    /// Processes started beside a rank, in its cgroup (the slow-compute fault's CPU hogs).
+    pub beside: Vec<super::beside::Beside>,
 }
 
 /// Asks `inst`'s process to stop, once; [`Sup::reap`] kills it if it outlives the grace period.
@@ -125,6 +127,7 @@ impl Sup {
             me: None,
             shutting_down: false,
             launcher,
+            beside: Vec::new(),
         }
     }
 
@@ -141,6 +144,7 @@ impl Sup {
                 .values()
                 .filter_map(|i| i.running.as_ref().map(|r| r.process.record().clone())),
         );
+        table.extend(self.beside.iter().map(|b| b.process.record().clone()));
         let _ = procs::write_table(&self.paths.procs(), &table);
     }
 
@@ -225,15 +229,22 @@ impl Sup {
                         self.spec.ranks
                     ));
                 }
-                // A new pod comes from the template: an in-place change does not survive it.
+                // A new pod comes from the template: an in-place change does not survive it. A frozen
+                // thread does not act on SIGKILL, so it is thawed first, as a container runtime does.
                 self.spec.cpu_live.remove(&rank);
                 self.save_spec();
+                self.thaw_rank(rank);
                 if let Some(i) = self.insts.get_mut(&names::rank(rank)) {
                     i.replace = true;
                     terminate(i, now);
                 }
                 Response::Ok
             }
+            Request::Freeze { rank, frozen } => self.freeze(rank, frozen),
+            Request::Frozen { rank } => self.frozen(rank),
+            Request::RankProcs { rank } => self.rank_procs(rank),
+            Request::StartHog { rank } => self.start_hog(rank),
+            Request::StopBeside { rank, pid } => self.stop_beside(rank, pid, now),
             Request::SetDelay { .. } | Request::Shutdown => err("handled elsewhere".into()),
         }
     }
@@ -241,6 +252,9 @@ impl Sup {
     fn new_generation(&mut self) {
         self.spec.generation += 1;
         self.spec.cpu_live.clear();
+        for r in 0..crate::local::MAX_RANKS {
+            self.thaw_rank(r);
+        }
     }
 
     /// Brings the processes in line with the spec. Called every tick and after every request.
@@ -339,7 +353,7 @@ impl Sup {
     /// Collects exited processes, and kills those that outlived their grace period. Returns true if any
     /// exited.
     pub fn reap(&mut self, now: Instant) -> bool {
-        let mut any = false;
+        let mut any = self.reap_beside(now);
         for (name, inst) in self.insts.iter_mut() {
             let Some(run) = inst.running.as_mut() else {
                 continue;
@@ -347,6 +361,10 @@ impl Sup {
             if let Some(t) = run.terminating
                 && now.duration_since(t) > TERMINATION_GRACE
             {
+                // A frozen thread would not act on the SIGKILL.
+                if let Kind::Rank(r) = inst.kind {
+                    super::beside::thaw(&self.cfg, r);
+                }
                 run.process.signal(Signal::SIGKILL);
             }
             let status = match run.process.try_wait() {
