@@ -7,13 +7,14 @@ use crate::error::DrillError;
 use crate::spec::{self, Drill};
 
 /// `(name, text)` of every built-in drill, in the seed story's order.
-pub const BUILTIN: [(&str, &str); 5] = [
+pub const BUILTIN: [(&str, &str); 6] = [
     ("slow-storage", include_str!("../builtin/slow-storage.yaml")),
     ("throttled-rank", include_str!("../builtin/throttled-rank.yaml")),
     (
         "unplaceable-rank",
         include_str!("../builtin/unplaceable-rank.yaml"),
     ),
+    ("rank-crash", include_str!("../builtin/rank-crash.yaml")),
     ("rank-hang", include_str!("../builtin/rank-hang.yaml")),
     ("slow-compute", include_str!("../builtin/slow-compute.yaml")),
 ];

@@ -334,7 +334,9 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
         }
         // A rank slowed by its limit, by a process beside it, or frozen: its CPU throttling against the
         // time it spends computing.
-        Fault::ThrottledRank { rank, .. } | Fault::RankHang { rank } => rank_cpu(*rank),
+        Fault::ThrottledRank { rank, .. } | Fault::RankHang { rank } | Fault::RankCrash { rank, .. } => {
+            rank_cpu(*rank)
+        }
         Fault::SlowCompute { ranks } => rank_cpu(*ranks.first()?),
         Fault::UnplaceableRank { .. } => Suspect {
             axis: "ranks".into(),

@@ -304,6 +304,8 @@ struct RawInject {
     cpu: Option<Millicores>,
     #[serde(default)]
     ranks: Option<RanksArg>,
+    #[serde(default)]
+    after: Option<u64>,
 }
 
 /// `ranks:` is a count for unplaceable-rank (`ranks: 5`) and a list for slow-compute (`ranks: [1, 2]`).
@@ -324,6 +326,7 @@ impl Check for RawInject {
             ("rank", self.rank.is_some()),
             ("cpu", self.cpu.is_some()),
             ("ranks", self.ranks.is_some()),
+            ("after", self.after.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -333,6 +336,7 @@ impl Check for RawInject {
             FaultKind::ThrottledRank => &["rank", "cpu"],
             FaultKind::UnplaceableRank => &["ranks"],
             FaultKind::RankHang => &["rank"],
+            FaultKind::RankCrash => &["rank", "after"],
             FaultKind::SlowCompute => &["ranks"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
@@ -364,6 +368,10 @@ impl Check for RawInject {
                         return Err("`ranks` of unplaceable-rank is a count (e.g. 5), not a list".into());
                     }
                 },
+            },
+            Fault::RankCrash { rank, after } => Fault::RankCrash {
+                rank: self.rank.unwrap_or(rank),
+                after: self.after.unwrap_or(after),
             },
             Fault::RankHang { rank } => Fault::RankHang {
                 rank: self.rank.unwrap_or(rank),

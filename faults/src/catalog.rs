@@ -16,16 +16,18 @@ pub enum FaultKind {
     SlowStorage,
     ThrottledRank,
     UnplaceableRank,
+    RankCrash,
     RankHang,
     SlowCompute,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 5] = [
+    pub const ALL: [FaultKind; 6] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
+        FaultKind::RankCrash,
         FaultKind::RankHang,
         FaultKind::SlowCompute,
     ];
@@ -36,6 +38,7 @@ impl FaultKind {
             FaultKind::SlowStorage => "slow-storage",
             FaultKind::ThrottledRank => "throttled-rank",
             FaultKind::UnplaceableRank => "unplaceable-rank",
+            FaultKind::RankCrash => "rank-crash",
             FaultKind::RankHang => "rank-hang",
             FaultKind::SlowCompute => "slow-compute",
         }
@@ -66,6 +69,9 @@ impl FaultKind {
             FaultKind::UnplaceableRank => {
                 "[--ranks 5]  scale past the node's GPUs and expect that many peers; the new rank never starts"
             }
+            FaultKind::RankCrash => {
+                "[--rank 1] [--after 150]  a setting of one rank makes it crash every N steps; the job resumes from its checkpoint each time (local runtime)"
+            }
             FaultKind::RankHang => {
                 "[--rank 1]  one rank's training thread frozen; its process lives and stays Ready (local runtime)"
             }
@@ -88,6 +94,7 @@ impl FaultKind {
                 cpu: Millicores(150),
             },
             FaultKind::UnplaceableRank => Fault::UnplaceableRank { ranks: 5 },
+            FaultKind::RankCrash => Fault::RankCrash { rank: 1, after: 150 },
             FaultKind::RankHang => Fault::RankHang { rank: 1 },
             FaultKind::SlowCompute => Fault::SlowCompute { ranks: vec![1, 2] },
         }
@@ -116,6 +123,8 @@ pub enum Fault {
     ThrottledRank { rank: u32, cpu: Millicores },
     /// The job is scaled to `ranks` and told to expect that many peers.
     UnplaceableRank { ranks: u32 },
+    /// Rank `rank` crashes after every `after` steps (a setting of that rank alone).
+    RankCrash { rank: u32, after: u64 },
     /// Rank `rank`'s training thread is frozen while its process lives.
     RankHang { rank: u32 },
     /// A CPU hog runs beside each of `ranks`, inside its CPU limit.
@@ -129,6 +138,7 @@ impl Fault {
             Fault::SlowStorage { .. } => FaultKind::SlowStorage,
             Fault::ThrottledRank { .. } => FaultKind::ThrottledRank,
             Fault::UnplaceableRank { .. } => FaultKind::UnplaceableRank,
+            Fault::RankCrash { .. } => FaultKind::RankCrash,
             Fault::RankHang { .. } => FaultKind::RankHang,
             Fault::SlowCompute { .. } => FaultKind::SlowCompute,
         }
@@ -140,7 +150,7 @@ impl Fault {
             Fault::SlowStorage { server, .. } => lab_model::names::storage(*server),
             Fault::ThrottledRank { rank, .. } => lab_model::names::rank(*rank),
             Fault::UnplaceableRank { .. } => "ranks".to_string(),
-            Fault::RankHang { rank } => lab_model::names::rank(*rank),
+            Fault::RankHang { rank } | Fault::RankCrash { rank, .. } => lab_model::names::rank(*rank),
             Fault::SlowCompute { ranks } => ranks
                 .iter()
                 .map(|r| lab_model::names::rank(*r))
@@ -174,6 +184,14 @@ impl Fault {
                 Ok(())
             }
             Fault::ThrottledRank { .. } | Fault::RankHang { .. } => Ok(()),
+            Fault::RankCrash { after, .. } => {
+                if *after == 0 {
+                    return Err(FaultError::Invalid(
+                        "--after must be at least 1 step (e.g. 150)".into(),
+                    ));
+                }
+                Ok(())
+            }
             Fault::SlowCompute { ranks } => {
                 if ranks.is_empty() {
                     return Err(FaultError::Invalid(
@@ -231,6 +249,9 @@ impl fmt::Display for Fault {
             Fault::ThrottledRank { rank, cpu } => write!(f, "throttled-rank on rank-{rank}: cpu {cpu}"),
             Fault::UnplaceableRank { ranks } => write!(f, "unplaceable-rank: {ranks} ranks"),
             Fault::RankHang { rank } => write!(f, "rank-hang on rank-{rank}: training thread frozen"),
+            Fault::RankCrash { rank, after } => {
+                write!(f, "rank-crash on rank-{rank}: crashes every {after} steps")
+            }
             Fault::SlowCompute { .. } => write!(
                 f,
                 "slow-compute on {}: a CPU hog beside each",
@@ -300,6 +321,7 @@ mod tests {
         assert!(absurd.validate().unwrap_err().to_string().contains("absurd"));
         assert!(Fault::UnplaceableRank { ranks: 0 }.validate().is_err());
         assert!(Fault::SlowCompute { ranks: vec![] }.validate().is_err());
+        assert!(Fault::RankCrash { rank: 1, after: 0 }.validate().is_err());
         assert!(
             Fault::SlowCompute { ranks: vec![1, 1] }
                 .validate()

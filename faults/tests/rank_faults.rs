@@ -1,10 +1,9 @@
-//! rank-hang and slow-compute driven against the fake runtime: what each applies, proves and records,
+//! rank-crash, rank-hang and slow-compute driven against the fake runtime: what each applies, proves and records,
 //! what clearing puts back, the right fixes that leave nothing to undo, and the bad input that changes
 //! nothing (the ledger file byte for byte).
 
 use lab_faults::ledger::Before;
 use lab_faults::{Fault, FaultPhase, Ledger, clear, clear_all, inject, remediate};
-use lab_runtime::Runtime;
 use lab_runtime::testing::FakeRuntime;
 
 fn ledger() -> (tempfile::TempDir, Ledger) {
@@ -161,5 +160,75 @@ async fn bad_input_is_refused_and_changes_nothing() {
             .all(|c| !c.starts_with("freeze_rank") && !c.starts_with("start_hog")),
         "{:?}",
         &rt.calls()[calls..]
+    );
+}
+
+#[tokio::test]
+async fn rank_crash_sets_the_ranks_own_setting_proves_the_crash_loop_and_puts_it_back() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    let done = inject(&rt, &l, Fault::RankCrash { rank: 1, after: 150 })
+        .await
+        .unwrap();
+    assert_eq!(
+        done.entry.before,
+        Before::RankEnv {
+            name: "LAB_DEVICE_FAULT_AFTER".into(),
+            value: None
+        }
+    );
+    let proof = done.entry.proof.as_deref().unwrap();
+    assert!(proof.contains("rank-1 crashed and was restarted"), "{proof}");
+    assert_eq!(
+        rt.state().rank_env[&1]
+            .get("LAB_DEVICE_FAULT_AFTER")
+            .map(String::as_str),
+        Some("150")
+    );
+    assert_eq!(done.changes[0].line(), l.read().unwrap().changes[0].line());
+
+    clear_all(&rt, &l).await.unwrap();
+    assert!(rt.state().rank_env.is_empty());
+}
+
+#[tokio::test]
+async fn the_operator_putting_the_setting_back_is_the_right_fix_and_restarting_is_not() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    inject(&rt, &l, Fault::RankCrash { rank: 2, after: 150 })
+        .await
+        .unwrap();
+    // The trap: a restart keeps the rank's own setting, which crashes it again.
+    remediate::restart(&rt, &l, 2).await.unwrap();
+    assert!(rt.state().rank_env.contains_key(&2));
+    // Bad input changes nothing.
+    let changes = l.read().unwrap().changes.len();
+    let err = remediate::set_rank_env(&rt, &l, 2, "PATH", None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not a rank setting"), "{err}");
+    let err = remediate::set_rank_env(&rt, &l, 2, "LAB_NOT_SET", None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("has no setting"), "{err}");
+    assert_eq!(l.read().unwrap().changes.len(), changes);
+    // The right fix.
+    let c = remediate::set_rank_env(&rt, &l, 2, "LAB_DEVICE_FAULT_AFTER", None)
+        .await
+        .unwrap();
+    assert_eq!((c.before.as_str(), c.after.as_str()), ("150", "unset"));
+    let sets = rt
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("set_rank_env("))
+        .count();
+    clear(&rt, &l, "rank-crash").await.unwrap().unwrap();
+    assert_eq!(
+        rt.calls()
+            .iter()
+            .filter(|c| c.starts_with("set_rank_env("))
+            .count(),
+        sets,
+        "the clear finds the setting gone and changes nothing"
     );
 }

@@ -240,6 +240,20 @@ pub enum InjectCmd {
         #[arg(long)]
         json: bool,
     },
+    /// One rank crashes in a loop: a setting of that rank alone (LAB_DEVICE_FAULT_AFTER) makes its
+    /// accelerator fail after every N steps. Its peers see a collective error; the job resumes from its
+    /// checkpoint each time and the steps since are lost. Right fix: remove the setting
+    /// (`lab rank env N --unset LAB_DEVICE_FAULT_AFTER`). Local runtime only.
+    RankCrash {
+        /// The rank.
+        #[arg(long, default_value_t = 1)]
+        rank: u32,
+        /// Steps between crashes.
+        #[arg(long, default_value_t = 150)]
+        after: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// One rank's training thread is frozen (cgroup v1 freezer) while its process lives and stays Ready:
     /// its step counter stops and its siblings wait at the all-reduce. Right fix: `lab restart rank N`.
     /// Local runtime only.
@@ -317,6 +331,20 @@ pub enum RankCmd {
     Procs {
         /// The rank.
         rank: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The settings of this rank alone (LAB_* variables beside the template's), or change one: the rank
+    /// restarts to pick it up. E.g. `lab rank env 1 --unset LAB_DEVICE_FAULT_AFTER`.
+    Env {
+        /// The rank.
+        rank: u32,
+        /// Set NAME=VALUE.
+        #[arg(long, value_name = "NAME=VALUE", conflicts_with = "unset")]
+        set: Option<String>,
+        /// Remove the setting NAME.
+        #[arg(long, value_name = "NAME")]
+        unset: Option<String>,
         #[arg(long)]
         json: bool,
     },

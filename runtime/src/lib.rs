@@ -161,4 +161,18 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`RuntimeError::InvalidInput`] for those refusals; the runtime's error otherwise.
     async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()>;
+
+    /// The settings of rank `rank` alone (`LAB_*` environment variables beside its template's).
+    ///
+    /// # Errors
+    /// When the runtime cannot be reached, or has no per-rank settings (with why).
+    async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>>;
+
+    /// Sets (`Some`) or removes (`None`) setting `name` of rank `rank` alone; the rank is replaced to pick
+    /// it up, and keeps it across later restarts (it is the job's configuration for that rank).
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for an unknown rank or a name that is not a `LAB_*` setting; the
+    /// runtime's error, or why it has no per-rank settings.
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()>;
 }

@@ -44,6 +44,11 @@ pub struct FakeLab {
     pub beside_cpu: BTreeMap<u32, f64>,
     /// Each running rank's step counter, advanced by every status read unless the rank is frozen.
     pub steps: BTreeMap<u32, u64>,
+    /// Settings of one rank alone.
+    pub rank_env: BTreeMap<u32, BTreeMap<String, String>>,
+    /// Restarts of each rank; a rank with `LAB_DEVICE_FAULT_AFTER` set counts one more at every status read
+    /// (it crashes in a loop).
+    pub restarts: BTreeMap<u32, u32>,
 }
 
 impl Default for FakeLab {
@@ -63,6 +68,8 @@ impl Default for FakeLab {
             next_pid: 5000,
             beside_cpu: BTreeMap::new(),
             steps: BTreeMap::new(),
+            rank_env: BTreeMap::new(),
+            restarts: BTreeMap::new(),
         }
     }
 }
@@ -199,7 +206,16 @@ impl Runtime for FakeRuntime {
 
     async fn status(&self) -> Result<LabStatus> {
         self.call("status", String::new()).await?;
-        let lab = self.lab();
+        let mut lab = self.lab();
+        let crashing: Vec<u32> = lab
+            .rank_env
+            .iter()
+            .filter(|(_, e)| e.contains_key("LAB_DEVICE_FAULT_AFTER"))
+            .map(|(r, _)| *r)
+            .collect();
+        for r in crashing {
+            *lab.restarts.entry(r).or_default() += 1;
+        }
         let mut pods = Vec::new();
         for i in 0..lab.ranks {
             let mut p = PodStatus::new(names::rank(i), Role::Rank, Some(i));
@@ -211,6 +227,10 @@ impl Runtime for FakeRuntime {
                 let live = lab.cpu_live.get(&i).copied().unwrap_or(lab.template);
                 p.resources.cpu_live = Some(live);
                 p.resources.cpu_spec = Some(live);
+                p.restarts = lab.restarts.get(&i).copied().unwrap_or(0);
+                if p.restarts > 0 {
+                    p.message = Some(format!("exit code {}", 6));
+                }
             } else {
                 p.reason = Some("Insufficient gpu".into());
             }
@@ -407,6 +427,32 @@ impl Runtime for FakeRuntime {
         lab.next_pid += 1;
         lab.beside.entry(rank).or_default().push(pid);
         Ok(pid)
+    }
+
+    async fn rank_env(&self, rank: u32) -> Result<BTreeMap<String, String>> {
+        self.call("rank_env", rank.to_string()).await?;
+        Ok(self.lab().rank_env.get(&rank).cloned().unwrap_or_default())
+    }
+
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
+        self.call("set_rank_env", format!("{rank}, {name}, {value:?}"))
+            .await?;
+        lab_model::actions::check_rank_env_name(name).map_err(RuntimeError::InvalidInput)?;
+        let mut lab = self.lab();
+        if rank >= lab.ranks {
+            return Err(RuntimeError::InvalidInput(format!("rank-{rank} does not exist")));
+        }
+        let env = lab.rank_env.entry(rank).or_default();
+        match value {
+            Some(v) => env.insert(name.to_string(), v),
+            None => env.remove(name),
+        };
+        if env.is_empty() {
+            lab.rank_env.remove(&rank);
+        }
+        // Replaced to pick it up: a new process, restarts from zero.
+        lab.restarts.remove(&rank);
+        Ok(())
     }
 
     async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {

@@ -60,7 +60,7 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
         FaultKind::ThrottledRank | FaultKind::RankHang => {
             vec![Step::Remediate(command("lab restart rank 1"))]
         }
-        FaultKind::SlowCompute => vec![Step::Remediate(Remediate {
+        FaultKind::SlowCompute | FaultKind::RankCrash => vec![Step::Remediate(Remediate {
             command: None,
             timeout: Duration::from_secs(120),
         })],

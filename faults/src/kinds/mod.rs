@@ -2,6 +2,7 @@
 //! (`crate::engine`) owns the ledger and the order of things; a kind owns only what it does to the lab.
 //! Adding a fault is a file here and a line in [`injector`].
 
+mod rank_crash;
 mod rank_hang;
 mod slow_compute;
 mod slow_storage;
@@ -20,6 +21,7 @@ use lab_runtime::{DelayPath, Runtime};
 use crate::ledger::{Before, Ledger};
 use crate::{Fault, FaultError};
 
+pub use rank_crash::RankCrash;
 pub use rank_hang::RankHang;
 pub use slow_compute::SlowCompute;
 pub use slow_storage::SlowStorage;
@@ -125,6 +127,7 @@ pub trait Injector: Send + Sync {
 pub fn injector(fault: &Fault) -> Box<dyn Injector> {
     match *fault {
         Fault::RankHang { rank } => Box::new(RankHang { rank }),
+        Fault::RankCrash { rank, after } => Box::new(RankCrash { rank, after }),
         Fault::SlowCompute { ref ranks } => Box::new(SlowCompute { ranks: ranks.clone() }),
         Fault::SlowStorage {
             server,

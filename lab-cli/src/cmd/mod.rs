@@ -31,6 +31,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Apply(a) => remediate::apply(&name, a.cpu).await,
         Command::Rank(crate::cli::RankCmd::Procs { rank, json }) => remediate::procs(&name, rank, json).await,
         Command::Rank(crate::cli::RankCmd::Stop { rank, pid }) => remediate::stop(&name, rank, pid).await,
+        Command::Rank(crate::cli::RankCmd::Env {
+            rank,
+            set,
+            unset,
+            json,
+        }) => remediate::env(&name, rank, set, unset, json).await,
         Command::Console => console::console(&name).await,
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,

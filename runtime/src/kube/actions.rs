@@ -628,6 +628,19 @@ impl Runtime for KubeRuntime {
         )))
     }
 
+    async fn rank_env(&self, _rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
+        // No rank has settings of its own on this runtime.
+        Ok(std::collections::BTreeMap::new())
+    }
+
+    async fn set_rank_env(&self, rank: u32, _name: &str, _value: Option<String>) -> Result<()> {
+        Err(RuntimeError::InvalidInput(format!(
+            "rank-{rank} cannot get a setting of its own on {}: {}",
+            self.kind(),
+            UNSUPPORTED_RANK_ENV
+        )))
+    }
+
     async fn stop_beside(&self, rank: u32, _pid: u32) -> Result<()> {
         Err(RuntimeError::InvalidInput(format!(
             "stopping a process beside rank-{rank} is not built on {} yet: {}",
@@ -636,6 +649,11 @@ impl Runtime for KubeRuntime {
         )))
     }
 }
+
+/// Why per-rank settings (the rank-crash fault) have no Kubernetes mechanism.
+pub(crate) const UNSUPPORTED_RANK_ENV: &str = "the ranks are one StatefulSet whose pods share one template, \
+    so a setting for one pod alone would need a per-rank configuration the rank image does not read yet; \
+    use the local runtime";
 
 /// Why the rank-hang fault has no Kubernetes mechanism.
 pub(crate) const UNSUPPORTED_FREEZE: &str = "the API offers no way to stop one thread of a container \

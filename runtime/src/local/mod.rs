@@ -694,6 +694,24 @@ impl Runtime for LocalRuntime {
         }
     }
 
+    async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
+        match self.call(Request::RankEnv { rank }).await? {
+            Response::Env { env } => Ok(env),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
+        lab_model::actions::check_rank_env_name(name).map_err(RuntimeError::InvalidInput)?;
+        self.call(Request::SetRankEnv {
+            rank,
+            name: name.to_string(),
+            value,
+        })
+        .await
+        .map(drop)
+    }
+
     async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
         self.call(Request::StopBeside { rank, pid })
             .await

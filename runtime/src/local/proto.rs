@@ -57,6 +57,16 @@ pub enum Request {
     StartHog {
         rank: u32,
     },
+    /// Set (`Some`) or remove (`None`) a setting of one rank; the rank restarts to pick it up.
+    SetRankEnv {
+        rank: u32,
+        name: String,
+        value: Option<String>,
+    },
+    /// The settings of one rank alone ([`Response::Env`]).
+    RankEnv {
+        rank: u32,
+    },
     /// Stop a process in the rank's cgroup that is not the rank.
     StopBeside {
         rank: u32,
@@ -85,11 +95,24 @@ pub struct LocalStatus {
 #[serde(tag = "result", rename_all = "kebab-case")]
 pub enum Response {
     Ok,
-    Status { status: Box<LocalStatus> },
-    Flag { value: bool },
-    Processes { procs: Vec<BesideProcess> },
-    Pid { pid: u32 },
-    Error { message: String },
+    Status {
+        status: Box<LocalStatus>,
+    },
+    Flag {
+        value: bool,
+    },
+    Processes {
+        procs: Vec<BesideProcess>,
+    },
+    Pid {
+        pid: u32,
+    },
+    Env {
+        env: std::collections::BTreeMap<String, String>,
+    },
+    Error {
+        message: String,
+    },
 }
 
 /// Sends one request to the supervisor listening on `socket` and waits up to `timeout` for its answer.

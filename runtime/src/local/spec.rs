@@ -87,6 +87,10 @@ pub struct LocalSpec {
     pub rank_ports: BTreeMap<u32, RankPorts>,
     /// Bumped whenever the rank configuration changes; ranks started under an older one are replaced.
     pub generation: u64,
+    /// Settings of one rank alone (`LAB_*` environment variables), kept across its restarts like a
+    /// per-rank entry of the job's configuration.
+    #[serde(default)]
+    pub rank_env: BTreeMap<u32, BTreeMap<String, String>>,
 }
 
 impl LocalSpec {
@@ -101,6 +105,7 @@ impl LocalSpec {
             seed: false,
             rank_ports: BTreeMap::new(),
             generation: 1,
+            rank_env: BTreeMap::new(),
         }
     }
 

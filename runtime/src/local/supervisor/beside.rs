@@ -168,6 +168,7 @@ impl Sup {
             data_dir: None,
             cwd: None,
             cpu: None,
+            env: Vec::new(),
         };
         let process = match self.launcher.launch(&cmd) {
             Ok(p) => p,

@@ -245,6 +245,38 @@ impl Sup {
             Request::RankProcs { rank } => self.rank_procs(rank),
             Request::StartHog { rank } => self.start_hog(rank),
             Request::StopBeside { rank, pid } => self.stop_beside(rank, pid, now),
+            Request::RankEnv { rank } => Response::Env {
+                env: self.spec.rank_env.get(&rank).cloned().unwrap_or_default(),
+            },
+            Request::SetRankEnv { rank, name, value } => {
+                if rank >= self.spec.ranks {
+                    return err(format!(
+                        "rank-{rank} does not exist (ranks 0..{})",
+                        self.spec.ranks
+                    ));
+                }
+                if let Err(why) = lab_model::actions::check_rank_env_name(&name) {
+                    return err(why);
+                }
+                let env = self.spec.rank_env.entry(rank).or_default();
+                let changed = match value {
+                    Some(v) => env.insert(name, v.clone()).as_ref() != Some(&v),
+                    None => env.remove(&name).is_some(),
+                };
+                if env.is_empty() {
+                    self.spec.rank_env.remove(&rank);
+                }
+                self.save_spec();
+                // Like a pod whose environment changed: the rank is replaced to pick it up.
+                if changed {
+                    self.thaw_rank(rank);
+                    if let Some(i) = self.insts.get_mut(&names::rank(rank)) {
+                        i.replace = true;
+                        terminate(i, now);
+                    }
+                }
+                Response::Ok
+            }
             Request::SetDelay { .. } | Request::Shutdown => err("handled elsewhere".into()),
         }
     }
