@@ -7,7 +7,7 @@ use crate::error::DrillError;
 use crate::spec::{self, Drill};
 
 /// `(name, text)` of every built-in drill, in the seed story's order.
-pub const BUILTIN: [(&str, &str); 4] = [
+pub const BUILTIN: [(&str, &str); 7] = [
     ("slow-storage", include_str!("../builtin/slow-storage.yaml")),
     ("throttled-rank", include_str!("../builtin/throttled-rank.yaml")),
     (
@@ -15,6 +15,9 @@ pub const BUILTIN: [(&str, &str); 4] = [
         include_str!("../builtin/unplaceable-rank.yaml"),
     ),
     ("stuck-rollout", include_str!("../builtin/stuck-rollout.yaml")),
+    ("rank-crash", include_str!("../builtin/rank-crash.yaml")),
+    ("rank-hang", include_str!("../builtin/rank-hang.yaml")),
+    ("slow-compute", include_str!("../builtin/slow-compute.yaml")),
 ];
 
 /// A drill and where it came from (`builtin:slow-storage`, or the file's path).

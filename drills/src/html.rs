@@ -276,6 +276,29 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
     let values = |f: &dyn Fn(&Point) -> Option<f64>| -> Vec<(f64, Option<f64>)> {
         ts.iter().map(|p| (p.t_s, f(p))).collect()
     };
+    let rank_cpu = |rank: u32| {
+        let name = lab_model::names::rank(rank);
+        Suspect {
+            axis: format!("{name} CPU, % of time"),
+            series: vec![
+                Series {
+                    label: format!("{name} CPU periods throttled (%)"),
+                    color: C_SUSPECT,
+                    width: 2.5,
+                    dashed: false,
+                    values: values(&|p| p.throttled.get(&name).map(|v| v * 100.0)),
+                },
+                Series {
+                    label: format!("{name} time computing (%)"),
+                    color: C_OTHER,
+                    width: 2.0,
+                    dashed: true,
+                    values: values(&|p| p.compute.get(&name).map(|v| v * 100.0)),
+                },
+            ],
+            percent: true,
+        }
+    };
     Some(match fault {
         Fault::SlowStorage { server, .. } => {
             let name = lab_model::names::storage(*server);
@@ -310,29 +333,12 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
                 percent: false,
             }
         }
-        Fault::ThrottledRank { rank, .. } => {
-            let name = lab_model::names::rank(*rank);
-            Suspect {
-                axis: format!("{name} CPU, % of time"),
-                series: vec![
-                    Series {
-                        label: format!("{name} CPU periods throttled (%)"),
-                        color: C_SUSPECT,
-                        width: 2.5,
-                        dashed: false,
-                        values: values(&|p| p.throttled.get(&name).map(|v| v * 100.0)),
-                    },
-                    Series {
-                        label: format!("{name} time computing (%)"),
-                        color: C_OTHER,
-                        width: 2.0,
-                        dashed: true,
-                        values: values(&|p| p.compute.get(&name).map(|v| v * 100.0)),
-                    },
-                ],
-                percent: true,
-            }
+        // A rank slowed by its limit, by a process beside it, or frozen: its CPU throttling against the
+        // time it spends computing.
+        Fault::ThrottledRank { rank, .. } | Fault::RankHang { rank } | Fault::RankCrash { rank, .. } => {
+            rank_cpu(*rank)
         }
+        Fault::SlowCompute { ranks } => rank_cpu(*ranks.first()?),
         Fault::UnplaceableRank { .. } | Fault::StuckRollout { .. } => Suspect {
             axis: "ranks".into(),
             series: vec![

@@ -303,7 +303,17 @@ struct RawInject {
     #[serde(default, deserialize_with = "opt_cpu")]
     cpu: Option<Millicores>,
     #[serde(default)]
-    ranks: Option<u32>,
+    ranks: Option<RanksArg>,
+    #[serde(default)]
+    after: Option<u64>,
+}
+
+/// `ranks:` is a count for unplaceable-rank (`ranks: 5`) and a list for slow-compute (`ranks: [1, 2]`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RanksArg {
+    Count(u32),
+    List(Vec<u32>),
 }
 
 impl Check for RawInject {
@@ -316,6 +326,7 @@ impl Check for RawInject {
             ("rank", self.rank.is_some()),
             ("cpu", self.cpu.is_some()),
             ("ranks", self.ranks.is_some()),
+            ("after", self.after.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -324,6 +335,9 @@ impl Check for RawInject {
             FaultKind::SlowStorage => &["server", "delay", "jitter"],
             FaultKind::ThrottledRank => &["rank", "cpu"],
             FaultKind::UnplaceableRank | FaultKind::StuckRollout => &["ranks"],
+            FaultKind::RankHang => &["rank"],
+            FaultKind::RankCrash => &["rank", "after"],
+            FaultKind::SlowCompute => &["ranks"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
             return Err(format!(
@@ -347,10 +361,36 @@ impl Check for RawInject {
                 cpu: self.cpu.unwrap_or(cpu),
             },
             Fault::UnplaceableRank { ranks } => Fault::UnplaceableRank {
-                ranks: self.ranks.unwrap_or(ranks),
+                ranks: match self.ranks {
+                    None => ranks,
+                    Some(RanksArg::Count(n)) => n,
+                    Some(RanksArg::List(_)) => {
+                        return Err("`ranks` of unplaceable-rank is a count (e.g. 5), not a list".into());
+                    }
+                },
+            },
+            Fault::RankCrash { rank, after } => Fault::RankCrash {
+                rank: self.rank.unwrap_or(rank),
+                after: self.after.unwrap_or(after),
+            },
+            Fault::RankHang { rank } => Fault::RankHang {
+                rank: self.rank.unwrap_or(rank),
+            },
+            Fault::SlowCompute { ranks } => Fault::SlowCompute {
+                ranks: match self.ranks {
+                    None => ranks,
+                    Some(RanksArg::Count(n)) => vec![n],
+                    Some(RanksArg::List(l)) => l,
+                },
             },
             Fault::StuckRollout { ranks } => Fault::StuckRollout {
-                ranks: self.ranks.unwrap_or(ranks),
+                ranks: match self.ranks {
+                    None => ranks,
+                    Some(RanksArg::Count(n)) => n,
+                    Some(RanksArg::List(_)) => {
+                        return Err("`ranks` of stuck-rollout is a count (e.g. 5), not a list".into());
+                    }
+                },
             },
         };
         fault.validate().map_err(|e| e.to_string().replace("--", ""))?;

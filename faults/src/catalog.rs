@@ -17,15 +17,21 @@ pub enum FaultKind {
     ThrottledRank,
     UnplaceableRank,
     StuckRollout,
+    RankCrash,
+    RankHang,
+    SlowCompute,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 4] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
         FaultKind::StuckRollout,
+        FaultKind::RankCrash,
+        FaultKind::RankHang,
+        FaultKind::SlowCompute,
     ];
 
     /// The kind's name on the command line.
@@ -35,6 +41,9 @@ impl FaultKind {
             FaultKind::ThrottledRank => "throttled-rank",
             FaultKind::UnplaceableRank => "unplaceable-rank",
             FaultKind::StuckRollout => "stuck-rollout",
+            FaultKind::RankCrash => "rank-crash",
+            FaultKind::RankHang => "rank-hang",
+            FaultKind::SlowCompute => "slow-compute",
         }
     }
 
@@ -66,6 +75,15 @@ impl FaultKind {
             FaultKind::StuckRollout => {
                 "[--ranks 5]  roll out 5 ranks expecting 5 peers; rank-4 Pending holds the rollout, the job trains on"
             }
+            FaultKind::RankCrash => {
+                "[--rank 1] [--after 150]  a setting of one rank makes it crash every N steps; the job resumes from its checkpoint each time (local runtime)"
+            }
+            FaultKind::RankHang => {
+                "[--rank 1]  one rank's training thread frozen; its process lives and stays Ready (local runtime)"
+            }
+            FaultKind::SlowCompute => {
+                "[--ranks 1,2]  a CPU hog beside each rank, inside its limit; spec and template unchanged (local runtime)"
+            }
         }
     }
 
@@ -83,6 +101,9 @@ impl FaultKind {
             },
             FaultKind::UnplaceableRank => Fault::UnplaceableRank { ranks: 5 },
             FaultKind::StuckRollout => Fault::StuckRollout { ranks: 5 },
+            FaultKind::RankCrash => Fault::RankCrash { rank: 1, after: 150 },
+            FaultKind::RankHang => Fault::RankHang { rank: 1 },
+            FaultKind::SlowCompute => Fault::SlowCompute { ranks: vec![1, 2] },
         }
     }
 }
@@ -112,6 +133,12 @@ pub enum Fault {
     /// The job is rolled out to `ranks` ranks expecting that many peers, one GPU short: the rollout waits
     /// behind the Pending rank.
     StuckRollout { ranks: u32 },
+    /// Rank `rank` crashes after every `after` steps (a setting of that rank alone).
+    RankCrash { rank: u32, after: u64 },
+    /// Rank `rank`'s training thread is frozen while its process lives.
+    RankHang { rank: u32 },
+    /// A CPU hog runs beside each of `ranks`, inside its CPU limit.
+    SlowCompute { ranks: Vec<u32> },
 }
 
 impl Fault {
@@ -122,6 +149,9 @@ impl Fault {
             Fault::ThrottledRank { .. } => FaultKind::ThrottledRank,
             Fault::UnplaceableRank { .. } => FaultKind::UnplaceableRank,
             Fault::StuckRollout { .. } => FaultKind::StuckRollout,
+            Fault::RankCrash { .. } => FaultKind::RankCrash,
+            Fault::RankHang { .. } => FaultKind::RankHang,
+            Fault::SlowCompute { .. } => FaultKind::SlowCompute,
         }
     }
 
@@ -131,6 +161,12 @@ impl Fault {
             Fault::SlowStorage { server, .. } => lab_model::names::storage(*server),
             Fault::ThrottledRank { rank, .. } => lab_model::names::rank(*rank),
             Fault::UnplaceableRank { .. } | Fault::StuckRollout { .. } => "ranks".to_string(),
+            Fault::RankHang { rank } | Fault::RankCrash { rank, .. } => lab_model::names::rank(*rank),
+            Fault::SlowCompute { ranks } => ranks
+                .iter()
+                .map(|r| lab_model::names::rank(*r))
+                .collect::<Vec<_>>()
+                .join(","),
         }
     }
 
@@ -158,7 +194,35 @@ impl Fault {
                 }
                 Ok(())
             }
-            Fault::ThrottledRank { .. } => Ok(()),
+            Fault::ThrottledRank { .. } | Fault::RankHang { .. } => Ok(()),
+            Fault::RankCrash { after, .. } => {
+                if *after == 0 {
+                    return Err(FaultError::Invalid(
+                        "--after must be at least 1 step (e.g. 150)".into(),
+                    ));
+                }
+                Ok(())
+            }
+            Fault::SlowCompute { ranks } => {
+                if ranks.is_empty() {
+                    return Err(FaultError::Invalid(
+                        "--ranks must name at least one rank (e.g. 1,2)".into(),
+                    ));
+                }
+                let mut sorted = ranks.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if sorted.len() != ranks.len() {
+                    return Err(FaultError::Invalid("--ranks names a rank twice".into()));
+                }
+                if ranks.len() as u32 > lab_model::actions::MAX_RANKS {
+                    return Err(FaultError::Invalid(format!(
+                        "--ranks names more than the {} ranks a lab can have",
+                        lab_model::actions::MAX_RANKS
+                    )));
+                }
+                Ok(())
+            }
             Fault::UnplaceableRank { ranks } | Fault::StuckRollout { ranks } => {
                 if *ranks == 0 || *ranks > lab_model::actions::MAX_RANKS {
                     return Err(FaultError::Invalid(format!(
@@ -196,6 +260,15 @@ impl fmt::Display for Fault {
             Fault::ThrottledRank { rank, cpu } => write!(f, "throttled-rank on rank-{rank}: cpu {cpu}"),
             Fault::UnplaceableRank { ranks } => write!(f, "unplaceable-rank: {ranks} ranks"),
             Fault::StuckRollout { ranks } => write!(f, "stuck-rollout: {ranks} ranks"),
+            Fault::RankHang { rank } => write!(f, "rank-hang on rank-{rank}: training thread frozen"),
+            Fault::RankCrash { rank, after } => {
+                write!(f, "rank-crash on rank-{rank}: crashes every {after} steps")
+            }
+            Fault::SlowCompute { .. } => write!(
+                f,
+                "slow-compute on {}: a CPU hog beside each",
+                self.target().replace(',', ", ")
+            ),
         }
     }
 }
@@ -259,6 +332,16 @@ mod tests {
         };
         assert!(absurd.validate().unwrap_err().to_string().contains("absurd"));
         assert!(Fault::UnplaceableRank { ranks: 0 }.validate().is_err());
+        assert!(Fault::SlowCompute { ranks: vec![] }.validate().is_err());
+        assert!(Fault::RankCrash { rank: 1, after: 0 }.validate().is_err());
+        assert!(
+            Fault::SlowCompute { ranks: vec![1, 1] }
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
+        assert!(Fault::SlowCompute { ranks: vec![1, 2] }.validate().is_ok());
     }
 
     #[test]
@@ -267,5 +350,10 @@ mod tests {
             FaultKind::SlowStorage.default_fault().to_string(),
             "slow-storage on storage-1: +300 ms"
         );
+        assert_eq!(
+            FaultKind::SlowCompute.default_fault().to_string(),
+            "slow-compute on rank-1, rank-2: a CPU hog beside each"
+        );
+        assert_eq!(FaultKind::SlowCompute.default_fault().target(), "rank-1,rank-2");
     }
 }

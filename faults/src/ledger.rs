@@ -58,6 +58,13 @@ pub enum Before {
     Cpu { cpu: Millicores },
     /// The ranks asked for and the world size.
     Ranks { ranks: u32, world_size: u32 },
+    /// The rank's training thread ran (was not frozen).
+    Running,
+    /// Setting `name` of one rank alone (`None`: unset).
+    RankEnv { name: String, value: Option<String> },
+    /// Nothing ran beside the ranks; `started` lists the `(rank, pid)` of each process the fault
+    /// started there, once started (what recover stops).
+    Beside { started: Vec<(u32, u32)> },
 }
 
 /// One fault's record.

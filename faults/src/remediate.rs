@@ -159,6 +159,114 @@ pub async fn restart(rt: &dyn Runtime, ledger: &Ledger, rank: u32) -> Result<Cha
     )
 }
 
+/// `lab rank procs R`: every process beside rank `rank` (in its CPU limit), its own included.
+///
+/// # Errors
+/// [`FaultError::Invalid`] for an unknown rank; the runtime's error.
+pub async fn rank_processes(
+    rt: &dyn Runtime,
+    rank: u32,
+) -> Result<Vec<lab_runtime::BesideProcess>, FaultError> {
+    let st = rt
+        .status()
+        .await
+        .map_err(FaultError::runtime("reading the lab's status"))?;
+    check_rank(&st, rank)?;
+    rt.rank_processes(rank).await.map_err(FaultError::runtime(format!(
+        "listing the processes beside rank-{rank}"
+    )))
+}
+
+/// `lab rank stop R --pid P`: stops a process beside rank `rank` that is not the rank itself.
+///
+/// # Errors
+/// [`FaultError::Invalid`] for an unknown rank, the rank's own pid, or a pid not beside it (nothing is
+/// changed then); the runtime's error.
+pub async fn stop_beside(
+    rt: &dyn Runtime,
+    ledger: &Ledger,
+    rank: u32,
+    pid: u32,
+) -> Result<ChangeRecord, FaultError> {
+    let procs = rank_processes(rt, rank).await?;
+    let Some(p) = procs.iter().find(|p| p.pid == pid) else {
+        return Err(FaultError::Invalid(format!(
+            "pid {pid} is not beside rank-{rank}: `lab rank procs {rank}` lists what is"
+        )));
+    };
+    if p.rank_itself {
+        return Err(FaultError::Invalid(format!(
+            "pid {pid} is rank-{rank} itself: restart the rank with `lab restart rank {rank}` instead"
+        )));
+    }
+    let command = p.command.clone();
+    rt.stop_beside(rank, pid)
+        .await
+        .map_err(FaultError::runtime(format!(
+            "stopping pid {pid} beside rank-{rank}"
+        )))?;
+    record(
+        ledger,
+        names::rank(rank),
+        "process beside it",
+        format!("pid {pid} ({command})"),
+        "stopped".into(),
+        None,
+    )
+}
+
+/// `lab rank env R`: the settings of rank `rank` alone.
+///
+/// # Errors
+/// [`FaultError::Invalid`] for an unknown rank; the runtime's error.
+pub async fn rank_env(
+    rt: &dyn Runtime,
+    rank: u32,
+) -> Result<std::collections::BTreeMap<String, String>, FaultError> {
+    let st = rt
+        .status()
+        .await
+        .map_err(FaultError::runtime("reading the lab's status"))?;
+    check_rank(&st, rank)?;
+    rt.rank_env(rank)
+        .await
+        .map_err(FaultError::runtime(format!("reading rank-{rank}'s settings")))
+}
+
+/// `lab rank env R --set NAME=VALUE | --unset NAME`: changes one setting of rank `rank` alone; the rank is
+/// replaced to pick it up.
+///
+/// # Errors
+/// [`FaultError::Invalid`] for an unknown rank, a name that is not a `LAB_*` setting, or unsetting what is
+/// not set (nothing is changed then); the runtime's error.
+pub async fn set_rank_env(
+    rt: &dyn Runtime,
+    ledger: &Ledger,
+    rank: u32,
+    name: &str,
+    value: Option<String>,
+) -> Result<ChangeRecord, FaultError> {
+    lab_model::actions::check_rank_env_name(name).map_err(FaultError::Invalid)?;
+    let env = rank_env(rt, rank).await?;
+    let before = env.get(name).cloned();
+    if value.is_none() && before.is_none() {
+        return Err(FaultError::Invalid(format!(
+            "rank-{rank} has no setting {name}: `lab rank env {rank}` lists its settings"
+        )));
+    }
+    rt.set_rank_env(rank, name, value.clone())
+        .await
+        .map_err(FaultError::runtime(format!("changing {name} on rank-{rank}")))?;
+    record(
+        ledger,
+        names::rank(rank),
+        name,
+        before.unwrap_or_else(|| "unset".into()),
+        value.unwrap_or_else(|| "unset".into()),
+        Some("the rank restarts to pick it up".into()),
+    )
+}
+
 /// `lab apply --cpu Q`: re-applies the rank template with CPU limit `cpu`. Running ranks are replaced only
 /// if the template changes.
 ///

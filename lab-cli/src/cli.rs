@@ -52,6 +52,9 @@ pub enum Command {
     Restart(RestartArgs),
     /// Re-apply the rank template; ranks are replaced only if it changes.
     Apply(ApplyArgs),
+    /// What runs beside one rank, inside its CPU limit: list it, stop what is not the rank.
+    #[command(subcommand)]
+    Rank(RankCmd),
     /// The live console: per-storage-server latency against pod Ready.
     Console,
     /// Run and check fault drills.
@@ -257,6 +260,40 @@ pub enum InjectCmd {
         #[arg(long)]
         json: bool,
     },
+    /// One rank crashes in a loop: a setting of that rank alone (LAB_DEVICE_FAULT_AFTER) makes its
+    /// accelerator fail after every N steps. Its peers see a collective error; the job resumes from its
+    /// checkpoint each time and the steps since are lost. Right fix: remove the setting
+    /// (`lab rank env N --unset LAB_DEVICE_FAULT_AFTER`). Local runtime only.
+    RankCrash {
+        /// The rank.
+        #[arg(long, default_value_t = 1)]
+        rank: u32,
+        /// Steps between crashes.
+        #[arg(long, default_value_t = 150)]
+        after: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One rank's training thread is frozen (cgroup v1 freezer) while its process lives and stays Ready:
+    /// its step counter stops and its siblings wait at the all-reduce. Right fix: `lab restart rank N`.
+    /// Local runtime only.
+    RankHang {
+        /// The rank.
+        #[arg(long, default_value_t = 1)]
+        rank: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A CPU hog runs beside each of these ranks, inside the rank's own CPU limit: they compute slowly
+    /// while spec, limit in force and template are unchanged. Right fix: find and stop the hog
+    /// (`lab rank procs N`, `lab rank stop N --pid P`). Local runtime only.
+    SlowCompute {
+        /// The ranks, comma-separated (e.g. 1,2); leave at least one rank out.
+        #[arg(long, default_value = "1,2", value_delimiter = ',')]
+        ranks: Vec<u32>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -307,6 +344,41 @@ pub struct RestartArgs {
     pub rank: u32,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum RankCmd {
+    /// Every process in the rank's CPU limit (its cgroup), the rank's own included, with the CPU time each
+    /// used. Something beside the rank slows it down without any change to its spec or the template.
+    Procs {
+        /// The rank.
+        rank: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The settings of this rank alone (LAB_* variables beside the template's), or change one: the rank
+    /// restarts to pick it up. E.g. `lab rank env 1 --unset LAB_DEVICE_FAULT_AFTER`.
+    Env {
+        /// The rank.
+        rank: u32,
+        /// Set NAME=VALUE.
+        #[arg(long, value_name = "NAME=VALUE", conflicts_with = "unset")]
+        set: Option<String>,
+        /// Remove the setting NAME.
+        #[arg(long, value_name = "NAME")]
+        unset: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop one process beside the rank (from `lab rank procs`). The rank's own process is refused:
+    /// `lab restart rank N` replaces the rank.
+    Stop {
+        /// The rank.
+        rank: u32,
+        /// The process to stop.
+        #[arg(long)]
+        pid: u32,
+    },
+}
+
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
     /// The CPU limit the template should say.
@@ -326,7 +398,8 @@ pub enum DrillCmd {
 
 #[derive(Debug, Args)]
 pub struct DrillRunArgs {
-    /// Drill files, or names of built-in drills (slow-storage, throttled-rank, unplaceable-rank).
+    /// Drill files, or names of built-in drills (`lab drill list`: slow-storage, throttled-rank,
+    /// unplaceable-rank, rank-crash, rank-hang, slow-compute).
     #[arg(required = true)]
     pub files: Vec<String>,
     /// A remediation command to run instead of the drill's own (gets LAB_INCIDENT_BUNDLE in its environment).

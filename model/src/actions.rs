@@ -9,6 +9,26 @@ use crate::Millicores;
 
 /// The most ranks a lab runs (the rank count and the world size), on any runtime.
 pub const MAX_RANKS: u32 = 64;
+
+/// Checks the name of a setting of one rank: a `LAB_*` environment variable of upper-case letters,
+/// digits and underscores (the rank's own flags; nothing else of its environment).
+///
+/// # Errors
+/// What is wrong with it, for the user.
+pub fn check_rank_env_name(name: &str) -> Result<(), String> {
+    let ok = name.len() > 4
+        && name.starts_with("LAB_")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a rank setting: use a LAB_* variable of upper-case letters, digits and _ (e.g. LAB_DEVICE_FAULT_AFTER)"
+        ))
+    }
+}
 /// The most storage servers a lab runs, on any runtime.
 pub const MAX_STORAGE_SERVERS: u32 = 16;
 

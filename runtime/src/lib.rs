@@ -28,6 +28,18 @@ pub use lab_model::scrape::{ScrapeTarget, TargetKind};
 pub use lifecycle::{Progress, UpOptions};
 pub use source::RuntimeSource;
 
+/// One process beside a rank: in its cgroup (local) or its pod, the rank's own process included.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BesideProcess {
+    pub pid: u32,
+    /// Its command line, as `/proc/<pid>/cmdline` has it.
+    pub command: String,
+    /// CPU time it used since it started (user + system), seconds.
+    pub cpu_seconds: f64,
+    /// True for the rank's own process (which `stop_beside` refuses).
+    pub rank_itself: bool,
+}
+
 /// A result whose error is a [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -126,4 +138,51 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// When the rank does not exist.
     async fn restart_rank(&self, rank: u32) -> Result<()>;
+
+    /// Whether rank `rank`'s training thread is frozen (its process lives and answers its probes).
+    ///
+    /// # Errors
+    /// When the rank does not exist or the runtime cannot freeze a thread.
+    async fn rank_frozen(&self, rank: u32) -> Result<bool>;
+
+    /// Freezes (`true`) or thaws (`false`) rank `rank`'s training thread only: its process, its metrics
+    /// endpoint and its readiness stay as they are. A restarted rank comes back thawed.
+    ///
+    /// # Errors
+    /// When the rank does not exist or is not running, or the runtime cannot freeze a thread (with why).
+    async fn freeze_rank(&self, rank: u32, frozen: bool) -> Result<()>;
+
+    /// Every process beside rank `rank` (sharing its CPU limit), its own included, with its CPU use.
+    ///
+    /// # Errors
+    /// When the rank does not exist or is not running.
+    async fn rank_processes(&self, rank: u32) -> Result<Vec<BesideProcess>>;
+
+    /// Starts a CPU-bound process beside rank `rank`, inside its CPU limit; returns its pid. Neither the
+    /// rank's spec nor the template changes.
+    ///
+    /// # Errors
+    /// When the rank does not exist or is not running, or the runtime cannot place a process beside it.
+    async fn start_hog(&self, rank: u32) -> Result<u32>;
+
+    /// Stops process `pid` beside rank `rank`. The rank's own process is refused (restart the rank for
+    /// that), and so is a pid that is not beside it.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for those refusals; the runtime's error otherwise.
+    async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()>;
+
+    /// The settings of rank `rank` alone (`LAB_*` environment variables beside its template's).
+    ///
+    /// # Errors
+    /// When the runtime cannot be reached, or has no per-rank settings (with why).
+    async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>>;
+
+    /// Sets (`Some`) or removes (`None`) setting `name` of rank `rank` alone; the rank is replaced to pick
+    /// it up, and keeps it across later restarts (it is the job's configuration for that rank).
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for an unknown rank or a name that is not a `LAB_*` setting; the
+    /// runtime's error, or why it has no per-rank settings.
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()>;
 }

@@ -15,7 +15,9 @@ use async_trait::async_trait;
 use lab_model::status::{LabStatus, Phase, PodStatus, Role, RuntimeKind};
 use lab_model::{Millicores, metrics, names};
 
-use crate::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget, TargetKind};
+use crate::{
+    BesideProcess, CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget, TargetKind,
+};
 
 /// The fake lab's state; tests read it with [`FakeRuntime::state`] and change it with [`FakeRuntime::update`].
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +37,21 @@ pub struct FakeLab {
     /// The world size the running ranks were started with, when a rolling change held back by a Pending
     /// rank left them on the previous one; `None`: they run the configuration's.
     pub running_world_size: Option<u32>,
+    /// Ranks whose training thread is frozen.
+    pub frozen: std::collections::BTreeSet<u32>,
+    /// Pids of the processes started beside each rank.
+    pub beside: BTreeMap<u32, Vec<u32>>,
+    /// The next pid handed out.
+    pub next_pid: u32,
+    /// CPU seconds each process beside a rank has used; every listing adds half a second (they burn).
+    pub beside_cpu: BTreeMap<u32, f64>,
+    /// Each running rank's step counter, advanced by every status read unless the rank is frozen.
+    pub steps: BTreeMap<u32, u64>,
+    /// Settings of one rank alone.
+    pub rank_env: BTreeMap<u32, BTreeMap<String, String>>,
+    /// Restarts of each rank; a rank with `LAB_DEVICE_FAULT_AFTER` set counts one more at every status read
+    /// (it crashes in a loop).
+    pub restarts: BTreeMap<u32, u32>,
 }
 
 impl Default for FakeLab {
@@ -50,6 +67,13 @@ impl Default for FakeLab {
             template: Millicores(400),
             delays_take_effect: true,
             running_world_size: None,
+            frozen: Default::default(),
+            beside: BTreeMap::new(),
+            next_pid: 5000,
+            beside_cpu: BTreeMap::new(),
+            steps: BTreeMap::new(),
+            rank_env: BTreeMap::new(),
+            restarts: BTreeMap::new(),
         }
     }
 }
@@ -186,7 +210,16 @@ impl Runtime for FakeRuntime {
 
     async fn status(&self) -> Result<LabStatus> {
         self.call("status", String::new()).await?;
-        let lab = self.lab();
+        let mut lab = self.lab();
+        let crashing: Vec<u32> = lab
+            .rank_env
+            .iter()
+            .filter(|(_, e)| e.contains_key("LAB_DEVICE_FAULT_AFTER"))
+            .map(|(r, _)| *r)
+            .collect();
+        for r in crashing {
+            *lab.restarts.entry(r).or_default() += 1;
+        }
         let mut pods = Vec::new();
         for i in 0..lab.ranks {
             let mut p = PodStatus::new(names::rank(i), Role::Rank, Some(i));
@@ -198,6 +231,10 @@ impl Runtime for FakeRuntime {
                 let live = lab.cpu_live.get(&i).copied().unwrap_or(lab.template);
                 p.resources.cpu_live = Some(live);
                 p.resources.cpu_spec = Some(live);
+                p.restarts = lab.restarts.get(&i).copied().unwrap_or(0);
+                if p.restarts > 0 {
+                    p.message = Some(format!("exit code {}", 6));
+                }
             } else {
                 p.reason = Some("Insufficient gpu".into());
             }
@@ -239,9 +276,19 @@ impl Runtime for FakeRuntime {
 
     async fn fetch_metrics(&self, target: &ScrapeTarget, _timeout: Duration) -> Result<String> {
         self.call("fetch_metrics", target.instance.clone()).await?;
-        let lab = self.lab();
+        let mut lab = self.lab();
         let ws = lab.running_world_size.unwrap_or(lab.world_size);
-        Ok(format!("{} {ws}\n", metrics::WORLD_SIZE))
+        let frozen = lab.frozen.contains(&target.index);
+        let step = lab.steps.entry(target.index).or_insert(100);
+        if !frozen {
+            *step += 5;
+        }
+        let step = *step;
+        Ok(format!(
+            "{} {ws}\n{} {step}\n",
+            metrics::WORLD_SIZE,
+            metrics::STEP
+        ))
     }
 
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
@@ -347,8 +394,110 @@ impl Runtime for FakeRuntime {
 
     async fn restart_rank(&self, rank: u32) -> Result<()> {
         self.call("restart_rank", rank.to_string()).await?;
-        // A new rank comes back from its template.
-        self.lab().cpu_live.remove(&rank);
+        // A new rank comes back from its template, and thawed.
+        let mut lab = self.lab();
+        lab.cpu_live.remove(&rank);
+        lab.frozen.remove(&rank);
+        Ok(())
+    }
+
+    async fn rank_frozen(&self, rank: u32) -> Result<bool> {
+        self.call("rank_frozen", rank.to_string()).await?;
+        Ok(self.lab().frozen.contains(&rank))
+    }
+
+    async fn freeze_rank(&self, rank: u32, frozen: bool) -> Result<()> {
+        self.call("freeze_rank", format!("{rank}, {frozen}")).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, rank) {
+            return Err(RuntimeError::NoSuchInstance(names::rank(rank)));
+        }
+        if frozen {
+            lab.frozen.insert(rank);
+        } else {
+            lab.frozen.remove(&rank);
+        }
+        Ok(())
+    }
+
+    async fn rank_processes(&self, rank: u32) -> Result<Vec<BesideProcess>> {
+        self.call("rank_processes", rank.to_string()).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, rank) {
+            return Err(RuntimeError::NoSuchInstance(names::rank(rank)));
+        }
+        let mut out = vec![BesideProcess {
+            pid: 1000 + rank,
+            command: format!("lab-rank --rank={rank}"),
+            cpu_seconds: 1.0,
+            rank_itself: true,
+        }];
+        for pid in lab.beside.get(&rank).cloned().unwrap_or_default() {
+            let cpu = lab.beside_cpu.entry(pid).or_insert(0.0);
+            *cpu += 0.5;
+            out.push(BesideProcess {
+                pid,
+                command: "/bin/sh -c while :; do :; done".into(),
+                cpu_seconds: *cpu,
+                rank_itself: false,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn start_hog(&self, rank: u32) -> Result<u32> {
+        self.call("start_hog", rank.to_string()).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, rank) {
+            return Err(RuntimeError::NoSuchInstance(names::rank(rank)));
+        }
+        let pid = lab.next_pid;
+        lab.next_pid += 1;
+        lab.beside.entry(rank).or_default().push(pid);
+        Ok(pid)
+    }
+
+    async fn rank_env(&self, rank: u32) -> Result<BTreeMap<String, String>> {
+        self.call("rank_env", rank.to_string()).await?;
+        Ok(self.lab().rank_env.get(&rank).cloned().unwrap_or_default())
+    }
+
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
+        self.call("set_rank_env", format!("{rank}, {name}, {value:?}"))
+            .await?;
+        lab_model::actions::check_rank_env_name(name).map_err(RuntimeError::InvalidInput)?;
+        let mut lab = self.lab();
+        if rank >= lab.ranks {
+            return Err(RuntimeError::InvalidInput(format!("rank-{rank} does not exist")));
+        }
+        let env = lab.rank_env.entry(rank).or_default();
+        match value {
+            Some(v) => env.insert(name.to_string(), v),
+            None => env.remove(name),
+        };
+        if env.is_empty() {
+            lab.rank_env.remove(&rank);
+        }
+        // Replaced to pick it up: a new process, restarts from zero.
+        lab.restarts.remove(&rank);
+        Ok(())
+    }
+
+    async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
+        self.call("stop_beside", format!("{rank}, {pid}")).await?;
+        let mut lab = self.lab();
+        if pid == 1000 + rank {
+            return Err(RuntimeError::InvalidInput(format!(
+                "pid {pid} is rank-{rank} itself"
+            )));
+        }
+        let list = lab.beside.entry(rank).or_default();
+        if !list.contains(&pid) {
+            return Err(RuntimeError::InvalidInput(format!(
+                "pid {pid} is not beside rank-{rank}"
+            )));
+        }
+        list.retain(|p| *p != pid);
         Ok(())
     }
 }

@@ -57,7 +57,13 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
             command: None,
             timeout: Duration::from_secs(120),
         })],
-        FaultKind::ThrottledRank => vec![Step::Remediate(command("lab restart rank 1"))],
+        FaultKind::ThrottledRank | FaultKind::RankHang => {
+            vec![Step::Remediate(command("lab restart rank 1"))]
+        }
+        FaultKind::SlowCompute | FaultKind::RankCrash => vec![Step::Remediate(Remediate {
+            command: None,
+            timeout: Duration::from_secs(120),
+        })],
         // The seed's two fixes in turn: scaling back alone, then the configuration.
         FaultKind::UnplaceableRank | FaultKind::StuckRollout => vec![
             Step::Remediate(command("lab scale ranks 4")),

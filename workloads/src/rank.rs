@@ -56,6 +56,10 @@ pub struct RankOptions {
     pub max_steps: u64,
     pub log_every: u64,
     pub socket_buffer: Option<usize>,
+    /// The simulated accelerator fails after this many steps in this process (0: it never does): the
+    /// rank-crash fault sets it on one rank, as a bad device or driver setting crashes one rank again and
+    /// again while its peers see only a collective error.
+    pub device_fault_after: u64,
 }
 
 /// How a rank that stopped by itself (`--max-steps`) ended, printed as one JSON line.
@@ -153,6 +157,9 @@ pub fn start_series(registry: &Registry, world_size: u32) {
         registry.touch(metric, &[]);
     }
 }
+
+/// The exit code of a rank whose (simulated) accelerator failed.
+pub const DEVICE_FAULT_EXIT: u8 = 6;
 
 /// Registers every metric a rank exports, with its help text (the long form is in `docs/metrics.md`).
 pub fn register_metrics(r: &Registry) {
@@ -825,6 +832,16 @@ impl Trainer<'_> {
             }
             if opts.checkpoint_every > 0 && self.step.is_multiple_of(opts.checkpoint_every) {
                 self.last_checkpoint = self.step;
+            }
+
+            if opts.device_fault_after > 0 && ran >= opts.device_fault_after {
+                return Err(WorkloadError::Stopped {
+                    message: format!(
+                        "the accelerator failed after {ran} steps (simulated device fault, --device-fault-after {})",
+                        opts.device_fault_after
+                    ),
+                    exit_code: DEVICE_FAULT_EXIT,
+                });
             }
 
             window.steps += 1;

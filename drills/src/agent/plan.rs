@@ -12,18 +12,22 @@ pub const PLAN_FORMAT: &str = "straggler-lab.plan/v1";
 pub const MAX_COMMANDS: usize = 10;
 
 /// The cause classes a plan may name (docs/agents.md defines each).
-pub const CAUSES: [&str; 7] = [
+pub const CAUSES: [&str; 11] = [
     "bad-network-path",
     "slow-node",
     "competing-job",
     "starved-client",
     "over-scaled",
+    "stuck-rollout",
+    "crash-loop",
+    "hung-rank",
+    "cpu-neighbour",
     "none",
     "unknown",
 ];
 
 /// The `lab` subcommands a plan may run, as argv prefixes after `lab`.
-pub const ALLOWED: [&[&str]; 7] = [
+pub const ALLOWED: [&[&str]; 13] = [
     &["scale", "ranks"],
     &["config", "world-size"],
     &["resize", "rank"],
@@ -31,6 +35,12 @@ pub const ALLOWED: [&[&str]; 7] = [
     &["apply"],
     &["fault", "clear"],
     &["status"],
+    &["rank", "procs"],
+    &["rank", "stop"],
+    &["rank", "env"],
+    &["job", "list"],
+    &["job", "throttle"],
+    &["job", "stop"],
 ];
 
 /// One proposed command.

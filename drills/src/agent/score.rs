@@ -27,6 +27,12 @@ pub fn cause_of(fault: &Fault) -> &'static str {
         // The reading, computing client starved of CPU by a limit cut in place.
         Fault::ThrottledRank { .. } => "starved-client",
         Fault::UnplaceableRank { .. } => "over-scaled",
+        // The configuration says five while four run on the old one: the rollout is held.
+        Fault::StuckRollout { .. } => "stuck-rollout",
+        Fault::RankCrash { .. } => "crash-loop",
+        Fault::RankHang { .. } => "hung-rank",
+        // Something beside the ranks takes their CPU; their limits are unchanged.
+        Fault::SlowCompute { .. } => "cpu-neighbour",
     }
 }
 

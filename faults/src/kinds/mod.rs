@@ -2,6 +2,9 @@
 //! (`crate::engine`) owns the ledger and the order of things; a kind owns only what it does to the lab.
 //! Adding a fault is a file here and a line in [`injector`].
 
+mod rank_crash;
+mod rank_hang;
+mod slow_compute;
 mod slow_storage;
 mod stuck_rollout;
 mod throttled_rank;
@@ -19,6 +22,9 @@ use lab_runtime::{DelayPath, Runtime};
 use crate::ledger::{Before, Ledger};
 use crate::{Fault, FaultError};
 
+pub use rank_crash::RankCrash;
+pub use rank_hang::RankHang;
+pub use slow_compute::SlowCompute;
 pub use slow_storage::SlowStorage;
 pub use stuck_rollout::StuckRollout;
 pub use throttled_rank::ThrottledRank;
@@ -122,6 +128,9 @@ pub trait Injector: Send + Sync {
 /// The injector of `fault`: the registry of kinds.
 pub fn injector(fault: &Fault) -> Box<dyn Injector> {
     match *fault {
+        Fault::RankHang { rank } => Box::new(RankHang { rank }),
+        Fault::RankCrash { rank, after } => Box::new(RankCrash { rank, after }),
+        Fault::SlowCompute { ref ranks } => Box::new(SlowCompute { ranks: ranks.clone() }),
         Fault::SlowStorage {
             server,
             delay,
@@ -135,6 +144,17 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
         Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
         Fault::StuckRollout { ranks } => Box::new(StuckRollout { ranks }),
     }
+}
+
+/// Refuses `kind` on a runtime other than the local one, saying why (`why`).
+pub(crate) fn local_only(status: &LabStatus, kind: &str, why: &str) -> Result<(), FaultError> {
+    if status.runtime == lab_model::status::RuntimeKind::Local {
+        return Ok(());
+    }
+    Err(FaultError::Invalid(format!(
+        "{kind} runs on the local runtime only, and this lab runs on {}: it {why}",
+        status.runtime
+    )))
 }
 
 /// The ledger holds a `before` that does not belong to this kind of fault.

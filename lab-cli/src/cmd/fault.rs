@@ -52,6 +52,9 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
         InjectCmd::ThrottledRank { rank, cpu, json } => (Fault::ThrottledRank { rank, cpu }, json),
         InjectCmd::UnplaceableRank { ranks, json } => (Fault::UnplaceableRank { ranks }, json),
         InjectCmd::StuckRollout { ranks, json } => (Fault::StuckRollout { ranks }, json),
+        InjectCmd::RankHang { rank, json } => (Fault::RankHang { rank }, json),
+        InjectCmd::RankCrash { rank, after, json } => (Fault::RankCrash { rank, after }, json),
+        InjectCmd::SlowCompute { ranks, json } => (Fault::SlowCompute { ranks }, json),
     };
     // Listen for Ctrl-C from the start (`ctrl_c()` listens only once first polled, so an earlier signal took
     // the default action: the process died without a word or its exit status); one that arrives while the

@@ -1,4 +1,4 @@
-//! Remediation commands: scale, world size, resize, restart, apply.
+//! Remediation commands: scale, world size, resize, restart, apply, and what runs beside a rank.
 
 use std::process::ExitCode;
 
@@ -34,4 +34,65 @@ pub async fn restart(name: &str, rank: u32) -> anyhow::Result<ExitCode> {
 pub async fn apply(name: &str, cpu: Millicores) -> anyhow::Result<ExitCode> {
     let rt = lab_runtime::open::open(name).await?;
     done(remediate::apply_template(rt.as_ref(), &Ledger::of_lab(name), cpu).await).await
+}
+
+pub async fn procs(name: &str, rank: u32, json: bool) -> anyhow::Result<ExitCode> {
+    let rt = lab_runtime::open::open(name).await?;
+    let procs = remediate::rank_processes(rt.as_ref(), rank).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&procs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:>8}  {:>9}  {:<6}  COMMAND", "PID", "CPU (s)", "");
+    for p in &procs {
+        let who = if p.rank_itself { "rank" } else { "beside" };
+        println!("{:>8}  {:>9.2}  {who:<6}  {}", p.pid, p.cpu_seconds, p.command);
+    }
+    let beside = procs.iter().filter(|p| !p.rank_itself).count();
+    if beside > 0 {
+        println!(
+            "{beside} process(es) share rank-{rank}'s CPU limit; `lab rank stop {rank} --pid PID` stops one"
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn stop(name: &str, rank: u32, pid: u32) -> anyhow::Result<ExitCode> {
+    let rt = lab_runtime::open::open(name).await?;
+    done(remediate::stop_beside(rt.as_ref(), &Ledger::of_lab(name), rank, pid).await).await
+}
+
+pub async fn env(
+    name: &str,
+    rank: u32,
+    set: Option<String>,
+    unset: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let rt = lab_runtime::open::open(name).await?;
+    let ledger = Ledger::of_lab(name);
+    let change = match (set, unset) {
+        (Some(kv), _) => {
+            let (k, v) = kv.split_once('=').ok_or_else(|| {
+                anyhow::anyhow!("--set takes NAME=VALUE (e.g. LAB_LOG_EVERY=50), not {kv:?}")
+            })?;
+            Some((k.to_string(), Some(v.to_string())))
+        }
+        (None, Some(k)) => Some((k, None)),
+        (None, None) => None,
+    };
+    if let Some((k, v)) = change {
+        return done(remediate::set_rank_env(rt.as_ref(), &ledger, rank, &k, v).await).await;
+    }
+    let env = remediate::rank_env(rt.as_ref(), rank).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&env)?);
+    } else if env.is_empty() {
+        println!("rank-{rank} has no settings of its own: it runs as the template says");
+    } else {
+        for (k, v) in &env {
+            println!("{k}={v}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

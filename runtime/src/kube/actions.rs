@@ -635,7 +635,71 @@ impl Runtime for KubeRuntime {
     async fn restart_rank(&self, rank: u32) -> Result<()> {
         self.delete_pod(&names::rank(rank)).await
     }
+
+    async fn rank_frozen(&self, _rank: u32) -> Result<bool> {
+        // Nothing on this runtime freezes a thread, so nothing is frozen.
+        Ok(false)
+    }
+
+    async fn freeze_rank(&self, rank: u32, _frozen: bool) -> Result<()> {
+        Err(RuntimeError::InvalidInput(format!(
+            "rank-{rank} cannot be frozen on {}: {}",
+            self.kind(),
+            UNSUPPORTED_FREEZE
+        )))
+    }
+
+    async fn rank_processes(&self, rank: u32) -> Result<Vec<crate::BesideProcess>> {
+        Err(RuntimeError::InvalidInput(format!(
+            "listing what runs beside rank-{rank} is not built on {} yet: {}",
+            self.kind(),
+            UNSUPPORTED_BESIDE
+        )))
+    }
+
+    async fn start_hog(&self, rank: u32) -> Result<u32> {
+        Err(RuntimeError::InvalidInput(format!(
+            "a process beside rank-{rank} is not built on {} yet: {}",
+            self.kind(),
+            UNSUPPORTED_BESIDE
+        )))
+    }
+
+    async fn rank_env(&self, _rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
+        // No rank has settings of its own on this runtime.
+        Ok(std::collections::BTreeMap::new())
+    }
+
+    async fn set_rank_env(&self, rank: u32, _name: &str, _value: Option<String>) -> Result<()> {
+        Err(RuntimeError::InvalidInput(format!(
+            "rank-{rank} cannot get a setting of its own on {}: {}",
+            self.kind(),
+            UNSUPPORTED_RANK_ENV
+        )))
+    }
+
+    async fn stop_beside(&self, rank: u32, _pid: u32) -> Result<()> {
+        Err(RuntimeError::InvalidInput(format!(
+            "stopping a process beside rank-{rank} is not built on {} yet: {}",
+            self.kind(),
+            UNSUPPORTED_BESIDE
+        )))
+    }
 }
+
+/// Why per-rank settings (the rank-crash fault) have no Kubernetes mechanism.
+pub(crate) const UNSUPPORTED_RANK_ENV: &str = "the ranks are one StatefulSet whose pods share one template, \
+    so a setting for one pod alone would need a per-rank configuration the rank image does not read yet; \
+    use the local runtime";
+
+/// Why the rank-hang fault has no Kubernetes mechanism.
+pub(crate) const UNSUPPORTED_FREEZE: &str = "the API offers no way to stop one thread of a container \
+    (a SIGSTOP sent by `exec` to the container's PID 1 is ignored by the kernel, and the freezer belongs \
+    to the node's container runtime); use the local runtime";
+
+/// Why the slow-compute fault and `lab rank procs` have no Kubernetes mechanism yet.
+pub(crate) const UNSUPPORTED_BESIDE: &str = "it needs `exec` into the rank's container (a process there \
+    shares the container's CPU limit), which this lab's Kubernetes client does not use yet; use the local runtime";
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,7 @@
 //! its environment, removes the cgroups and the lab's directory, and checks that nothing is left.
 
 pub mod cgroup;
+pub mod freezer;
 pub mod http;
 pub mod procs;
 pub mod proto;
@@ -27,7 +28,7 @@ use self::proto::{LocalStatus, Request, Response};
 use self::spec::{LocalConfig, LocalSpec, Paths, PortAllocator, StoragePorts};
 use crate::lifecycle::{Progress, UpOptions, step};
 use crate::state::{self, LabRecord};
-use crate::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget};
+use crate::{BesideProcess, CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget};
 
 pub use lab_model::actions::{MAX_RANKS, MAX_STORAGE_SERVERS};
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -501,6 +502,12 @@ pub async fn down(name: &str, progress: &dyn Progress) -> Result<DownReport> {
         supervisor_answered,
         ..DownReport::default()
     };
+    if let Some(cg) = cfg.as_ref().and_then(|c| c.cgroups.as_ref()) {
+        // A frozen thread does not act on SIGKILL: thaw whatever a killed supervisor left frozen first.
+        if let Err(e) = freezer::remove_lab(cg, name) {
+            progress.note(&e);
+        }
+    }
     step(progress, "stop leftover processes", async {
         // Records first (they survive even if environments cannot be read), then a scan by the lab's name.
         let mut left: Vec<ProcRecord> = procs::read_table(&paths.procs());
@@ -665,6 +672,64 @@ impl Runtime for LocalRuntime {
     async fn restart_rank(&self, rank: u32) -> Result<()> {
         self.call(Request::Restart { rank }).await.map(drop)
     }
+
+    async fn rank_frozen(&self, rank: u32) -> Result<bool> {
+        match self.call(Request::Frozen { rank }).await? {
+            Response::Flag { value } => Ok(value),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn freeze_rank(&self, rank: u32, frozen: bool) -> Result<()> {
+        self.call(Request::Freeze { rank, frozen }).await.map(drop)
+    }
+
+    async fn rank_processes(&self, rank: u32) -> Result<Vec<BesideProcess>> {
+        match self.call(Request::RankProcs { rank }).await? {
+            Response::Processes { procs } => Ok(procs),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn start_hog(&self, rank: u32) -> Result<u32> {
+        match self.call(Request::StartHog { rank }).await? {
+            Response::Pid { pid } => Ok(pid),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
+        match self.call(Request::RankEnv { rank }).await? {
+            Response::Env { env } => Ok(env),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
+        lab_model::actions::check_rank_env_name(name).map_err(RuntimeError::InvalidInput)?;
+        self.call(Request::SetRankEnv {
+            rank,
+            name: name.to_string(),
+            value,
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
+        self.call(Request::StopBeside { rank, pid })
+            .await
+            .map_err(|e| match e {
+                // The supervisor's refusals are the user's input, not a broken lab.
+                RuntimeError::Other(m) if m.contains(&format!("pid {pid}")) => RuntimeError::InvalidInput(m),
+                e => e,
+            })
+            .map(drop)
+    }
+}
+
+fn unexpected(r: &Response) -> RuntimeError {
+    RuntimeError::Other(format!("unexpected answer from the supervisor: {r:?}"))
 }
 
 impl LocalRuntime {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
-use crate::{Delay, Result, RuntimeError, ScrapeTarget};
+use crate::{BesideProcess, Delay, Result, RuntimeError, ScrapeTarget};
 
 /// A request to the supervisor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +45,38 @@ pub enum Request {
         server: u32,
         delay: Option<Delay>,
     },
+    /// Freeze (or thaw) the rank's training thread.
+    Freeze {
+        rank: u32,
+        frozen: bool,
+    },
+    /// Is the rank's training thread frozen? ([`Response::Flag`])
+    Frozen {
+        rank: u32,
+    },
+    /// The processes in the rank's cgroup ([`Response::Processes`]).
+    RankProcs {
+        rank: u32,
+    },
+    /// Start a CPU hog in the rank's cgroup ([`Response::Pid`]).
+    StartHog {
+        rank: u32,
+    },
+    /// Set (`Some`) or remove (`None`) a setting of one rank; the rank restarts to pick it up.
+    SetRankEnv {
+        rank: u32,
+        name: String,
+        value: Option<String>,
+    },
+    /// The settings of one rank alone ([`Response::Env`]).
+    RankEnv {
+        rank: u32,
+    },
+    /// Stop a process in the rank's cgroup that is not the rank.
+    StopBeside {
+        rank: u32,
+        pid: u32,
+    },
     /// Stop every process, remove the cgroups, and exit.
     Shutdown,
 }
@@ -68,8 +100,24 @@ pub struct LocalStatus {
 #[serde(tag = "result", rename_all = "kebab-case")]
 pub enum Response {
     Ok,
-    Status { status: Box<LocalStatus> },
-    Error { message: String },
+    Status {
+        status: Box<LocalStatus>,
+    },
+    Flag {
+        value: bool,
+    },
+    Processes {
+        procs: Vec<BesideProcess>,
+    },
+    Pid {
+        pid: u32,
+    },
+    Env {
+        env: std::collections::BTreeMap<String, String>,
+    },
+    Error {
+        message: String,
+    },
 }
 
 /// Sends one request to the supervisor listening on `socket` and waits up to `timeout` for its answer.

@@ -92,6 +92,10 @@ pub struct LocalSpec {
     /// at once.
     #[serde(default)]
     pub rolling: bool,
+    /// Settings of one rank alone (`LAB_*` environment variables), kept across its restarts like a
+    /// per-rank entry of the job's configuration.
+    #[serde(default)]
+    pub rank_env: BTreeMap<u32, BTreeMap<String, String>>,
 }
 
 impl LocalSpec {
@@ -107,6 +111,7 @@ impl LocalSpec {
             rank_ports: BTreeMap::new(),
             generation: 1,
             rolling: false,
+            rank_env: BTreeMap::new(),
         }
     }
 

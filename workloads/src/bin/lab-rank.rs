@@ -18,7 +18,8 @@ use lab_workloads::rank::{self, RankOptions};
 /// waits for peers or is stalled: readiness says the process is up, not that the job makes progress.
 ///
 /// Exit codes: 0 after --max-steps, 2 bad flags or data shape, 3 watchdog timeout (at rendezvous, at the
-/// all-reduce, or reading data), 4 a peer went away, misbehaved or disagreed, 5 storage failure.
+/// all-reduce, or reading data), 4 a peer went away, misbehaved or disagreed, 5 storage failure, 6 the
+/// (simulated) accelerator failed (--device-fault-after).
 #[derive(Debug, Parser)]
 #[command(name = "lab-rank", version, max_term_width = 110)]
 struct Cli {
@@ -113,6 +114,12 @@ struct Cli {
     /// SO_SNDBUF/SO_RCVBUF of the ring connections in bytes [default: the kernel's auto-tuning].
     #[arg(long, env = "LAB_SOCKET_BUFFER")]
     socket_buffer: Option<usize>,
+
+    /// Simulate a failing accelerator: the rank exits (code 6) after this many steps in this process, as a
+    /// bad device or driver setting crashes one rank in a loop (0: never). Its peers see a collective
+    /// error; the job restarts from its checkpoint and the steps since are lost.
+    #[arg(long, env = "LAB_DEVICE_FAULT_AFTER", default_value_t = 0)]
+    device_fault_after: u64,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -163,6 +170,7 @@ fn options(cli: Cli) -> anyhow::Result<RankOptions> {
         max_steps: cli.max_steps,
         log_every: cli.log_every,
         socket_buffer: cli.socket_buffer,
+        device_fault_after: cli.device_fault_after,
     })
 }
 

@@ -24,6 +24,8 @@ pub(crate) struct RoleCommand {
     pub cwd: Option<PathBuf>,
     /// A rank's CPU limit: the process is placed in a cgroup of its own with this quota.
     pub cpu: Option<Millicores>,
+    /// Environment variables of this instance alone.
+    pub env: Vec<(String, String)>,
 }
 
 /// The command line of instance `kind` of the lab configured by `cfg`, as `spec` wants it now.
@@ -45,6 +47,7 @@ pub(crate) fn role_command(
         data_dir: None,
         cwd: None,
         cpu: None,
+        env: Vec::new(),
     };
     match kind {
         Kind::Master => {
@@ -131,6 +134,11 @@ pub(crate) fn role_command(
                 format!("--watchdog-timeout={}s", cfg.watchdog_secs),
             ];
             cmd.cpu = Some(spec.cpu_for(r));
+            cmd.env = spec
+                .rank_env
+                .get(&r)
+                .map(|e| e.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default();
         }
     }
     Some(cmd)

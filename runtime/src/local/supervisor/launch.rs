@@ -78,6 +78,7 @@ impl Launcher for Spawner {
             .open(self.paths.log(&rc.name))?;
         let mut cmd = tokio::process::Command::new(&rc.program);
         cmd.args(&rc.args)
+            .envs(rc.env.iter().map(|(k, v)| (k, v)))
             .env(super::LAB_ENV, &self.lab_env)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)

@@ -10,6 +10,7 @@
 //! the reconciler), `commands` (each role's command line), `launch` (starting processes, behind a
 //! trait), `probes` (readiness), `server` (the control socket) and `status` (the report).
 
+mod beside;
 mod commands;
 mod launch;
 mod probes;
@@ -143,6 +144,10 @@ async fn shutdown(sup: &Arc<Mutex<Sup>>) {
         |k| matches!(k, Kind::Volume(_) | Kind::Proxy(_)),
         |k| matches!(k, Kind::Master),
     ];
+    {
+        let mut s = sup.lock().expect("supervisor state");
+        s.stop_all_beside(Instant::now());
+    }
     for pick in order {
         {
             let mut s = sup.lock().expect("supervisor state");

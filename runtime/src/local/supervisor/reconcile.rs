@@ -105,6 +105,8 @@ pub(super) struct Sup {
     pub me: Option<ProcRecord>,
     pub shutting_down: bool,
     pub launcher: Box<dyn Launcher>,
+    /// Processes started beside a rank, in its cgroup (the slow-compute fault's CPU hogs).
+    pub beside: Vec<super::beside::Beside>,
 }
 
 /// Asks `inst`'s process to stop, once; [`Sup::reap`] kills it if it outlives the grace period.
@@ -129,6 +131,7 @@ impl Sup {
             me: None,
             shutting_down: false,
             launcher,
+            beside: Vec::new(),
         }
     }
 
@@ -145,6 +148,7 @@ impl Sup {
                 .values()
                 .filter_map(|i| i.running.as_ref().map(|r| r.process.record().clone())),
         );
+        table.extend(self.beside.iter().map(|b| b.process.record().clone()));
         let _ = procs::write_table(&self.paths.procs(), &table);
     }
 
@@ -242,12 +246,51 @@ impl Sup {
                         self.spec.ranks
                     ));
                 }
-                // A new pod comes from the template: an in-place change does not survive it.
+                // A new pod comes from the template: an in-place change does not survive it. A frozen
+                // thread does not act on SIGKILL, so it is thawed first, as a container runtime does.
                 self.spec.cpu_live.remove(&rank);
                 self.save_spec();
+                self.thaw_rank(rank);
                 if let Some(i) = self.insts.get_mut(&names::rank(rank)) {
                     i.replace = true;
                     terminate(i, now);
+                }
+                Response::Ok
+            }
+            Request::Freeze { rank, frozen } => self.freeze(rank, frozen),
+            Request::Frozen { rank } => self.frozen(rank),
+            Request::RankProcs { rank } => self.rank_procs(rank),
+            Request::StartHog { rank } => self.start_hog(rank),
+            Request::StopBeside { rank, pid } => self.stop_beside(rank, pid, now),
+            Request::RankEnv { rank } => Response::Env {
+                env: self.spec.rank_env.get(&rank).cloned().unwrap_or_default(),
+            },
+            Request::SetRankEnv { rank, name, value } => {
+                if rank >= self.spec.ranks {
+                    return err(format!(
+                        "rank-{rank} does not exist (ranks 0..{})",
+                        self.spec.ranks
+                    ));
+                }
+                if let Err(why) = lab_model::actions::check_rank_env_name(&name) {
+                    return err(why);
+                }
+                let env = self.spec.rank_env.entry(rank).or_default();
+                let changed = match value {
+                    Some(v) => env.insert(name, v.clone()).as_ref() != Some(&v),
+                    None => env.remove(&name).is_some(),
+                };
+                if env.is_empty() {
+                    self.spec.rank_env.remove(&rank);
+                }
+                self.save_spec();
+                // Like a pod whose environment changed: the rank is replaced to pick it up.
+                if changed {
+                    self.thaw_rank(rank);
+                    if let Some(i) = self.insts.get_mut(&names::rank(rank)) {
+                        i.replace = true;
+                        terminate(i, now);
+                    }
                 }
                 Response::Ok
             }
@@ -258,6 +301,9 @@ impl Sup {
     fn new_generation(&mut self) {
         self.spec.generation += 1;
         self.spec.cpu_live.clear();
+        for r in 0..crate::local::MAX_RANKS {
+            self.thaw_rank(r);
+        }
         // A change applied to every rank at once ends any rolling change under way.
         self.spec.rolling = false;
     }
@@ -396,7 +442,7 @@ impl Sup {
     /// Collects exited processes, and kills those that outlived their grace period. Returns true if any
     /// exited.
     pub fn reap(&mut self, now: Instant) -> bool {
-        let mut any = false;
+        let mut any = self.reap_beside(now);
         let world_size = self.spec.world_size;
         for (name, inst) in self.insts.iter_mut() {
             let Some(run) = inst.running.as_mut() else {
@@ -405,6 +451,10 @@ impl Sup {
             if let Some(t) = run.terminating
                 && now.duration_since(t) > TERMINATION_GRACE
             {
+                // A frozen thread would not act on the SIGKILL.
+                if let Kind::Rank(r) = inst.kind {
+                    super::beside::thaw(&self.cfg, r);
+                }
                 run.process.signal(Signal::SIGKILL);
             }
             let status = match run.process.try_wait() {

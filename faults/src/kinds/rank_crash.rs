@@ -1,0 +1,157 @@
+//! `rank-crash`: one rank crashes in a loop (IL-0421). A setting of that rank alone
+//! (`LAB_DEVICE_FAULT_AFTER`, the rank's simulated accelerator failing after so many steps) makes it exit
+//! after every few steps; the supervisor restarts it as a kubelet would, its peers see the crash only as a
+//! collective error, and the job resumes from its last checkpoint each time, losing the steps since.
+//! Proven by the rank's restarts and its last exit; recovered by removing the setting.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lab_model::status::{LabStatus, Phase};
+use lab_model::{ChangeRecord, names};
+
+use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
+use crate::FaultError;
+use crate::ledger::Before;
+
+/// The rank setting the fault puts on the rank: its simulated accelerator fails after this many steps.
+pub const SETTING: &str = "LAB_DEVICE_FAULT_AFTER";
+
+/// Rank `rank` crashes after every `after` steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankCrash {
+    pub rank: u32,
+    pub after: u64,
+}
+
+#[async_trait]
+impl Injector for RankCrash {
+    fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
+        super::local_only(
+            status,
+            "rank-crash",
+            "sets a configuration of one rank alone, which the ranks' shared StatefulSet template does not carry",
+        )?;
+        let rank = self.rank;
+        let pod = status.ranks().find(|p| p.index == Some(rank)).ok_or_else(|| {
+            FaultError::Invalid(format!(
+                "--rank {rank} is out of range: this lab has rank-0 to rank-{}",
+                status.ranks_desired.saturating_sub(1)
+            ))
+        })?;
+        if pod.phase != Phase::Running {
+            return Err(FaultError::Invalid(format!(
+                "rank-{rank} is {}, not Running: nothing to crash",
+                pod.phase
+            )));
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, cx: &Cx<'_>, _status: &LabStatus) -> Result<Applied, FaultError> {
+        let rank = self.rank;
+        let env = cx
+            .rt
+            .rank_env(rank)
+            .await
+            .map_err(FaultError::runtime(format!("reading rank-{rank}'s settings")))?;
+        let old = env.get(SETTING).cloned();
+        if old.as_deref() == Some(self.after.to_string().as_str()) {
+            return Err(FaultError::Invalid(format!(
+                "rank-{rank} already has {SETTING}={}: clear that first",
+                self.after
+            )));
+        }
+        cx.set_before(Before::RankEnv {
+            name: SETTING.into(),
+            value: old.clone(),
+        })
+        .await?;
+        cx.rt
+            .set_rank_env(rank, SETTING, Some(self.after.to_string()))
+            .await
+            .map_err(FaultError::runtime(format!("setting {SETTING} on rank-{rank}")))?;
+        Ok(Applied {
+            changes: vec![cx.change(
+                names::rank(rank),
+                SETTING,
+                old.unwrap_or_else(|| "unset".into()),
+                self.after.to_string(),
+                Some("a setting of this rank alone: its accelerator fails after that many steps".into()),
+            )],
+            ..Applied::default()
+        })
+    }
+
+    async fn prove(
+        &self,
+        cx: &Cx<'_>,
+        _status: &LabStatus,
+        _applied: &mut Applied,
+    ) -> Result<String, FaultError> {
+        let rank = self.rank;
+        let start = Instant::now();
+        loop {
+            let st = cx
+                .rt
+                .status()
+                .await
+                .map_err(FaultError::runtime("reading the lab's status"))?;
+            if let Some(p) = st.ranks().find(|p| p.index == Some(rank))
+                && p.restarts >= 1
+            {
+                return Ok(format!(
+                    "rank-{rank} crashed and was restarted {} time(s) (last exit: {})",
+                    p.restarts,
+                    p.message.as_deref().unwrap_or("unknown")
+                ));
+            }
+            if start.elapsed() > PROOF_DEADLINE {
+                return Err(not_proven(
+                    cx,
+                    format!("rank-{rank} did not crash within {} s", PROOF_DEADLINE.as_secs()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    async fn recover(&self, cx: &Cx<'_>, before: &Before) -> Result<Vec<ChangeRecord>, FaultError> {
+        let Before::RankEnv { name, value } = before else {
+            return Err(mismatched(cx, before));
+        };
+        let rank = self.rank;
+        let now = cx
+            .rt
+            .rank_env(rank)
+            .await
+            .map_err(FaultError::runtime(format!("reading rank-{rank}'s settings")))?;
+        let current = now.get(name).cloned();
+        // Put back by the operator already (`lab rank env --unset`): nothing to undo.
+        if current == *value {
+            return Ok(Vec::new());
+        }
+        cx.rt
+            .set_rank_env(rank, name, value.clone())
+            .await
+            .map_err(FaultError::runtime(format!("putting back {name} on rank-{rank}")))?;
+        let back = cx
+            .rt
+            .rank_env(rank)
+            .await
+            .map_err(FaultError::runtime(format!("reading rank-{rank}'s settings")))?;
+        if back.get(name) != value.as_ref() {
+            return Err(FaultError::NotRestored {
+                id: cx.id.into(),
+                why: format!("rank-{rank}'s {name} reads {:?}", back.get(name)),
+            });
+        }
+        Ok(vec![cx.change(
+            names::rank(rank),
+            name,
+            current.unwrap_or_else(|| "unset".into()),
+            value.clone().unwrap_or_else(|| "unset".into()),
+            Some("cleared".into()),
+        )])
+    }
+}

@@ -1,0 +1,202 @@
+//! `rank-hang`: one rank's training thread frozen (the cgroup v1 freezer, one thread only) while its
+//! process lives and its metrics endpoint still answers, so it stays Ready; proven by its step counter,
+//! read from its own metrics, standing still while the rank is Running and Ready.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lab_model::status::{LabStatus, Phase};
+use lab_model::{ChangeRecord, metrics, names};
+use lab_runtime::{Runtime, TargetKind};
+
+use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
+use crate::FaultError;
+use crate::ledger::Before;
+
+/// How long the step counter must stand still for the proof.
+const STILL_FOR: Duration = Duration::from_secs(3);
+
+/// Rank `rank`'s training thread frozen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankHang {
+    pub rank: u32,
+}
+
+/// Rank `rank`'s `lab_step`, read from its own metrics endpoint.
+///
+/// # Errors
+/// The runtime's error, or [`FaultError::Invalid`] when the rank has no scrape target or no step yet.
+pub(crate) async fn rank_step(rt: &dyn Runtime, rank: u32) -> Result<f64, FaultError> {
+    let targets = rt
+        .scrape_targets()
+        .await
+        .map_err(FaultError::runtime("listing the scrape targets"))?;
+    let t = targets
+        .iter()
+        .find(|t| t.kind == TargetKind::Rank && t.index == rank)
+        .ok_or_else(|| FaultError::Invalid(format!("rank-{rank} has no metrics endpoint")))?;
+    let text = rt
+        .fetch_metrics(t, Duration::from_secs(3))
+        .await
+        .map_err(FaultError::runtime(format!("reading rank-{rank}'s metrics")))?;
+    step_of(&text).ok_or_else(|| FaultError::Invalid(format!("rank-{rank} exports no {}", metrics::STEP)))
+}
+
+/// The value of the unlabelled `lab_step` sample in a metrics text.
+fn step_of(text: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(metrics::STEP)?;
+        let v = rest.strip_prefix(' ')?;
+        v.split_whitespace().next()?.parse().ok()
+    })
+}
+
+#[async_trait]
+impl Injector for RankHang {
+    fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
+        let rank = self.rank;
+        super::local_only(
+            status,
+            "rank-hang",
+            "freezes one thread of the rank's process with the cgroup v1 freezer, which the Kubernetes API does not reach",
+        )?;
+        let pod = status.ranks().find(|p| p.index == Some(rank)).ok_or_else(|| {
+            FaultError::Invalid(format!(
+                "--rank {rank} is out of range: this lab has rank-0 to rank-{}",
+                status.ranks_desired.saturating_sub(1)
+            ))
+        })?;
+        if pod.phase != Phase::Running || !pod.ready {
+            return Err(FaultError::Invalid(format!(
+                "rank-{rank} is {}{}, not Running and Ready: nothing to hang",
+                pod.phase,
+                if pod.ready { "" } else { " (not Ready)" }
+            )));
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, cx: &Cx<'_>, _status: &LabStatus) -> Result<Applied, FaultError> {
+        let rank = self.rank;
+        if cx
+            .rt
+            .rank_frozen(rank)
+            .await
+            .map_err(FaultError::runtime(format!(
+                "reading whether rank-{rank} is frozen"
+            )))?
+        {
+            return Err(FaultError::Invalid(format!(
+                "rank-{rank}'s training thread is already frozen: clear that first"
+            )));
+        }
+        cx.set_before(Before::Running).await?;
+        cx.rt
+            .freeze_rank(rank, true)
+            .await
+            .map_err(FaultError::runtime(format!(
+                "freezing rank-{rank}'s training thread"
+            )))?;
+        Ok(Applied {
+            changes: vec![cx.change(
+                names::rank(rank),
+                "training thread",
+                "running".into(),
+                "frozen".into(),
+                Some("process alive, metrics endpoint answering".into()),
+            )],
+            ..Applied::default()
+        })
+    }
+
+    async fn prove(
+        &self,
+        cx: &Cx<'_>,
+        _status: &LabStatus,
+        _applied: &mut Applied,
+    ) -> Result<String, FaultError> {
+        let rank = self.rank;
+        let start = Instant::now();
+        let mut last = rank_step(cx.rt, rank).await?;
+        let mut still_since = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let step = rank_step(cx.rt, rank).await?;
+            if step != last {
+                (last, still_since) = (step, Instant::now());
+            }
+            if still_since.elapsed() >= STILL_FOR {
+                let st = cx
+                    .rt
+                    .status()
+                    .await
+                    .map_err(FaultError::runtime("reading the lab's status"))?;
+                let pod = st.ranks().find(|p| p.index == Some(rank));
+                let ready = pod.is_some_and(|p| p.phase == Phase::Running && p.ready);
+                let frozen = cx.rt.rank_frozen(rank).await.unwrap_or(false);
+                if ready && frozen {
+                    return Ok(format!(
+                        "rank-{rank}'s step counter stood at {last} for {:.0} s while it stayed Running and Ready",
+                        still_since.elapsed().as_secs_f64()
+                    ));
+                }
+                if !frozen {
+                    return Err(not_proven(
+                        cx,
+                        format!("rank-{rank}'s training thread is not frozen (was the rank replaced?)"),
+                    ));
+                }
+            }
+            if start.elapsed() > PROOF_DEADLINE {
+                return Err(not_proven(
+                    cx,
+                    format!("rank-{rank}'s step counter kept moving (last read {last})"),
+                ));
+            }
+        }
+    }
+
+    async fn recover(&self, cx: &Cx<'_>, before: &Before) -> Result<Vec<ChangeRecord>, FaultError> {
+        let Before::Running = before else {
+            return Err(mismatched(cx, before));
+        };
+        let rank = self.rank;
+        // A rank restarted since came back thawed: nothing to undo.
+        let frozen = cx.rt.rank_frozen(rank).await.unwrap_or(false);
+        if !frozen {
+            return Ok(Vec::new());
+        }
+        cx.rt
+            .freeze_rank(rank, false)
+            .await
+            .map_err(FaultError::runtime(format!("thawing rank-{rank}")))?;
+        if cx
+            .rt
+            .rank_frozen(rank)
+            .await
+            .map_err(FaultError::runtime("reading the freezer"))?
+        {
+            return Err(FaultError::NotRestored {
+                id: cx.id.into(),
+                why: format!("rank-{rank}'s training thread is still frozen"),
+            });
+        }
+        Ok(vec![cx.change(
+            names::rank(rank),
+            "training thread",
+            "frozen".into(),
+            "running".into(),
+            Some("cleared".into()),
+        )])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_step_is_read_from_the_unlabelled_sample_only() {
+        let text = "# HELP lab_step x\nlab_steps_total 9\nlab_step 1234\n";
+        assert_eq!(super::step_of(text), Some(1234.0));
+        assert_eq!(super::step_of("lab_steps_total 3\n"), None);
+    }
+}
