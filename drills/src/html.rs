@@ -276,7 +276,8 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
         ts.iter().map(|p| (p.t_s, f(p))).collect()
     };
     Some(match fault {
-        Fault::SlowStorage { server, .. } => {
+        // A competing job shows where a slow path does: on the server the ranks wait for.
+        Fault::SlowStorage { server, .. } | Fault::CompetingJob { server, .. } => {
             let name = lab_model::names::storage(*server);
             let others = values(&|p| {
                 median(

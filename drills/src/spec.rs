@@ -304,6 +304,8 @@ struct RawInject {
     cpu: Option<Millicores>,
     #[serde(default)]
     ranks: Option<u32>,
+    #[serde(default)]
+    threads: Option<u32>,
 }
 
 impl Check for RawInject {
@@ -316,6 +318,7 @@ impl Check for RawInject {
             ("rank", self.rank.is_some()),
             ("cpu", self.cpu.is_some()),
             ("ranks", self.ranks.is_some()),
+            ("threads", self.threads.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -324,6 +327,7 @@ impl Check for RawInject {
             FaultKind::SlowStorage => &["server", "delay", "jitter"],
             FaultKind::ThrottledRank => &["rank", "cpu"],
             FaultKind::UnplaceableRank => &["ranks"],
+            FaultKind::CompetingJob => &["server", "threads"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
             return Err(format!(
@@ -348,6 +352,10 @@ impl Check for RawInject {
             },
             Fault::UnplaceableRank { ranks } => Fault::UnplaceableRank {
                 ranks: self.ranks.unwrap_or(ranks),
+            },
+            Fault::CompetingJob { server, threads } => Fault::CompetingJob {
+                server: self.server.unwrap_or(server),
+                threads: self.threads.unwrap_or(threads),
             },
         };
         fault.validate().map_err(|e| e.to_string().replace("--", ""))?;

@@ -16,14 +16,16 @@ pub enum FaultKind {
     SlowStorage,
     ThrottledRank,
     UnplaceableRank,
+    CompetingJob,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 3] = [
+    pub const ALL: [FaultKind; 4] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
+        FaultKind::CompetingJob,
     ];
 
     /// The kind's name on the command line.
@@ -32,6 +34,7 @@ impl FaultKind {
             FaultKind::SlowStorage => "slow-storage",
             FaultKind::ThrottledRank => "throttled-rank",
             FaultKind::UnplaceableRank => "unplaceable-rank",
+            FaultKind::CompetingJob => "competing-job",
         }
     }
 
@@ -60,6 +63,9 @@ impl FaultKind {
             FaultKind::UnplaceableRank => {
                 "[--ranks 5]  scale past the node's GPUs and expect that many peers; the new rank never starts"
             }
+            FaultKind::CompetingJob => {
+                "[--server 1] [--threads 8]  another team's job (not a rank) reads hard from one storage server"
+            }
         }
     }
 
@@ -76,6 +82,10 @@ impl FaultKind {
                 cpu: Millicores(150),
             },
             FaultKind::UnplaceableRank => Fault::UnplaceableRank { ranks: 5 },
+            FaultKind::CompetingJob => Fault::CompetingJob {
+                server: 1,
+                threads: 8,
+            },
         }
     }
 }
@@ -102,6 +112,16 @@ pub enum Fault {
     ThrottledRank { rank: u32, cpu: Millicores },
     /// The job is scaled to `ranks` and told to expect that many peers.
     UnplaceableRank { ranks: u32 },
+    /// A job of another team reads storage server `server` hard, from `threads` connections.
+    CompetingJob {
+        server: u32,
+        #[serde(default = "default_threads")]
+        threads: u32,
+    },
+}
+
+fn default_threads() -> u32 {
+    8
 }
 
 impl Fault {
@@ -111,6 +131,7 @@ impl Fault {
             Fault::SlowStorage { .. } => FaultKind::SlowStorage,
             Fault::ThrottledRank { .. } => FaultKind::ThrottledRank,
             Fault::UnplaceableRank { .. } => FaultKind::UnplaceableRank,
+            Fault::CompetingJob { .. } => FaultKind::CompetingJob,
         }
     }
 
@@ -120,6 +141,7 @@ impl Fault {
             Fault::SlowStorage { server, .. } => lab_model::names::storage(*server),
             Fault::ThrottledRank { rank, .. } => lab_model::names::rank(*rank),
             Fault::UnplaceableRank { .. } => "ranks".to_string(),
+            Fault::CompetingJob { server, .. } => lab_model::names::storage(*server),
         }
     }
 
@@ -148,6 +170,15 @@ impl Fault {
                 Ok(())
             }
             Fault::ThrottledRank { .. } => Ok(()),
+            Fault::CompetingJob { threads, .. } => {
+                if *threads == 0 || *threads > lab_model::jobs::MAX_THREADS {
+                    return Err(FaultError::Invalid(format!(
+                        "--threads must be between 1 and {}",
+                        lab_model::jobs::MAX_THREADS
+                    )));
+                }
+                Ok(())
+            }
             Fault::UnplaceableRank { ranks } => {
                 if *ranks == 0 || *ranks > lab_model::actions::MAX_RANKS {
                     return Err(FaultError::Invalid(format!(
@@ -184,6 +215,10 @@ impl fmt::Display for Fault {
             }
             Fault::ThrottledRank { rank, cpu } => write!(f, "throttled-rank on rank-{rank}: cpu {cpu}"),
             Fault::UnplaceableRank { ranks } => write!(f, "unplaceable-rank: {ranks} ranks"),
+            Fault::CompetingJob { server, threads } => write!(
+                f,
+                "competing-job on storage-{server}: another team's job reads it from {threads} connections"
+            ),
         }
     }
 }

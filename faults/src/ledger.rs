@@ -58,6 +58,8 @@ pub enum Before {
     Cpu { cpu: Millicores },
     /// The ranks asked for and the world size.
     Ranks { ranks: u32, world_size: u32 },
+    /// No foreign job of this name ran: clearing stops it.
+    NoJob { name: String },
 }
 
 /// One fault's record.

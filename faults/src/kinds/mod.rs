@@ -2,6 +2,7 @@
 //! (`crate::engine`) owns the ledger and the order of things; a kind owns only what it does to the lab.
 //! Adding a fault is a file here and a line in [`injector`].
 
+mod competing_job;
 mod slow_storage;
 mod throttled_rank;
 mod unplaceable_rank;
@@ -18,6 +19,7 @@ use lab_runtime::{DelayPath, Runtime};
 use crate::ledger::{Before, Ledger};
 use crate::{Fault, FaultError};
 
+pub use competing_job::CompetingJob;
 pub use slow_storage::SlowStorage;
 pub use throttled_rank::ThrottledRank;
 pub use unplaceable_rank::UnplaceableRank;
@@ -79,6 +81,8 @@ pub struct Applied {
     pub measured_before: Vec<Duration>,
     /// The changes made; the proof may add the values it read back.
     pub changes: Vec<ChangeRecord>,
+    /// Rates measured before the fault went in (a server's GET/s), for the proof to compare with.
+    pub rates_before: Vec<f64>,
 }
 
 /// One kind of fault. Apply and recover are idempotent: applying what is applied, or recovering what is
@@ -131,6 +135,7 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
         }),
         Fault::ThrottledRank { rank, cpu } => Box::new(ThrottledRank { rank, cpu }),
         Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
+        Fault::CompetingJob { server, threads } => Box::new(CompetingJob { server, threads }),
     }
 }
 

@@ -6,6 +6,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 
 use lab_model::Millicores;
+use lab_model::jobs::ForeignJob;
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::Cgroups;
@@ -87,7 +88,28 @@ pub struct LocalSpec {
     pub rank_ports: BTreeMap<u32, RankPorts>,
     /// Bumped whenever the rank configuration changes; ranks started under an older one are replaced.
     pub generation: u64,
+    /// Jobs of other teams the lab runs beside the training job, by name.
+    #[serde(default)]
+    pub foreign_jobs: BTreeMap<String, ForeignJobSpec>,
+    /// The id the next foreign job gets (ids are never reused, so a replaced job is a new instance).
+    #[serde(default)]
+    pub next_job_id: u32,
 }
+
+/// One foreign job as the supervisor runs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForeignJobSpec {
+    /// Its instance id (`Kind::Job(id)`).
+    pub id: u32,
+    pub job: ForeignJob,
+    /// Its `/metrics` port.
+    pub metrics_port: u16,
+    /// Bumped when its settings change: the running process is replaced, as a Deployment rolls its pod.
+    pub generation: u64,
+}
+
+/// The CPU limit of a foreign job's own cgroup: it is another team's job, with a quota of its own.
+pub const FOREIGN_JOB_CPU: Millicores = Millicores(500);
 
 impl LocalSpec {
     /// The spec at the start: storage only, no ranks yet.
@@ -101,6 +123,8 @@ impl LocalSpec {
             seed: false,
             rank_ports: BTreeMap::new(),
             generation: 1,
+            foreign_jobs: BTreeMap::new(),
+            next_job_id: 0,
         }
     }
 

@@ -130,6 +130,22 @@ pub(crate) fn role_command(
             ];
             cmd.cpu = Some(spec.cpu_for(r));
         }
+        Kind::Job(id) => {
+            let j = spec.foreign_jobs.values().find(|j| j.id == id)?;
+            // Its own name for its log and its cgroup: it is another team's job, not a role of the lab's.
+            cmd.name = j.job.name.clone();
+            cmd.program = cfg.bin_dir.join("lab-reader");
+            cmd.args = vec![
+                format!("--master={}", cfg.master()),
+                format!("--server={}", names::storage(j.job.server)),
+                format!("--threads={}", j.job.threads),
+                format!("--metrics-listen={LO}:{}", j.metrics_port),
+            ];
+            if let Some(r) = j.job.rate {
+                cmd.args.push(format!("--rate={r}"));
+            }
+            cmd.cpu = Some(crate::local::spec::FOREIGN_JOB_CPU);
+        }
     }
     Some(cmd)
 }
