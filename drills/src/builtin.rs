@@ -7,13 +7,15 @@ use crate::error::DrillError;
 use crate::spec::{self, Drill};
 
 /// `(name, text)` of every built-in drill, in the seed story's order.
-pub const BUILTIN: [(&str, &str); 3] = [
+pub const BUILTIN: [(&str, &str); 4] = [
     ("slow-storage", include_str!("../builtin/slow-storage.yaml")),
     ("throttled-rank", include_str!("../builtin/throttled-rank.yaml")),
     (
         "unplaceable-rank",
         include_str!("../builtin/unplaceable-rank.yaml"),
     ),
+    // Not a chapter of the seed story: one of the four causes of its Figure 4.
+    ("competing-job", include_str!("../builtin/competing-job.yaml")),
 ];
 
 /// A drill and where it came from (`builtin:slow-storage`, or the file's path).

@@ -64,7 +64,7 @@ impl FaultKind {
                 "[--ranks 5]  scale past the node's GPUs and expect that many peers; the new rank never starts"
             }
             FaultKind::CompetingJob => {
-                "[--server 1] [--threads 8]  another team's job (not a rank) reads hard from one storage server"
+                "[--server 1] [--threads 64]  another team's job (not a rank) reads hard from one storage server"
             }
         }
     }
@@ -84,7 +84,7 @@ impl FaultKind {
             FaultKind::UnplaceableRank => Fault::UnplaceableRank { ranks: 5 },
             FaultKind::CompetingJob => Fault::CompetingJob {
                 server: 1,
-                threads: 8,
+                threads: default_threads(),
             },
         }
     }
@@ -121,7 +121,7 @@ pub enum Fault {
 }
 
 fn default_threads() -> u32 {
-    8
+    64
 }
 
 impl Fault {

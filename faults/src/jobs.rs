@@ -171,7 +171,12 @@ fn rate_text(r: Option<f64>) -> String {
     r.map_or_else(|| "unthrottled".into(), |r| format!("{r} reads/s"))
 }
 
-fn record(ledger: &Ledger, target: String, before: String, after: String) -> Result<ChangeRecord, FaultError> {
+fn record(
+    ledger: &Ledger,
+    target: String,
+    before: String,
+    after: String,
+) -> Result<ChangeRecord, FaultError> {
     let c = ChangeRecord {
         at_ms: now_ms(),
         source: ChangeSource::Remediation,
@@ -192,7 +197,12 @@ fn record(ledger: &Ledger, target: String, before: String, after: String) -> Res
 /// # Errors
 /// [`FaultError::Invalid`] for a rate that is not more than 0, or a name that is not a foreign job
 /// (nothing changed); the runtime's error.
-pub async fn throttle(rt: &dyn Runtime, ledger: &Ledger, name: &str, rate: f64) -> Result<ChangeRecord, FaultError> {
+pub async fn throttle(
+    rt: &dyn Runtime,
+    ledger: &Ledger,
+    name: &str,
+    rate: f64,
+) -> Result<ChangeRecord, FaultError> {
     if !(rate.is_finite() && rate > 0.0 && rate <= lab_model::jobs::MAX_READ_RATE) {
         return Err(FaultError::Invalid(format!(
             "--rate must be more than 0 and at most {} reads/s: to stop the job, use `lab job stop {name}`",

@@ -11,7 +11,7 @@ pub const TRAINING_JOB: &str = "training";
 pub const MAX_FOREIGN_JOBS: usize = 8;
 
 /// The most connections a foreign job opens.
-pub const MAX_THREADS: u32 = 64;
+pub const MAX_THREADS: u32 = 128;
 
 /// The highest read rate a foreign job may be held to, reads per second.
 pub const MAX_READ_RATE: f64 = 100_000.0;
@@ -37,7 +37,9 @@ pub struct ForeignJob {
 pub fn validate_job_name(name: &str) -> Result<(), String> {
     let shaped = !name.is_empty()
         && name.len() <= 40
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && name.as_bytes()[0].is_ascii_lowercase()
         && !name.ends_with('-');
     if !shaped {
@@ -69,9 +71,9 @@ pub fn parse_read_rate(s: &str) -> Result<f64, String> {
         .or_else(|| t.strip_suffix("/s"))
         .unwrap_or(t)
         .trim();
-    let v: f64 = num.parse().map_err(|_| {
-        format!("read rate {s:?} is not a number of reads per second (e.g. 20 or 20/s)")
-    })?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("read rate {s:?} is not a number of reads per second (e.g. 20 or 20/s)"))?;
     if !v.is_finite() || v <= 0.0 {
         return Err(format!(
             "read rate {s:?} must be more than 0 reads/s: to stop the job, use `lab job stop`"
@@ -108,7 +110,17 @@ mod tests {
     #[test]
     fn names_that_pass_for_the_lab_s_own_are_refused() {
         assert!(validate_job_name("nightly-etl").is_ok());
-        for bad in ["", "rank-1", "training", "ranks", "storage-1", "Etl", "9x", "a b", "etl-"] {
+        for bad in [
+            "",
+            "rank-1",
+            "training",
+            "ranks",
+            "storage-1",
+            "Etl",
+            "9x",
+            "a b",
+            "etl-",
+        ] {
             assert!(validate_job_name(bad).is_err(), "{bad:?}");
         }
         assert!(is_training_name("rank-3"));

@@ -18,8 +18,8 @@ use crate::checkpoint::JobStore;
 use crate::dataset::Manifest;
 use crate::error::{Result, WorkloadError};
 use crate::metrics::Registry;
-use crate::storage::{self, Storage};
 use crate::serve;
+use crate::storage::{self, Storage};
 
 /// Settings of one reader job.
 #[derive(Debug, Clone)]
@@ -53,8 +53,14 @@ const READ_BUCKETS: [f64; 15] = [
 
 /// Registers the reader's metrics.
 pub fn register_metrics(r: &Registry) {
-    r.counter(m::JOB_READS, "Whole-needle reads this job made, by storage server.");
-    r.counter(m::JOB_READ_BYTES, "Payload bytes this job read, by storage server.");
+    r.counter(
+        m::JOB_READS,
+        "Whole-needle reads this job made, by storage server.",
+    );
+    r.counter(
+        m::JOB_READ_BYTES,
+        "Payload bytes this job read, by storage server.",
+    );
     r.histogram(
         m::JOB_READ_DURATION,
         "One read as this job sees it, by storage server.",
@@ -132,7 +138,11 @@ pub fn run(opts: &ReaderOptions) -> Result<()> {
     if let Some(r) = opts.rate {
         registry.set(m::JOB_RATE_LIMIT, &[], r);
     }
-    let addr = serve::spawn(&opts.metrics_listen, registry.clone(), Arc::new(|_: &Registry| {}))?;
+    let addr = serve::spawn(
+        &opts.metrics_listen,
+        registry.clone(),
+        Arc::new(|_: &Registry| {}),
+    )?;
     eprintln!(
         "reader: up: reading {} from {} with {} threads at {}, metrics on http://{addr}/metrics",
         opts.dataset,

@@ -35,7 +35,10 @@ pub async fn run(name: &str, cmd: JobCmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        JobCmd::Throttle(a) => done(jobs::throttle(rt.as_ref(), &ledger, &a.job, a.rate).await?, a.json),
+        JobCmd::Throttle(a) => done(
+            jobs::throttle(rt.as_ref(), &ledger, &a.job, a.rate).await?,
+            a.json,
+        ),
         JobCmd::Stop(a) => done(jobs::stop(rt.as_ref(), &ledger, &a.job).await?, a.json),
     }
 }

@@ -10,6 +10,8 @@ use super::reconcile::Kind;
 use crate::local::spec::{LocalConfig, LocalSpec, Paths};
 
 const LO: &str = "127.0.0.1";
+/// `weed volume -concurrentDownloadLimitMB`: what one storage server serves at once.
+pub(crate) const VOLUME_DOWNLOAD_LIMIT_MB: u32 = 1;
 
 /// How to start one instance.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +84,10 @@ pub(crate) fn role_command(
                 "-dataCenter=lab".into(),
                 format!("-metricsIp={LO}"),
                 format!("-metricsPort={}", p.metrics),
+                // A server's bandwidth is finite: it serves this many MB of needles at once and queues
+                // the rest, so a job reading hard from it makes every other reader of it wait (the
+                // competing-job fault), as a disk or NIC would, without touching its siblings.
+                format!("-concurrentDownloadLimitMB={VOLUME_DOWNLOAD_LIMIT_MB}"),
             ];
             cmd.data_dir = Some(vdir);
             cmd.cwd = Some(data);

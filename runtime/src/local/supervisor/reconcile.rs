@@ -264,7 +264,10 @@ impl Sup {
         if known.is_empty() {
             format!("no foreign job named {name:?}: none runs on this lab")
         } else {
-            format!("no foreign job named {name:?}: this lab runs {}", known.join(", "))
+            format!(
+                "no foreign job named {name:?}: this lab runs {}",
+                known.join(", ")
+            )
         }
     }
 
@@ -283,10 +286,7 @@ impl Sup {
             ));
         }
         if job.threads == 0 || job.threads > jobs::MAX_THREADS {
-            return Err(format!(
-                "threads must be between 1 and {}",
-                jobs::MAX_THREADS
-            ));
+            return Err(format!("threads must be between 1 and {}", jobs::MAX_THREADS));
         }
         if let Some(r) = job.rate
             && !(r.is_finite() && r > 0.0 && r <= jobs::MAX_READ_RATE)
