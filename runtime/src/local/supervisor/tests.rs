@@ -529,3 +529,6 @@ fn a_restarted_proxy_comes_back_with_the_delay_on_record() {
     );
     assert_eq!(volume.cwd, Some(paths.data()));
 }
+
+#[path = "jobs_tests.rs"]
+mod jobs;
