@@ -98,6 +98,7 @@ fn storage(s: u32, ranks: u32, servers: u32, p50: f64) -> StorageView {
             .filter(|r| names::default_server_for_rank(*r, servers) == s)
             .map(names::rank)
             .collect(),
+        ..StorageView::default()
     }
 }
 

@@ -174,6 +174,26 @@ pub fn status_text(s: &Snapshot) -> String {
             v.readers.join(",")
         ));
     }
+    // Who loads each server, only when a client other than the ranks reads one.
+    if s.storage
+        .iter()
+        .any(|v| v.clients.iter().any(|c| c.kind != "rank"))
+    {
+        out.push_str("\nREADS BY CLIENT  reads/s each server served, and who asked\n");
+        for v in &s.storage {
+            let clients: Vec<String> = v
+                .clients
+                .iter()
+                .map(|c| format!("{} {:.0} ({})", c.client, c.reads_per_s, c.kind))
+                .collect();
+            out.push_str(&format!(
+                "{:<12} {:>7}  {}\n",
+                v.name,
+                v.served_per_s.map_or("-".into(), |x| format!("{x:.0}")),
+                clients.join(" · ")
+            ));
+        }
+    }
     out.push_str(&format!("\nALERTS  golden signals firing: {}\n", s.alerts.len()));
     let mut alerts: Vec<_> = s.alerts.iter().collect();
     alerts.sort_by_key(|a| (a.since_ms, a.rule.clone(), a.target.clone()));

@@ -7,7 +7,7 @@ use crate::error::DrillError;
 use crate::spec::{self, Drill};
 
 /// `(name, text)` of every built-in drill, in the seed story's order.
-pub const BUILTIN: [(&str, &str); 7] = [
+pub const BUILTIN: [(&str, &str); 8] = [
     ("slow-storage", include_str!("../builtin/slow-storage.yaml")),
     ("throttled-rank", include_str!("../builtin/throttled-rank.yaml")),
     (
@@ -18,6 +18,8 @@ pub const BUILTIN: [(&str, &str); 7] = [
     ("rank-crash", include_str!("../builtin/rank-crash.yaml")),
     ("rank-hang", include_str!("../builtin/rank-hang.yaml")),
     ("slow-compute", include_str!("../builtin/slow-compute.yaml")),
+    // Not a chapter of the seed story: one of the four causes of its Figure 4.
+    ("competing-job", include_str!("../builtin/competing-job.yaml")),
 ];
 
 /// A drill and where it came from (`builtin:slow-storage`, or the file's path).

@@ -77,6 +77,11 @@ pub struct Dependency {
     pub errors_per_s: Option<f64>,
     /// Whether its latency stands out from its siblings'.
     pub stands_out: bool,
+    /// Reads per second the server itself served, whoever asked.
+    pub served_per_s: Option<f64>,
+    /// Reads per second by client, busiest first: ranks, jobs of other teams, and `other` (served beyond
+    /// the clients that report their reads).
+    pub clients: Vec<lab_model::snapshot::ClientReads>,
 }
 
 /// The job's own signals.
@@ -228,6 +233,8 @@ impl Bundle {
                 reads_per_s: v.reads_per_s,
                 errors_per_s: v.errors_per_s,
                 stands_out: v.outlier,
+                served_per_s: v.served_per_s,
+                clients: v.clients.clone(),
             })
             .collect();
         let t = &s.training;
@@ -413,6 +420,24 @@ impl Bundle {
                 d.readers.join(", ")
             );
         }
+        // Who loads each server: only when a client other than the ranks reads one (a healthy lab's
+        // bundle reads as it always did).
+        if self
+            .dependencies
+            .iter()
+            .any(|d| d.clients.iter().any(|c| c.kind != "rank"))
+        {
+            let _ = writeln!(o, "\nREADS BY CLIENT  reads/s each server served, and who asked");
+            for d in &self.dependencies {
+                let _ = writeln!(
+                    o,
+                    "  {:<12} {:>7}  {}",
+                    d.name,
+                    d.served_per_s.map_or("-".into(), |v| format!("{v:.0}")),
+                    crate::bundle::clients_line(&d.clients)
+                );
+            }
+        }
         let t = &self.training;
         let _ = writeln!(
             o,
@@ -575,6 +600,15 @@ pub fn latency_summary(deps: &[Dependency]) -> Vec<String> {
     out
 }
 
+/// `nightly-etl 1040 (job) · rank-1 12 (rank)`: a server's clients, busiest first.
+pub fn clients_line(clients: &[lab_model::snapshot::ClientReads]) -> String {
+    clients
+        .iter()
+        .map(|c| format!("{} {:.0} ({})", c.client, c.reads_per_s, c.kind))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
 #[cfg(test)]
 mod tests {
     use lab_model::ChangeRecord;
@@ -673,6 +707,8 @@ mod tests {
             reads_per_s: None,
             errors_per_s: None,
             stands_out: false,
+            served_per_s: None,
+            clients: vec![],
         }
     }
 

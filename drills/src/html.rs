@@ -300,7 +300,8 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
         }
     };
     Some(match fault {
-        Fault::SlowStorage { server, .. } => {
+        // A competing job shows where a slow path does: on the server the ranks wait for.
+        Fault::SlowStorage { server, .. } | Fault::CompetingJob { server, .. } => {
             let name = lab_model::names::storage(*server);
             let others = values(&|p| {
                 median(

@@ -306,6 +306,8 @@ struct RawInject {
     ranks: Option<RanksArg>,
     #[serde(default)]
     after: Option<u64>,
+    #[serde(default)]
+    threads: Option<u32>,
 }
 
 /// `ranks:` is a count for unplaceable-rank (`ranks: 5`) and a list for slow-compute (`ranks: [1, 2]`).
@@ -327,6 +329,7 @@ impl Check for RawInject {
             ("cpu", self.cpu.is_some()),
             ("ranks", self.ranks.is_some()),
             ("after", self.after.is_some()),
+            ("threads", self.threads.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -338,6 +341,7 @@ impl Check for RawInject {
             FaultKind::RankHang => &["rank"],
             FaultKind::RankCrash => &["rank", "after"],
             FaultKind::SlowCompute => &["ranks"],
+            FaultKind::CompetingJob => &["server", "threads"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
             return Err(format!(
@@ -391,6 +395,10 @@ impl Check for RawInject {
                         return Err("`ranks` of stuck-rollout is a count (e.g. 5), not a list".into());
                     }
                 },
+            },
+            Fault::CompetingJob { server, threads } => Fault::CompetingJob {
+                server: self.server.unwrap_or(server),
+                threads: self.threads.unwrap_or(threads),
             },
         };
         fault.validate().map_err(|e| e.to_string().replace("--", ""))?;

@@ -20,11 +20,12 @@ pub enum FaultKind {
     RankCrash,
     RankHang,
     SlowCompute,
+    CompetingJob,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
@@ -32,6 +33,7 @@ impl FaultKind {
         FaultKind::RankCrash,
         FaultKind::RankHang,
         FaultKind::SlowCompute,
+        FaultKind::CompetingJob,
     ];
 
     /// The kind's name on the command line.
@@ -44,6 +46,7 @@ impl FaultKind {
             FaultKind::RankCrash => "rank-crash",
             FaultKind::RankHang => "rank-hang",
             FaultKind::SlowCompute => "slow-compute",
+            FaultKind::CompetingJob => "competing-job",
         }
     }
 
@@ -84,6 +87,9 @@ impl FaultKind {
             FaultKind::SlowCompute => {
                 "[--ranks 1,2]  a CPU hog beside each rank, inside its limit; spec and template unchanged (local runtime)"
             }
+            FaultKind::CompetingJob => {
+                "[--server 1] [--threads 64]  another team's job (not a rank) reads hard from one storage server"
+            }
         }
     }
 
@@ -104,6 +110,10 @@ impl FaultKind {
             FaultKind::RankCrash => Fault::RankCrash { rank: 1, after: 150 },
             FaultKind::RankHang => Fault::RankHang { rank: 1 },
             FaultKind::SlowCompute => Fault::SlowCompute { ranks: vec![1, 2] },
+            FaultKind::CompetingJob => Fault::CompetingJob {
+                server: 1,
+                threads: default_threads(),
+            },
         }
     }
 }
@@ -139,6 +149,16 @@ pub enum Fault {
     RankHang { rank: u32 },
     /// A CPU hog runs beside each of `ranks`, inside its CPU limit.
     SlowCompute { ranks: Vec<u32> },
+    /// A job of another team reads storage server `server` hard, from `threads` connections.
+    CompetingJob {
+        server: u32,
+        #[serde(default = "default_threads")]
+        threads: u32,
+    },
+}
+
+fn default_threads() -> u32 {
+    64
 }
 
 impl Fault {
@@ -152,6 +172,7 @@ impl Fault {
             Fault::RankCrash { .. } => FaultKind::RankCrash,
             Fault::RankHang { .. } => FaultKind::RankHang,
             Fault::SlowCompute { .. } => FaultKind::SlowCompute,
+            Fault::CompetingJob { .. } => FaultKind::CompetingJob,
         }
     }
 
@@ -167,6 +188,7 @@ impl Fault {
                 .map(|r| lab_model::names::rank(*r))
                 .collect::<Vec<_>>()
                 .join(","),
+            Fault::CompetingJob { server, .. } => lab_model::names::storage(*server),
         }
     }
 
@@ -223,6 +245,15 @@ impl Fault {
                 }
                 Ok(())
             }
+            Fault::CompetingJob { threads, .. } => {
+                if *threads == 0 || *threads > lab_model::jobs::MAX_THREADS {
+                    return Err(FaultError::Invalid(format!(
+                        "--threads must be between 1 and {}",
+                        lab_model::jobs::MAX_THREADS
+                    )));
+                }
+                Ok(())
+            }
             Fault::UnplaceableRank { ranks } | Fault::StuckRollout { ranks } => {
                 if *ranks == 0 || *ranks > lab_model::actions::MAX_RANKS {
                     return Err(FaultError::Invalid(format!(
@@ -268,6 +299,10 @@ impl fmt::Display for Fault {
                 f,
                 "slow-compute on {}: a CPU hog beside each",
                 self.target().replace(',', ", ")
+            ),
+            Fault::CompetingJob { server, threads } => write!(
+                f,
+                "competing-job on storage-{server}: another team's job reads it from {threads} connections"
             ),
         }
     }

@@ -65,6 +65,8 @@ pub enum Before {
     /// Nothing ran beside the ranks; `started` lists the `(rank, pid)` of each process the fault
     /// started there, once started (what recover stops).
     Beside { started: Vec<(u32, u32)> },
+    /// No foreign job of this name ran: clearing stops it.
+    NoJob { name: String },
 }
 
 /// One fault's record.

@@ -9,6 +9,7 @@
 pub mod catalog;
 pub mod engine;
 pub mod error;
+pub mod jobs;
 pub mod kinds;
 pub mod ledger;
 pub mod remediate;

@@ -55,6 +55,9 @@ pub enum Command {
     /// What runs beside one rank, inside its CPU limit: list it, stop what is not the rank.
     #[command(subcommand)]
     Rank(RankCmd),
+    /// The jobs on the lab's storage (the training job and jobs of other teams): list, throttle, stop.
+    #[command(subcommand)]
+    Job(JobCmd),
     /// The live console: per-storage-server latency against pod Ready.
     Console,
     /// Run and check fault drills.
@@ -294,6 +297,70 @@ pub enum InjectCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Another team's job (its own process and cgroup, not a rank) reads hard from one storage server.
+    CompetingJob {
+        /// The storage server it reads from.
+        #[arg(long, default_value_t = 1)]
+        server: u32,
+        /// Connections it reads from at once (1 to 128).
+        #[arg(long, default_value_t = 64)]
+        threads: u32,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `lab job …`.
+///
+/// A noisy neighbour (another team's job reading hard from the storage server a rank depends on) is fixed
+/// at its source: hold that job to a read rate, or stop it. Draining the server or restarting the rank
+/// leaves the neighbour where it is.
+///
+/// Examples:
+///   lab job list                             # every job, with the reads per second it makes
+///   lab job throttle nightly-etl --rate 20   # hold it to 20 reads/s
+///   lab job stop nightly-etl
+#[derive(Debug, Subcommand)]
+#[command(verbatim_doc_comment)]
+pub enum JobCmd {
+    /// Every job on the lab's storage: the training job and jobs of other teams, with their read rates.
+    List(JobListArgs),
+    /// Hold a job of another team to a read rate (its process is replaced with the new setting).
+    Throttle(JobThrottleArgs),
+    /// Stop a job of another team.
+    Stop(JobStopArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct JobListArgs {
+    /// Measure read rates over this long.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub window: std::time::Duration,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JobThrottleArgs {
+    /// The job (from `lab job list`); a rank or the training job is refused.
+    pub job: String,
+    /// Reads per second: `20`, `20/s` or `20r/s`; more than 0 (to stop it, use `lab job stop`).
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: f64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct JobStopArgs {
+    /// The job (from `lab job list`); a rank or the training job is refused.
+    pub job: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    lab_model::jobs::parse_read_rate(s)
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,7 @@ pub mod change;
 pub mod clock;
 pub mod error;
 pub mod format;
+pub mod jobs;
 pub mod metrics;
 pub mod names;
 pub mod quantity;

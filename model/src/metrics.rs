@@ -68,3 +68,12 @@ pub const SEAWEED_VOLUME_REQUEST_SECONDS: &str = "SeaweedFS_volumeServer_request
 
 /// Phases of a step, the values of [`LABEL_PHASE`].
 pub const PHASES: [&str; 4] = ["read", "compute", "wait", "transfer"];
+
+/// Counter, label `server`: whole-needle reads a job of another team (`lab-reader`, not a rank) made.
+pub const JOB_READS: &str = "lab_job_reads_total";
+/// Counter, label `server`: payload bytes those reads returned.
+pub const JOB_READ_BYTES: &str = "lab_job_read_bytes_total";
+/// Histogram, label `server`: one such read as that job sees it.
+pub const JOB_READ_DURATION: &str = "lab_job_read_duration_seconds";
+/// Gauge: the read rate that job is held to, reads per second (absent while it runs unthrottled).
+pub const JOB_RATE_LIMIT: &str = "lab_job_read_rate_limit";

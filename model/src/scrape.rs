@@ -23,4 +23,6 @@ pub enum TargetKind {
     Rank,
     /// A SeaweedFS volume server's `-metricsPort` `/metrics`.
     Storage,
+    /// A foreign job's `/metrics` (a job of another team on the same storage).
+    Job,
 }

@@ -133,6 +133,26 @@ pub struct StorageView {
     pub outlier: bool,
     /// The ranks that read from it (from the metrics' `server` label).
     pub readers: Vec<String>,
+    /// Reads per second the server itself served over the window (SeaweedFS's own GET count), whoever
+    /// asked: the ranks, jobs of other teams, anything else.
+    #[serde(default)]
+    pub served_per_s: Option<f64>,
+    /// Reads per second by client over the window, busiest first: each rank and each foreign job that
+    /// reports its reads, and `other` for what the server served beyond them (a client the lab cannot
+    /// name). Which client loads a server is the evidence that tells a competing job from the other
+    /// causes of slow storage (`docs/evidence.md`).
+    #[serde(default)]
+    pub clients: Vec<ClientReads>,
+}
+
+/// One client's reads from one storage server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientReads {
+    /// `rank-1`, a foreign job's name, or `other`.
+    pub client: String,
+    /// `rank`, `job` (a job of another team), or `other`.
+    pub kind: String,
+    pub reads_per_s: f64,
 }
 
 /// An active fault as the ledger knows it (for the console's keys; not part of an incident bundle).

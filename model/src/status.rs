@@ -46,6 +46,8 @@ pub enum Role {
     Rank,
     /// A metrics server (Prometheus) deployed beside the job.
     Monitoring,
+    /// A job of another team sharing the storage (not a rank): see `lab_model::jobs`.
+    ForeignJob,
 }
 
 /// Resources of one instance: what runs now against what it was given and what its template says.

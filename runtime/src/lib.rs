@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lab_model::Millicores;
+use lab_model::jobs::ForeignJob;
 use lab_model::status::{LabStatus, RuntimeKind};
 
 pub use error::RuntimeError;
@@ -185,4 +186,39 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// [`RuntimeError::InvalidInput`] for an unknown rank or a name that is not a `LAB_*` setting; the
     /// runtime's error, or why it has no per-rank settings.
     async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()>;
+    /// The jobs of other teams running on the lab's storage (never the training job).
+    ///
+    /// # Errors
+    /// When the runtime cannot be reached.
+    async fn foreign_jobs(&self) -> Result<Vec<ForeignJob>> {
+        Ok(Vec::new())
+    }
+
+    /// Runs a job of another team that reads from one storage server in its own process and cgroup (its
+    /// own pod), or changes the one of that name: its process is replaced with the new settings, as a
+    /// Deployment rolls its pod.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for a bad name, server, rate or thread count (nothing changed);
+    /// [`RuntimeError::InvalidInput`] too where the runtime cannot run one, saying why.
+    async fn run_foreign_job(&self, job: &ForeignJob) -> Result<()> {
+        let _ = job;
+        Err(RuntimeError::InvalidInput(format!(
+            "the {} runtime does not run jobs of other teams yet (the competing-job fault and `lab job` \
+             need the local runtime)",
+            self.kind()
+        )))
+    }
+
+    /// Stops the foreign job `name`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] when no foreign job has that name (a rank or the training job is
+    /// not one).
+    async fn stop_foreign_job(&self, name: &str) -> Result<()> {
+        Err(RuntimeError::InvalidInput(format!(
+            "no foreign job named {name:?}: the {} runtime runs none",
+            self.kind()
+        )))
+    }
 }

@@ -73,6 +73,8 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
             }),
             Step::Remediate(command("lab config world-size 4")),
         ],
+        // Not a chapter of the seed's story; its own drill's fix, should a demo ever include it.
+        FaultKind::CompetingJob => vec![Step::Remediate(command("lab job stop nightly-etl"))],
     };
     let mut steps = Vec::new();
     for s in std::mem::take(&mut loaded.drill.steps) {

@@ -7,14 +7,14 @@ use lab_model::ChangeRecord;
 use lab_model::metrics as m;
 use lab_model::names;
 use lab_model::scrape::ScrapeTarget;
-use lab_model::snapshot::{ActiveFault, Alert, RankView, Snapshot, StorageView, Training};
+use lab_model::snapshot::{ActiveFault, Alert, ClientReads, RankView, Snapshot, StorageView, Training};
 use lab_model::status::{LabStatus, Phase, PodStatus, Role};
 
 use crate::error::ScrapeError;
 use crate::expo::{Sample, parse};
 use crate::labels::Labels;
 use crate::rules::{self, Condition, Engine, LearnedBaseline};
-use crate::signals::Signals;
+use crate::signals::{ServerSignals, Signals};
 use crate::store::Store;
 use lab_model::format::{error_chain, latency};
 
@@ -295,6 +295,8 @@ impl Collector {
                         .filter(|r| r.server.as_deref() == Some(&name))
                         .map(|r| r.name.clone())
                         .collect(),
+                    served_per_s: fin(sv.served_per_s),
+                    clients: clients(&sv, status),
                     name,
                 }
             })
@@ -302,6 +304,42 @@ impl Collector {
         views.sort_by(|a, b| (a.index, &a.name).cmp(&(b.index, &b.name)));
         views
     }
+}
+
+/// Reads by client on one server, busiest first, with `other` for what the server served beyond the
+/// clients that report their reads (more than 1 read/s and a tenth of what it served: probes and the
+/// odd request are not a client).
+fn clients(sv: &ServerSignals, status: &LabStatus) -> Vec<ClientReads> {
+    let kind_of = |c: &str| {
+        let foreign = status
+            .pods
+            .iter()
+            .any(|p| p.name == c && p.role == Role::ForeignJob);
+        if foreign { "job" } else { "rank" }
+    };
+    let mut out: Vec<ClientReads> = sv
+        .by_client
+        .iter()
+        .filter(|(_, v)| v.is_finite())
+        .map(|(c, v)| ClientReads {
+            client: c.clone(),
+            kind: kind_of(c).into(),
+            reads_per_s: *v,
+        })
+        .collect();
+    if let Some(served) = sv.served_per_s.filter(|v| v.is_finite()) {
+        let known: f64 = out.iter().map(|c| c.reads_per_s).sum();
+        let rest = served - known;
+        if rest > 1.0 && rest > 0.1 * served {
+            out.push(ClientReads {
+                client: "other".into(),
+                kind: "other".into(),
+                reads_per_s: rest,
+            });
+        }
+    }
+    out.sort_by(|a, b| b.reads_per_s.total_cmp(&a.reads_per_s));
+    out
 }
 
 fn push_bounded(q: &mut VecDeque<f64>, v: f64, cap: usize) {

@@ -83,6 +83,10 @@ pub struct ServerSignals {
     /// GET latency as SeaweedFS itself reports it on its metrics port.
     pub server_p50: Option<f64>,
     pub server_p99: Option<f64>,
+    /// GETs per second SeaweedFS itself served, whoever asked.
+    pub served_per_s: Option<f64>,
+    /// Reads per second by client (rank or foreign job instance) that reported them.
+    pub by_client: BTreeMap<String, f64>,
 }
 
 /// Everything computed on one tick.
@@ -297,6 +301,33 @@ impl Signals {
         }
         for (l, v) in histogram_quantile(0.99, get) {
             servers.entry(label(&l, INSTANCE)).or_default().server_p99 = finite(v);
+        }
+        // Who reads each server: the ranks' reads and foreign jobs' reads by instance, and what the
+        // server itself served.
+        for name in [
+            format!("{}_count", m::STORAGE_READ_DURATION),
+            m::JOB_READS.to_string(),
+        ] {
+            for (l, v) in sum_by(r(&name), &[INSTANCE, m::LABEL_SERVER]) {
+                servers
+                    .entry(label(&l, m::LABEL_SERVER))
+                    .or_default()
+                    .by_client
+                    .insert(label(&l, INSTANCE), v);
+            }
+        }
+        let served = rate(
+            store.range(
+                &format!("{}_count", m::SEAWEED_VOLUME_REQUEST_SECONDS),
+                t,
+                w,
+                |l| l.get("type") == Some("GET"),
+            ),
+            t,
+            w,
+        );
+        for (l, v) in sum_by(served, &[INSTANCE]) {
+            servers.entry(label(&l, INSTANCE)).or_default().served_per_s = finite(v);
         }
         servers.remove("");
         ranks.remove("");

@@ -14,6 +14,7 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod rank;
+pub mod reader;
 pub mod rendezvous;
 pub mod seeder;
 pub mod serve;

@@ -33,6 +33,8 @@ pub fn cause_of(fault: &Fault) -> &'static str {
         Fault::RankHang { .. } => "hung-rank",
         // Something beside the ranks takes their CPU; their limits are unchanged.
         Fault::SlowCompute { .. } => "cpu-neighbour",
+        // Another team's job reads hard from the same server.
+        Fault::CompetingJob { .. } => "competing-job",
     }
 }
 

@@ -2,6 +2,7 @@
 //! (`crate::engine`) owns the ledger and the order of things; a kind owns only what it does to the lab.
 //! Adding a fault is a file here and a line in [`injector`].
 
+mod competing_job;
 mod rank_crash;
 mod rank_hang;
 mod slow_compute;
@@ -22,6 +23,7 @@ use lab_runtime::{DelayPath, Runtime};
 use crate::ledger::{Before, Ledger};
 use crate::{Fault, FaultError};
 
+pub use competing_job::CompetingJob;
 pub use rank_crash::RankCrash;
 pub use rank_hang::RankHang;
 pub use slow_compute::SlowCompute;
@@ -87,6 +89,8 @@ pub struct Applied {
     pub measured_before: Vec<Duration>,
     /// The changes made; the proof may add the values it read back.
     pub changes: Vec<ChangeRecord>,
+    /// Rates measured before the fault went in (a server's GET/s), for the proof to compare with.
+    pub rates_before: Vec<f64>,
 }
 
 /// One kind of fault. Apply and recover are idempotent: applying what is applied, or recovering what is
@@ -143,6 +147,7 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
         Fault::ThrottledRank { rank, cpu } => Box::new(ThrottledRank { rank, cpu }),
         Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
         Fault::StuckRollout { ranks } => Box::new(StuckRollout { ranks }),
+        Fault::CompetingJob { server, threads } => Box::new(CompetingJob { server, threads }),
     }
 }
 

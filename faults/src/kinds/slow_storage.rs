@@ -98,6 +98,7 @@ impl Injector for SlowStorage {
             path: Some(path),
             measured_before,
             changes: vec![c],
+            ..Applied::default()
         })
     }
 

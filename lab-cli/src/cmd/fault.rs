@@ -55,6 +55,11 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
         InjectCmd::RankHang { rank, json } => (Fault::RankHang { rank }, json),
         InjectCmd::RankCrash { rank, after, json } => (Fault::RankCrash { rank, after }, json),
         InjectCmd::SlowCompute { ranks, json } => (Fault::SlowCompute { ranks }, json),
+        InjectCmd::CompetingJob {
+            server,
+            threads,
+            json,
+        } => (Fault::CompetingJob { server, threads }, json),
     };
     // Listen for Ctrl-C from the start (`ctrl_c()` listens only once first polled, so an earlier signal took
     // the default action: the process died without a word or its exit status); one that arrives while the

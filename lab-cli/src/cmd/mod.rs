@@ -5,6 +5,7 @@ mod demo;
 mod drill;
 mod fault;
 mod incident;
+mod job;
 mod lifecycle;
 mod remediate;
 mod replay;
@@ -38,6 +39,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             unset,
             json,
         }) => remediate::env(&name, rank, set, unset, json).await,
+        Command::Job(j) => job::run(&name, j).await,
         Command::Console => console::console(&name).await,
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,

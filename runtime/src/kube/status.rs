@@ -229,6 +229,7 @@ impl RoleOrder for PodStatus {
             Role::Seeder => 2,
             Role::Rank => 3,
             Role::Monitoring => 4,
+            Role::ForeignJob => 5,
         }
     }
 }

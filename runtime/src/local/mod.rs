@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lab_model::Millicores;
+use lab_model::jobs::ForeignJob;
 use lab_model::status::{LabStatus, Phase, Role, RuntimeKind};
 
 use self::cgroup::Cgroups;
@@ -128,7 +129,7 @@ pub fn find_bin_dir(explicit: Option<&Path>) -> Result<PathBuf> {
                 .and_then(|p| p.parent().map(Path::to_path_buf))
         })
         .unwrap_or_else(|| PathBuf::from("."));
-    for bin in ["lab-rank", "lab-seeder", "lab-proxy"] {
+    for bin in ["lab-rank", "lab-seeder", "lab-proxy", "lab-reader"] {
         if !is_executable(&dir.join(bin)) {
             return Err(RuntimeError::MissingTool {
                 tool: bin.into(),
@@ -726,10 +727,36 @@ impl Runtime for LocalRuntime {
             })
             .map(drop)
     }
+
+    async fn foreign_jobs(&self) -> Result<Vec<ForeignJob>> {
+        Ok(self.local_status().await?.foreign_jobs)
+    }
+
+    async fn run_foreign_job(&self, job: &ForeignJob) -> Result<()> {
+        self.call(Request::RunJob { job: job.clone() })
+            .await
+            .map(drop)
+            .map_err(invalid_input)
+    }
+
+    async fn stop_foreign_job(&self, name: &str) -> Result<()> {
+        self.call(Request::StopJob { name: name.into() })
+            .await
+            .map(drop)
+            .map_err(invalid_input)
+    }
 }
 
 fn unexpected(r: &Response) -> RuntimeError {
     RuntimeError::Other(format!("unexpected answer from the supervisor: {r:?}"))
+}
+
+/// The supervisor refused a request because of what it asked: that is the caller's input, not a failure.
+fn invalid_input(e: RuntimeError) -> RuntimeError {
+    match e {
+        RuntimeError::Other(m) => RuntimeError::InvalidInput(m),
+        other => other,
+    }
 }
 
 impl LocalRuntime {

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use lab_model::Millicores;
+use lab_model::jobs::ForeignJob;
 use lab_model::status::LabStatus;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -79,6 +80,14 @@ pub enum Request {
     },
     /// Stop every process, remove the cgroups, and exit.
     Shutdown,
+    /// Runs a foreign job, or changes the one of that name (its process is replaced).
+    RunJob {
+        job: ForeignJob,
+    },
+    /// Stops the foreign job of that name.
+    StopJob {
+        name: String,
+    },
 }
 
 /// What the supervisor knows beyond the shared status model.
@@ -93,6 +102,9 @@ pub struct LocalStatus {
     pub storage_paths: Vec<String>,
     /// The supervisor's own pid.
     pub supervisor_pid: u32,
+    /// Foreign jobs the lab runs (jobs of other teams on the same storage).
+    #[serde(default)]
+    pub foreign_jobs: Vec<ForeignJob>,
 }
 
 /// The supervisor's answer.
@@ -187,6 +199,7 @@ mod tests {
             )],
             storage_paths: vec![],
             supervisor_pid: 1,
+            foreign_jobs: vec![],
         };
         let r = Response::Status { status: Box::new(st) };
         let back: Response = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();

@@ -6,6 +6,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 
 use lab_model::Millicores;
+use lab_model::jobs::ForeignJob;
 use serde::{Deserialize, Serialize};
 
 use super::cgroup::Cgroups;
@@ -96,7 +97,28 @@ pub struct LocalSpec {
     /// per-rank entry of the job's configuration.
     #[serde(default)]
     pub rank_env: BTreeMap<u32, BTreeMap<String, String>>,
+    /// Jobs of other teams the lab runs beside the training job, by name.
+    #[serde(default)]
+    pub foreign_jobs: BTreeMap<String, ForeignJobSpec>,
+    /// The id the next foreign job gets (ids are never reused, so a replaced job is a new instance).
+    #[serde(default)]
+    pub next_job_id: u32,
 }
+
+/// One foreign job as the supervisor runs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForeignJobSpec {
+    /// Its instance id (`Kind::Job(id)`).
+    pub id: u32,
+    pub job: ForeignJob,
+    /// Its `/metrics` port.
+    pub metrics_port: u16,
+    /// Bumped when its settings change: the running process is replaced, as a Deployment rolls its pod.
+    pub generation: u64,
+}
+
+/// The CPU limit of a foreign job's own cgroup: it is another team's job, with a quota of its own.
+pub const FOREIGN_JOB_CPU: Millicores = Millicores(500);
 
 impl LocalSpec {
     /// The spec at the start: storage only, no ranks yet.
@@ -112,6 +134,8 @@ impl LocalSpec {
             generation: 1,
             rolling: false,
             rank_env: BTreeMap::new(),
+            foreign_jobs: BTreeMap::new(),
+            next_job_id: 0,
         }
     }
 

@@ -10,6 +10,8 @@ use super::reconcile::Kind;
 use crate::local::spec::{LocalConfig, LocalSpec, Paths};
 
 const LO: &str = "127.0.0.1";
+/// `weed volume -concurrentDownloadLimitMB`: what one storage server serves at once.
+pub(crate) const VOLUME_DOWNLOAD_LIMIT_MB: u32 = 1;
 
 /// How to start one instance.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +89,10 @@ pub(crate) fn role_command(
                 format!("-metricsPort={}", p.metrics),
                 // The lab's servers stop with the lab: no 10 s of heartbeats telling the master it is leaving.
                 "-preStopSeconds=0".into(),
+                // A server's bandwidth is finite: it serves this many MB of needles at once and queues
+                // the rest, so a job reading hard from it makes every other reader of it wait (the
+                // competing-job fault), as a disk or NIC would, without touching its siblings.
+                format!("-concurrentDownloadLimitMB={VOLUME_DOWNLOAD_LIMIT_MB}"),
             ];
             cmd.data_dir = Some(vdir);
             cmd.cwd = Some(data);
@@ -139,6 +145,22 @@ pub(crate) fn role_command(
                 .get(&r)
                 .map(|e| e.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
                 .unwrap_or_default();
+        }
+        Kind::Job(id) => {
+            let j = spec.foreign_jobs.values().find(|j| j.id == id)?;
+            // Its own name for its log and its cgroup: it is another team's job, not a role of the lab's.
+            cmd.name = j.job.name.clone();
+            cmd.program = cfg.bin_dir.join("lab-reader");
+            cmd.args = vec![
+                format!("--master={}", cfg.master()),
+                format!("--server={}", names::storage(j.job.server)),
+                format!("--threads={}", j.job.threads),
+                format!("--metrics-listen={LO}:{}", j.metrics_port),
+            ];
+            if let Some(r) = j.job.rate {
+                cmd.args.push(format!("--rate={r}"));
+            }
+            cmd.cpu = Some(crate::local::spec::FOREIGN_JOB_CPU);
         }
     }
     Some(cmd)

@@ -46,7 +46,7 @@ pub fn lab_env_value(name: &str, dir: &Path) -> String {
     format!("{name}@{}", dir.display())
 }
 /// The cgroup that holds the lab's processes other than ranks (no limit; used to find them all).
-const SVC_GROUP: &str = "svc";
+pub(crate) const SVC_GROUP: &str = "svc";
 
 /// Runs the supervisor of the lab in `dir` until it is asked to shut down.
 ///
@@ -140,7 +140,7 @@ fn log(msg: &str) {
 /// Stops every process (ranks first, storage last) and removes the lab's cgroups.
 async fn shutdown(sup: &Arc<Mutex<Sup>>) {
     let order: [fn(Kind) -> bool; 3] = [
-        |k| matches!(k, Kind::Rank(_) | Kind::Seeder),
+        |k| matches!(k, Kind::Rank(_) | Kind::Seeder | Kind::Job(_)),
         |k| matches!(k, Kind::Volume(_) | Kind::Proxy(_)),
         |k| matches!(k, Kind::Master),
     ];

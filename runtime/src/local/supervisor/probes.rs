@@ -21,6 +21,10 @@ fn probe_url(cfg: &LocalConfig, spec: &LocalSpec, kind: Kind) -> Option<String> 
             "http://127.0.0.1:{}/readyz",
             spec.rank_ports.get(&r)?.metrics
         )),
+        Kind::Job(id) => Some(format!(
+            "http://127.0.0.1:{}/readyz",
+            spec.foreign_jobs.values().find(|j| j.id == id)?.metrics_port
+        )),
         Kind::Seeder => None,
     }
 }

@@ -15,7 +15,7 @@ use super::launch::{Launcher, Process};
 use super::log;
 use crate::local::procs::{self, ProcRecord};
 use crate::local::proto::{Request, Response};
-use crate::local::spec::{LocalConfig, LocalSpec, Paths, PortAllocator, RankPorts};
+use crate::local::spec::{ForeignJobSpec, LocalConfig, LocalSpec, Paths, PortAllocator, RankPorts};
 use crate::state;
 
 const BACKOFF_START: Duration = Duration::from_secs(1);
@@ -34,6 +34,8 @@ pub(crate) enum Kind {
     Proxy(u32),
     Seeder,
     Rank(u32),
+    /// A foreign job (a job of another team), by its id in the spec.
+    Job(u32),
 }
 
 /// The instance's name: its key, its log file and its process record.
@@ -44,6 +46,7 @@ pub(crate) fn inst_name(kind: Kind) -> String {
         Kind::Proxy(i) => format!("{}-proxy", names::storage(i)),
         Kind::Seeder => "seeder".to_string(),
         Kind::Rank(r) => names::rank(r),
+        Kind::Job(id) => format!("job-{id}"),
     }
 }
 
@@ -294,7 +297,119 @@ impl Sup {
                 }
                 Response::Ok
             }
+            Request::RunJob { job } => match self.run_job(job) {
+                Ok(()) => Response::Ok,
+                Err(m) => err(m),
+            },
+            Request::StopJob { name } => {
+                if self.spec.foreign_jobs.remove(&name).is_none() {
+                    return err(self.no_such_job(&name));
+                }
+                self.save_spec();
+                Response::Ok
+            }
             Request::SetDelay { .. } | Request::Shutdown => err("handled elsewhere".into()),
+        }
+    }
+
+    /// `lab job stop/throttle` of something that is not a foreign job: say what it is instead.
+    fn no_such_job(&self, name: &str) -> String {
+        if lab_model::jobs::is_training_name(name) {
+            return format!(
+                "{name} is the training job (or one of its ranks), not a foreign job: `lab job` acts only on \
+                 jobs of other teams"
+            );
+        }
+        let known: Vec<&str> = self.spec.foreign_jobs.keys().map(String::as_str).collect();
+        if known.is_empty() {
+            format!("no foreign job named {name:?}: none runs on this lab")
+        } else {
+            format!(
+                "no foreign job named {name:?}: this lab runs {}",
+                known.join(", ")
+            )
+        }
+    }
+
+    /// Adds a foreign job, or changes the one of that name.
+    fn run_job(&mut self, job: lab_model::jobs::ForeignJob) -> Result<(), String> {
+        use lab_model::jobs;
+        jobs::validate_job_name(&job.name)?;
+        if job.name == super::SVC_GROUP {
+            return Err(format!("job name {:?} is taken by the lab itself", job.name));
+        }
+        if job.server >= self.cfg.storage_servers {
+            return Err(format!(
+                "storage-{} does not exist: this lab has storage-0 to storage-{}",
+                job.server,
+                self.cfg.storage_servers.saturating_sub(1)
+            ));
+        }
+        if job.threads == 0 || job.threads > jobs::MAX_THREADS {
+            return Err(format!("threads must be between 1 and {}", jobs::MAX_THREADS));
+        }
+        if let Some(r) = job.rate
+            && !(r.is_finite() && r > 0.0 && r <= jobs::MAX_READ_RATE)
+        {
+            return Err(format!(
+                "read rate {r} must be more than 0 and at most {} reads/s",
+                jobs::MAX_READ_RATE
+            ));
+        }
+        if let Some(cur) = self.spec.foreign_jobs.get_mut(&job.name) {
+            if cur.job.server != job.server {
+                return Err(format!(
+                    "job {} already reads from storage-{}: stop it first",
+                    job.name, cur.job.server
+                ));
+            }
+            if cur.job != job {
+                cur.job = job;
+                cur.generation += 1;
+            }
+        } else {
+            if self.spec.foreign_jobs.len() >= jobs::MAX_FOREIGN_JOBS {
+                return Err(format!(
+                    "this lab already runs {} foreign jobs, the most it runs",
+                    jobs::MAX_FOREIGN_JOBS
+                ));
+            }
+            let mut alloc = PortAllocator::new(None);
+            alloc.avoid(
+                self.spec
+                    .rank_ports
+                    .values()
+                    .flat_map(|p| [p.listen, p.metrics])
+                    .chain(self.spec.foreign_jobs.values().map(|j| j.metrics_port)),
+            );
+            let port = alloc.take().map_err(|e| e.to_string())?;
+            let id = self.spec.next_job_id;
+            self.spec.next_job_id += 1;
+            self.spec.foreign_jobs.insert(
+                job.name.clone(),
+                ForeignJobSpec {
+                    id,
+                    job,
+                    metrics_port: port,
+                    generation: 1,
+                },
+            );
+        }
+        self.save_spec();
+        Ok(())
+    }
+
+    /// The generation an instance of `kind` must have been started under.
+    fn wanted_generation(&self, kind: Kind) -> Option<u64> {
+        match kind {
+            Kind::Rank(_) => Some(self.spec.generation),
+            Kind::Job(id) => self
+                .spec
+                .foreign_jobs
+                .values()
+                .find(|j| j.id == id)
+                .map(|j| j.generation),
+            _ => None,
         }
     }
 
@@ -363,6 +478,10 @@ impl Sup {
                 wanted.push(Kind::Rank(r));
             }
         }
+        // Foreign jobs: once the storage they read is up.
+        if storage_ready {
+            wanted.extend(self.spec.foreign_jobs.values().map(|j| Kind::Job(j.id)));
+        }
 
         // Stop what is no longer wanted, or was started under an older configuration: every such rank at
         // once, or during a rolling change the one whose turn it is.
@@ -372,9 +491,15 @@ impl Sup {
         if let Some(r) = rolled {
             log(&format!("rolling {} to world size {world_size}", names::rank(r)));
         }
+        let wanted_gen: BTreeMap<String, u64> = self
+            .insts
+            .iter()
+            .filter_map(|(n, i)| self.wanted_generation(i.kind).map(|g| (n.clone(), g)))
+            .collect();
         for (name, inst) in self.insts.iter_mut() {
             let stale = match inst.kind {
                 Kind::Rank(r) => inst.generation != generation || rolled == Some(r),
+                Kind::Job(_) => wanted_gen.get(name).is_some_and(|g| inst.generation != *g),
                 _ => false,
             };
             if !wanted.contains(&inst.kind) || stale {
@@ -388,11 +513,13 @@ impl Sup {
             }
         }
         self.insts.retain(|_, i| {
-            i.running.is_some() || wanted.contains(&i.kind) && !(i.replace && matches!(i.kind, Kind::Rank(_)))
+            i.running.is_some()
+                || wanted.contains(&i.kind) && !(i.replace && matches!(i.kind, Kind::Rank(_) | Kind::Job(_)))
         });
 
         for kind in wanted {
             let name = inst_name(kind);
+            let generation = self.wanted_generation(kind).unwrap_or(generation);
             let inst = self
                 .insts
                 .entry(name.clone())

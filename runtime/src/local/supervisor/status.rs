@@ -127,6 +127,33 @@ impl Sup {
             }
             pods.push(p);
         }
+        for j in spec.foreign_jobs.values() {
+            let mut p = pod_of(
+                j.job.name.clone(),
+                Role::ForeignJob,
+                None,
+                &[inst(Kind::Job(j.id))],
+                &["lab-reader"],
+            );
+            p.resources = Resources {
+                cpu_live: cfg
+                    .cgroups
+                    .as_ref()
+                    .and_then(|cg| cg.limit(&j.job.name).ok().flatten()),
+                cpu_spec: Some(crate::local::spec::FOREIGN_JOB_CPU),
+                cpu_template: Some(crate::local::spec::FOREIGN_JOB_CPU),
+                gpus: 0,
+            };
+            if p.phase == Phase::Running {
+                targets.push(ScrapeTarget {
+                    instance: j.job.name.clone(),
+                    kind: TargetKind::Job,
+                    index: j.id,
+                    address: format!("http://127.0.0.1:{}/metrics", j.metrics_port),
+                });
+            }
+            pods.push(p);
+        }
         for (i, p) in cfg.storage.iter().enumerate() {
             targets.push(ScrapeTarget {
                 instance: names::storage(i as u32),
@@ -160,6 +187,7 @@ impl Sup {
                 .map(|p| format!("127.0.0.1:{}", p.proxy))
                 .collect(),
             supervisor_pid: std::process::id(),
+            foreign_jobs: spec.foreign_jobs.values().map(|j| j.job.clone()).collect(),
         }
     }
 }

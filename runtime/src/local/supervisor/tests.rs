@@ -650,3 +650,5 @@ fn rolling_back_to_the_running_revision_restarts_nothing() {
     );
     assert_eq!(sup.spec.ranks, 4, "a refused rollout changes nothing");
 }
+#[path = "jobs_tests.rs"]
+mod jobs;
