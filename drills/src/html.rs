@@ -276,7 +276,7 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
         ts.iter().map(|p| (p.t_s, f(p))).collect()
     };
     Some(match fault {
-        Fault::SlowStorage { server, .. } => {
+        Fault::SlowStorage { server, .. } | Fault::SlowDisk { server, .. } => {
             let name = lab_model::names::storage(*server);
             let others = values(&|p| {
                 median(

@@ -324,6 +324,7 @@ impl Check for RawInject {
             FaultKind::SlowStorage => &["server", "delay", "jitter"],
             FaultKind::ThrottledRank => &["rank", "cpu"],
             FaultKind::UnplaceableRank => &["ranks"],
+            FaultKind::SlowDisk => &["server", "cpu"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
             return Err(format!(
@@ -348,6 +349,10 @@ impl Check for RawInject {
             },
             Fault::UnplaceableRank { ranks } => Fault::UnplaceableRank {
                 ranks: self.ranks.unwrap_or(ranks),
+            },
+            Fault::SlowDisk { server, cpu } => Fault::SlowDisk {
+                server: self.server.unwrap_or(server),
+                cpu: self.cpu.unwrap_or(cpu),
             },
         };
         fault.validate().map_err(|e| e.to_string().replace("--", ""))?;

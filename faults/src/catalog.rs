@@ -16,14 +16,16 @@ pub enum FaultKind {
     SlowStorage,
     ThrottledRank,
     UnplaceableRank,
+    SlowDisk,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 3] = [
+    pub const ALL: [FaultKind; 4] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
+        FaultKind::SlowDisk,
     ];
 
     /// The kind's name on the command line.
@@ -32,6 +34,7 @@ impl FaultKind {
             FaultKind::SlowStorage => "slow-storage",
             FaultKind::ThrottledRank => "throttled-rank",
             FaultKind::UnplaceableRank => "unplaceable-rank",
+            FaultKind::SlowDisk => "slow-disk",
         }
     }
 
@@ -60,6 +63,9 @@ impl FaultKind {
             FaultKind::UnplaceableRank => {
                 "[--ranks 5]  scale past the node's GPUs and expect that many peers; the new rank never starts"
             }
+            FaultKind::SlowDisk => {
+                "[--server 1] [--cpu 10m]  one storage server itself is slow: its own process starved of CPU"
+            }
         }
     }
 
@@ -76,6 +82,10 @@ impl FaultKind {
                 cpu: Millicores(150),
             },
             FaultKind::UnplaceableRank => Fault::UnplaceableRank { ranks: 5 },
+            FaultKind::SlowDisk => Fault::SlowDisk {
+                server: 1,
+                cpu: Millicores(10),
+            },
         }
     }
 }
@@ -102,6 +112,9 @@ pub enum Fault {
     ThrottledRank { rank: u32, cpu: Millicores },
     /// The job is scaled to `ranks` and told to expect that many peers.
     UnplaceableRank { ranks: u32 },
+    /// Storage server `server` itself is slow: its own process is held to `cpu`, so every request it
+    /// serves waits (its own latency rises, not only the path's).
+    SlowDisk { server: u32, cpu: Millicores },
 }
 
 impl Fault {
@@ -111,6 +124,7 @@ impl Fault {
             Fault::SlowStorage { .. } => FaultKind::SlowStorage,
             Fault::ThrottledRank { .. } => FaultKind::ThrottledRank,
             Fault::UnplaceableRank { .. } => FaultKind::UnplaceableRank,
+            Fault::SlowDisk { .. } => FaultKind::SlowDisk,
         }
     }
 
@@ -120,6 +134,7 @@ impl Fault {
             Fault::SlowStorage { server, .. } => lab_model::names::storage(*server),
             Fault::ThrottledRank { rank, .. } => lab_model::names::rank(*rank),
             Fault::UnplaceableRank { .. } => "ranks".to_string(),
+            Fault::SlowDisk { server, .. } => lab_model::names::storage(*server),
         }
     }
 
@@ -157,9 +172,23 @@ impl Fault {
                 }
                 Ok(())
             }
+            Fault::SlowDisk { cpu, .. } => {
+                if *cpu < MIN_STORAGE_CPU || *cpu > MAX_STORAGE_CPU {
+                    return Err(FaultError::Invalid(format!(
+                        "--cpu {cpu} is out of range for slow-disk: between {MIN_STORAGE_CPU} (the kernel's \
+                         smallest quota in a 100 ms period) and {MAX_STORAGE_CPU} (more is not slow)"
+                    )));
+                }
+                Ok(())
+            }
         }
     }
 }
+
+/// The smallest CPU limit slow-disk sets: 1 ms of CPU per 100 ms period, the kernel's minimum quota.
+pub const MIN_STORAGE_CPU: Millicores = Millicores(10);
+/// The largest CPU limit slow-disk sets: above it a volume server serving the lab is not slowed.
+pub const MAX_STORAGE_CPU: Millicores = Millicores(200);
 
 /// The longest storage delay the lab injects.
 pub const MAX_DELAY: Duration = Duration::from_secs(30);
@@ -184,6 +213,12 @@ impl fmt::Display for Fault {
             }
             Fault::ThrottledRank { rank, cpu } => write!(f, "throttled-rank on rank-{rank}: cpu {cpu}"),
             Fault::UnplaceableRank { ranks } => write!(f, "unplaceable-rank: {ranks} ranks"),
+            Fault::SlowDisk { server, cpu } => {
+                write!(
+                    f,
+                    "slow-disk on storage-{server}: server process held to cpu {cpu}"
+                )
+            }
         }
     }
 }
@@ -229,7 +264,7 @@ mod tests {
     #[test]
     fn bad_parameters_are_refused() {
         assert!(
-            FaultKind::parse("slow-disk")
+            FaultKind::parse("slow-nfs")
                 .unwrap_err()
                 .to_string()
                 .contains("slow-storage")
@@ -247,6 +282,16 @@ mod tests {
         };
         assert!(absurd.validate().unwrap_err().to_string().contains("absurd"));
         assert!(Fault::UnplaceableRank { ranks: 0 }.validate().is_err());
+        for cpu in [0, 9, 201, 4000] {
+            let f = Fault::SlowDisk {
+                server: 1,
+                cpu: Millicores(cpu),
+            };
+            assert!(f.validate().unwrap_err().to_string().contains("--cpu"), "{cpu}");
+        }
+        assert!(FaultKind::SlowDisk.default_fault().validate().is_ok());
+        let f: Fault = serde_json::from_str(r#"{"kind":"slow-disk","server":2,"cpu":"20m"}"#).unwrap();
+        assert_eq!(f.target(), "storage-2");
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub enum Before {
     Cpu { cpu: Millicores },
     /// The ranks asked for and the world size.
     Ranks { ranks: u32, world_size: u32 },
+    /// A storage server's own CPU limit (normally none).
+    StorageCpu { cpu: Option<Millicores> },
 }
 
 /// One fault's record.
@@ -128,6 +130,12 @@ impl Ledger {
     /// The ledger of lab `name`.
     pub fn of_lab(name: &str) -> Ledger {
         Ledger::in_dir(&lab_runtime::state::lab_dir(name))
+    }
+
+    /// The folder the ledger lives in (the lab's directory): records that belong beside it, such as
+    /// which volumes `lab storage drain` moved, are kept there.
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or_else(|| Path::new("."))
     }
 
     fn err(&self, what: impl Into<String>) -> FaultError {

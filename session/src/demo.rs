@@ -66,6 +66,12 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
             }),
             Step::Remediate(command("lab config world-size 4")),
         ],
+        FaultKind::SlowDisk => {
+            return Err(SessionError::Demo(
+                "slow-disk is not a chapter of the seed's story: run it with `lab drill run slow-disk`"
+                    .into(),
+            ));
+        }
     };
     let mut steps = Vec::new();
     for s in std::mem::take(&mut loaded.drill.steps) {

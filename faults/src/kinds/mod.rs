@@ -2,6 +2,7 @@
 //! (`crate::engine`) owns the ledger and the order of things; a kind owns only what it does to the lab.
 //! Adding a fault is a file here and a line in [`injector`].
 
+mod slow_disk;
 mod slow_storage;
 mod throttled_rank;
 mod unplaceable_rank;
@@ -18,6 +19,7 @@ use lab_runtime::{DelayPath, Runtime};
 use crate::ledger::{Before, Ledger};
 use crate::{Fault, FaultError};
 
+pub use slow_disk::SlowDisk;
 pub use slow_storage::SlowStorage;
 pub use throttled_rank::ThrottledRank;
 pub use unplaceable_rank::UnplaceableRank;
@@ -131,6 +133,7 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
         }),
         Fault::ThrottledRank { rank, cpu } => Box::new(ThrottledRank { rank, cpu }),
         Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
+        Fault::SlowDisk { server, cpu } => Box::new(SlowDisk { server, cpu }),
     }
 }
 

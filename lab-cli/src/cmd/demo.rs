@@ -221,7 +221,7 @@ impl Observer for Story {
                             t.fix = "the lab's own clear (delay removed)".into();
                         }
                         lab_faults::FaultKind::ThrottledRank => t.fix = "lab restart rank 1".into(),
-                        lab_faults::FaultKind::UnplaceableRank => {}
+                        lab_faults::FaultKind::UnplaceableRank | lab_faults::FaultKind::SlowDisk => {}
                     }
                 }
             }

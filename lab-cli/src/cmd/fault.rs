@@ -51,6 +51,7 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
         ),
         InjectCmd::ThrottledRank { rank, cpu, json } => (Fault::ThrottledRank { rank, cpu }, json),
         InjectCmd::UnplaceableRank { ranks, json } => (Fault::UnplaceableRank { ranks }, json),
+        InjectCmd::SlowDisk { server, cpu, json } => (Fault::SlowDisk { server, cpu }, json),
     };
     // Listen for Ctrl-C from the start (`ctrl_c()` listens only once first polled, so an earlier signal took
     // the default action: the process died without a word or its exit status); one that arrives while the

@@ -29,6 +29,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Resize(a) => remediate::resize(&name, a.rank, a.cpu).await,
         Command::Restart(a) => remediate::restart(&name, a.rank).await,
         Command::Apply(a) => remediate::apply(&name, a.cpu).await,
+        Command::Storage(c) => remediate::storage(&name, c).await,
         Command::Console => console::console(&name).await,
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,

@@ -40,6 +40,11 @@ pub enum Request {
         server: u32,
         delay: Option<Delay>,
     },
+    /// Holds storage server `server`'s own process to CPU limit `cpu` (`None`: no limit).
+    SetStorageCpu {
+        server: u32,
+        cpu: Option<Millicores>,
+    },
     /// Stop every process, remove the cgroups, and exit.
     Shutdown,
 }
@@ -56,6 +61,9 @@ pub struct LocalStatus {
     pub storage_paths: Vec<String>,
     /// The supervisor's own pid.
     pub supervisor_pid: u32,
+    /// CPU limits on storage servers' own processes, as `(server, limit)` (the slow-disk fault).
+    #[serde(default)]
+    pub storage_cpu: Vec<(u32, Millicores)>,
 }
 
 /// The supervisor's answer.
@@ -134,6 +142,7 @@ mod tests {
             )],
             storage_paths: vec![],
             supervisor_pid: 1,
+            storage_cpu: vec![(2, Millicores(5))],
         };
         let r = Response::Status { status: Box::new(st) };
         let back: Response = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();

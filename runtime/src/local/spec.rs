@@ -87,6 +87,10 @@ pub struct LocalSpec {
     pub rank_ports: BTreeMap<u32, RankPorts>,
     /// Bumped whenever the rank configuration changes; ranks started under an older one are replaced.
     pub generation: u64,
+    /// Storage servers whose volume server process is held to a CPU limit (the slow-disk fault), and to
+    /// what; a volume server that restarts comes back under the same limit.
+    #[serde(default)]
+    pub storage_cpu: BTreeMap<u32, Millicores>,
 }
 
 impl LocalSpec {
@@ -101,6 +105,7 @@ impl LocalSpec {
             seed: false,
             rank_ports: BTreeMap::new(),
             generation: 1,
+            storage_cpu: BTreeMap::new(),
         }
     }
 

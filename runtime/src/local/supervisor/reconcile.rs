@@ -234,6 +234,7 @@ impl Sup {
                 }
                 Response::Ok
             }
+            Request::SetStorageCpu { server, cpu } => self.set_storage_cpu(server, cpu),
             Request::SetDelay { .. } | Request::Shutdown => err("handled elsewhere".into()),
         }
     }

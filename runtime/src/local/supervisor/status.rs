@@ -160,6 +160,7 @@ impl Sup {
                 .map(|p| format!("127.0.0.1:{}", p.proxy))
                 .collect(),
             supervisor_pid: std::process::id(),
+            storage_cpu: spec.storage_cpu.iter().map(|(k, v)| (*k, *v)).collect(),
         }
     }
 }
