@@ -165,6 +165,11 @@ pub async fn drain(rt: &dyn Runtime, ledger: &Ledger, server: u32) -> Result<Dra
         *load.entry(to).or_default() += 1;
         moved.push((*v, to));
     }
+    let result = match result {
+        // Nothing moved: the server is not drained, and there is nothing to record.
+        Err(e) if moved.is_empty() => return Err(e),
+        r => r,
+    };
     drains.servers.insert(server, moved.clone());
     write_drains(ledger, &drains)?;
     let seconds = started.elapsed().as_secs_f64();

@@ -74,6 +74,12 @@ impl LocalRuntime {
         format!("127.0.0.1:{}", self.cfg.storage[server as usize].weed)
     }
 
+    /// The server as `weed shell` names it: `ip:port.grpcPort` (without the gRPC port it guesses port+10000).
+    fn shell_node(&self, server: u32) -> String {
+        let p = &self.cfg.storage[server as usize];
+        format!("127.0.0.1:{}.{}", p.weed, p.weed_grpc)
+    }
+
     fn master_with_grpc(&self) -> String {
         format!("{}.{}", self.cfg.master(), self.cfg.master_grpc_port)
     }
@@ -140,31 +146,62 @@ impl LocalRuntime {
         run_tool(backup, None, &format!("weed backup of volume {vid}")).await?;
         let script = format!(
             "lock\nvolume.mount -node {} -volumeId {vid}\nvolume.delete -node {} -volumeId {vid}\nunlock\n",
-            self.weed_node(to),
-            self.weed_node(from)
+            self.shell_node(to),
+            self.shell_node(from)
         );
         let mut shell = Command::new(&self.cfg.weed);
         shell
             .arg("shell")
             .arg(format!("-master={}", self.master_with_grpc()));
-        let out = run_tool(shell, Some(script), "weed shell").await?;
-        if let Some(line) = out.lines().find(|l| l.trim_start().starts_with("error")) {
+        let failed = match run_tool(shell, Some(script), "weed shell").await {
+            Ok(out) => out
+                .lines()
+                .find(|l| l.trim_start().starts_with("error"))
+                .map(str::to_string),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = failed {
+            // The copy was not taken up: leave no stray volume files that a restart of `to` would load.
+            let vol_is_mounted_on_to = self
+                .volume_entries()
+                .await
+                .is_ok_and(|v| v.iter().any(|e| e.id == vid && e.rack == lab_model::names::storage(to)));
+            if !vol_is_mounted_on_to {
+                let base = if entry.collection.is_empty() {
+                    vid.to_string()
+                } else {
+                    format!("{}_{vid}", entry.collection)
+                };
+                for ext in ["dat", "idx", "vif"] {
+                    let _ = std::fs::remove_file(dir.join(format!("{base}.{ext}")));
+                }
+            }
             return Err(RuntimeError::Other(format!(
-                "weed shell moving volume {vid} from storage-{from} to storage-{to}: {line}"
+                "weed shell moving volume {vid} from storage-{from} to storage-{to}: {why}"
             )));
         }
+        // The master learns of the delete with the source's next heartbeat: wait for it to place the
+        // volume on `to` alone.
         let to_rack = lab_model::names::storage(to);
-        let now: Vec<VolumeEntry> = self
-            .volume_entries()
-            .await?
-            .into_iter()
-            .filter(|e| e.id == vid)
-            .collect();
-        if now.len() != 1 || now[0].rack != to_rack {
-            return Err(RuntimeError::Other(format!(
-                "after moving volume {vid} to storage-{to} the master places it on {}",
-                now.iter().map(|e| e.rack.as_str()).collect::<Vec<_>>().join(", ")
-            )));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let racks: Vec<String> = self
+                .volume_entries()
+                .await?
+                .into_iter()
+                .filter(|e| e.id == vid)
+                .map(|e| e.rack)
+                .collect();
+            if racks == [to_rack.clone()] {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(RuntimeError::Other(format!(
+                    "after moving volume {vid} to storage-{to} the master places it on {}",
+                    racks.join(", ")
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
         Ok(())
     }
