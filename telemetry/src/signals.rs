@@ -76,6 +76,8 @@ pub struct ServerSignals {
     /// GET latency as SeaweedFS itself reports it on its metrics port.
     pub server_p50: Option<f64>,
     pub server_p99: Option<f64>,
+    /// The server's own latency, probed straight (bypassing the ranks' path): median over the window.
+    pub own_probe: Option<f64>,
 }
 
 /// Everything computed on one tick.
@@ -277,6 +279,13 @@ impl Signals {
         }
         for (l, v) in histogram_quantile(0.99, get) {
             servers.entry(label(&l, INSTANCE)).or_default().server_p99 = finite(v);
+        }
+        for (l, pts) in store.range(m::STORAGE_OWN_PROBE_SECONDS, t, w, |_| true) {
+            let mut v: Vec<f64> = pts.into_iter().map(|(_, v)| v).filter(|v| v.is_finite()).collect();
+            v.sort_by(f64::total_cmp);
+            if !v.is_empty() {
+                servers.entry(label(&l, INSTANCE)).or_default().own_probe = Some(v[v.len() / 2]);
+            }
         }
         servers.remove("");
         ranks.remove("");

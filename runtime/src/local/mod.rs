@@ -589,9 +589,15 @@ impl Runtime for LocalRuntime {
     }
 
     async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String> {
-        let (code, body) = http::get(&target.address, timeout).await?;
+        let (code, mut body) = http::get(&target.address, timeout).await?;
         if code != 200 {
             return Err(RuntimeError::Other(format!("{} answered {code}", target.address)));
+        }
+        if target.kind == crate::TargetKind::Storage && target.index < self.cfg.storage_servers {
+            // The server's own latency, beside SeaweedFS's figures: one request straight to it.
+            if let Ok(Ok(own)) = tokio::time::timeout(timeout, self.probe_own(target.index, 1)).await {
+                body.push_str(&storage_ops::own_probe_text(own));
+            }
         }
         Ok(body)
     }

@@ -19,6 +19,15 @@ use crate::{Result, RuntimeError};
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The [`lab_model::metrics::STORAGE_OWN_PROBE_SECONDS`] sample appended to a storage server's scrape.
+pub fn own_probe_text(own: Duration) -> String {
+    let m = lab_model::metrics::STORAGE_OWN_PROBE_SECONDS;
+    format!(
+        "# HELP {m} One request straight to the server, bypassing the ranks' path.\n# TYPE {m} gauge\n{m} {}\n",
+        own.as_secs_f64()
+    )
+}
+
 /// One volume as the master's `/vol/status` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeEntry {
