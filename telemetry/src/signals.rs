@@ -281,7 +281,11 @@ impl Signals {
             servers.entry(label(&l, INSTANCE)).or_default().server_p99 = finite(v);
         }
         for (l, pts) in store.range(m::STORAGE_OWN_PROBE_SECONDS, t, w, |_| true) {
-            let mut v: Vec<f64> = pts.into_iter().map(|(_, v)| v).filter(|v| v.is_finite()).collect();
+            let mut v: Vec<f64> = pts
+                .into_iter()
+                .map(|(_, v)| v)
+                .filter(|v| v.is_finite())
+                .collect();
             v.sort_by(f64::total_cmp);
             if !v.is_empty() {
                 servers.entry(label(&l, INSTANCE)).or_default().own_probe = Some(v[v.len() / 2]);

@@ -10,10 +10,7 @@ use lab_model::Snapshot;
 use lab_tests::{Lab, pct, serial, text};
 
 fn own(s: &Snapshot, i: usize) -> f64 {
-    s.storage
-        .get(i)
-        .and_then(|v| v.own_probe)
-        .unwrap_or(f64::NAN)
+    s.storage.get(i).and_then(|v| v.own_probe).unwrap_or(f64::NAN)
 }
 
 fn fired(s: &Snapshot) -> bool {
@@ -32,9 +29,18 @@ fn slow_disk_is_the_servers_own_latency_and_only_draining_it_recovers_the_job() 
     let ledger = lab.dir().join("ledger.json");
     let before = std::fs::read(&ledger).ok();
     for (args, want) in [
-        (vec!["fault", "inject", "slow-disk", "--server", "7"], "out of range"),
-        (vec!["fault", "inject", "slow-disk", "--cpu", "5m"], "out of range"),
-        (vec!["fault", "inject", "slow-disk", "--cpu", "lots"], "not a CPU quantity"),
+        (
+            vec!["fault", "inject", "slow-disk", "--server", "7"],
+            "out of range",
+        ),
+        (
+            vec!["fault", "inject", "slow-disk", "--cpu", "5m"],
+            "out of range",
+        ),
+        (
+            vec!["fault", "inject", "slow-disk", "--cpu", "lots"],
+            "not a CPU quantity",
+        ),
         (vec!["storage", "drain", "7"], "does not exist"),
         (vec!["storage", "drain", "one"], "invalid value"),
         (vec!["storage", "undrain", "1"], "not drained"),
@@ -54,7 +60,10 @@ fn slow_disk_is_the_servers_own_latency_and_only_draining_it_recovers_the_job() 
 
     let out = lab.ok(&["fault", "inject", "slow-disk", "--server", "1"]);
     let injected = Instant::now();
-    assert!(out.contains("storage-1 server cpu limit unlimited → 10m"), "{out}");
+    assert!(
+        out.contains("storage-1 server cpu limit unlimited → 10m"),
+        "{out}"
+    );
     assert!(out.contains("proof:"), "{out}");
 
     // The right alert fires, and the evidence is the server's own latency: requests sent straight to it
@@ -83,7 +92,10 @@ fn slow_disk_is_the_servers_own_latency_and_only_draining_it_recovers_the_job() 
     let t = Instant::now();
     let out = lab.ok(&["storage", "drain", "1"]);
     let drain_s = t.elapsed().as_secs_f64();
-    assert!(out.contains("moved volume") && out.contains("storage-1 volumes"), "{out}");
+    assert!(
+        out.contains("moved volume") && out.contains("storage-1 volumes"),
+        "{out}"
+    );
     let again = lab.run(&["storage", "drain", "1"]);
     assert!(
         String::from_utf8_lossy(&again.stderr).contains("already drained"),

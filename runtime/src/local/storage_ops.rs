@@ -171,10 +171,10 @@ impl LocalRuntime {
         };
         if let Some(why) = failed {
             // The copy was not taken up: leave no stray volume files that a restart of `to` would load.
-            let vol_is_mounted_on_to = self
-                .volume_entries()
-                .await
-                .is_ok_and(|v| v.iter().any(|e| e.id == vid && e.rack == lab_model::names::storage(to)));
+            let vol_is_mounted_on_to = self.volume_entries().await.is_ok_and(|v| {
+                v.iter()
+                    .any(|e| e.id == vid && e.rack == lab_model::names::storage(to))
+            });
             if !vol_is_mounted_on_to {
                 let base = if entry.collection.is_empty() {
                     vid.to_string()
