@@ -7,10 +7,16 @@
 use std::time::{Duration, Instant};
 
 use lab_model::Snapshot;
-use lab_tests::{Lab, pct, serial, text};
+use lab_tests::{Lab, pct, serial, text, wait_until};
 
 fn own(s: &Snapshot, i: usize) -> f64 {
     s.storage.get(i).and_then(|v| v.own_probe).unwrap_or(f64::NAN)
+}
+
+/// The watcher's live snapshot (`lab status --json`): alerts evaluated every second since `lab up`.
+fn live(lab: &Lab) -> Snapshot {
+    let s = lab.ok(&["status", "--json"]);
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("status --json is not a snapshot ({e}):\n{s}"))
 }
 
 fn fired(s: &Snapshot) -> bool {
@@ -68,7 +74,7 @@ fn slow_disk_is_the_servers_own_latency_and_only_draining_it_recovers_the_job() 
 
     // The right alert fires, and the evidence is the server's own latency: requests sent straight to it
     // (no proxy) are slow, while its siblings' stay flat. Every pod stays Ready.
-    let s = lab.wait_for("storage-1's latency alert", Duration::from_secs(60), fired);
+    wait_until("storage-1's latency alert", Duration::from_secs(60), || live(&lab), fired);
     let alert_s = injected.elapsed().as_secs_f64();
     let s = lab.wait_for("storage-1's own latency to rise", Duration::from_secs(30), |s| {
         own(s, 1) > 0.02 && own(s, 1) > 5.0 * own(s, 0).max(own(s, 2))
