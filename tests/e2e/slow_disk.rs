@@ -74,7 +74,12 @@ fn slow_disk_is_the_servers_own_latency_and_only_draining_it_recovers_the_job() 
 
     // The right alert fires, and the evidence is the server's own latency: requests sent straight to it
     // (no proxy) are slow, while its siblings' stay flat. Every pod stays Ready.
-    wait_until("storage-1's latency alert", Duration::from_secs(60), || live(&lab), fired);
+    wait_until(
+        "storage-1's latency alert",
+        Duration::from_secs(60),
+        || live(&lab),
+        fired,
+    );
     let alert_s = injected.elapsed().as_secs_f64();
     let s = lab.wait_for("storage-1's own latency to rise", Duration::from_secs(30), |s| {
         own(s, 1) > 0.02 && own(s, 1) > 5.0 * own(s, 0).max(own(s, 2))
@@ -112,21 +117,18 @@ fn slow_disk_is_the_servers_own_latency_and_only_draining_it_recovers_the_job() 
         pct(s) >= 90.0
     });
     let recovery_s = t.elapsed().as_secs_f64();
-    assert!(
-        back.storage[1].readers.is_empty() || back.storage[1].client_p50.is_none_or(|p| p < 0.02),
-        "no rank reads slowly from storage-1 any more: {:?}",
-        back.storage[1]
-    );
-
+    // The fault is still on: only the data moved. Idle, the starved server answers its own probe quickly
+    // again, which is why the evidence must be read while it serves the job.
     lab.ok(&["fault", "clear", "--all"]);
     lab.ok(&["storage", "undrain", "1"]);
     lab.down();
     eprintln!(
         "slow-disk figures: own latency before {:?} s; first right alert {alert_s:.1} s after inject; throughput \
          under the fault {under_pct:.0}% of baseline; after restarting rank 1 {:.0}%; drain took {drain_s:.1} s; \
-         back to ≥90% {recovery_s:.1} s after the drain started; whole test {:.0} s",
+         back to ≥90% ({:.0}%) {recovery_s:.1} s after the drain started; whole test {:.0} s",
         base_own,
         pct(&trap),
+        pct(&back),
         started.elapsed().as_secs_f64()
     );
 }
