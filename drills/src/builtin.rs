@@ -7,13 +7,14 @@ use crate::error::DrillError;
 use crate::spec::{self, Drill};
 
 /// `(name, text)` of every built-in drill, in the seed story's order.
-pub const BUILTIN: [(&str, &str); 3] = [
+pub const BUILTIN: [(&str, &str); 4] = [
     ("slow-storage", include_str!("../builtin/slow-storage.yaml")),
     ("throttled-rank", include_str!("../builtin/throttled-rank.yaml")),
     (
         "unplaceable-rank",
         include_str!("../builtin/unplaceable-rank.yaml"),
     ),
+    ("slow-disk", include_str!("../builtin/slow-disk.yaml")),
 ];
 
 /// A drill and where it came from (`builtin:slow-storage`, or the file's path).
@@ -117,7 +118,7 @@ mod tests {
     #[test]
     fn names_and_paths() {
         assert_eq!(resolve("slow-storage").unwrap().drill.name, "slow-storage");
-        assert!(matches!(resolve("slow-disk"), Err(DrillError::NotFound(_))));
+        assert!(matches!(resolve("slow-nfs"), Err(DrillError::NotFound(_))));
         assert!(matches!(resolve("nope/x.yaml"), Err(DrillError::Read { .. })));
     }
 }
