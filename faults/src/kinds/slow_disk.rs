@@ -82,6 +82,7 @@ impl Injector for SlowDisk {
             path: None,
             measured_before,
             changes: vec![c],
+            ..Applied::default()
         })
     }
 

@@ -94,6 +94,10 @@ pub async fn env(
         for (k, v) in &env {
             println!("{k}={v}");
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn storage(name: &str, cmd: crate::cli::StorageCmd) -> anyhow::Result<ExitCode> {
     use crate::cli::StorageCmd;
     let rt = lab_runtime::open::open(name).await?;
