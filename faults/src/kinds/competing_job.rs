@@ -50,12 +50,7 @@ async fn measure(rt: &dyn Runtime) -> Result<(BTreeMap<String, f64>, BTreeMap<St
 impl Injector for CompetingJob {
     fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
         let server = self.server;
-        if server >= status.storage_servers {
-            return Err(FaultError::Invalid(format!(
-                "--server {server} is out of range: this lab has storage-0 to storage-{}",
-                status.storage_servers.saturating_sub(1)
-            )));
-        }
+        super::storage_server(status, server)?;
         if self.threads == 0 || self.threads > lab_model::jobs::MAX_THREADS {
             return Err(FaultError::Invalid(format!(
                 "--threads must be between 1 and {}",

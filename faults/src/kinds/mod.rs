@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lab_model::ChangeRecord;
 use lab_model::change::ChangeSource;
-use lab_model::status::LabStatus;
+use lab_model::status::{LabStatus, Phase, PodStatus};
 use lab_runtime::state::now_ms;
 use lab_runtime::{DelayPath, Runtime};
 
@@ -182,4 +182,36 @@ pub(crate) fn not_proven(cx: &Cx<'_>, why: String) -> FaultError {
         fault: cx.fault.to_string(),
         why,
     }
+}
+
+/// Checks that storage server `server` exists in the lab.
+pub(crate) fn storage_server(status: &LabStatus, server: u32) -> Result<(), FaultError> {
+    if server >= status.storage_servers {
+        return Err(FaultError::Invalid(format!(
+            "--server {server} is out of range: this lab has storage-0 to storage-{}",
+            status.storage_servers.saturating_sub(1)
+        )));
+    }
+    Ok(())
+}
+
+/// Rank `rank`'s pod, or why `--rank` names none.
+pub(crate) fn rank_pod(status: &LabStatus, rank: u32) -> Result<&PodStatus, FaultError> {
+    status.ranks().find(|p| p.index == Some(rank)).ok_or_else(|| {
+        FaultError::Invalid(format!(
+            "--rank {rank} is out of range: this lab has rank-0 to rank-{}",
+            status.ranks_desired.saturating_sub(1)
+        ))
+    })
+}
+
+/// Refuses a rank that is not Running: there is nothing `to` (throttle, crash, slow down) on it.
+pub(crate) fn running(pod: &PodStatus, rank: u32, to: &str) -> Result<(), FaultError> {
+    if pod.phase != Phase::Running {
+        return Err(FaultError::Invalid(format!(
+            "rank-{rank} is {}, not Running: nothing to {to}",
+            pod.phase
+        )));
+    }
+    Ok(())
 }

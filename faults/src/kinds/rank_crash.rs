@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lab_model::status::{LabStatus, Phase};
+use lab_model::status::LabStatus;
 use lab_model::{ChangeRecord, names};
 
 use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
@@ -33,18 +33,8 @@ impl Injector for RankCrash {
             "sets a configuration of one rank alone, which the ranks' shared StatefulSet template does not carry",
         )?;
         let rank = self.rank;
-        let pod = status.ranks().find(|p| p.index == Some(rank)).ok_or_else(|| {
-            FaultError::Invalid(format!(
-                "--rank {rank} is out of range: this lab has rank-0 to rank-{}",
-                status.ranks_desired.saturating_sub(1)
-            ))
-        })?;
-        if pod.phase != Phase::Running {
-            return Err(FaultError::Invalid(format!(
-                "rank-{rank} is {}, not Running: nothing to crash",
-                pod.phase
-            )));
-        }
+        let pod = super::rank_pod(status, rank)?;
+        super::running(pod, rank, "crash")?;
         Ok(())
     }
 

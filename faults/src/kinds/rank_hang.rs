@@ -60,12 +60,7 @@ impl Injector for RankHang {
             "rank-hang",
             "freezes one thread of the rank's process with the cgroup v1 freezer, which the Kubernetes API does not reach",
         )?;
-        let pod = status.ranks().find(|p| p.index == Some(rank)).ok_or_else(|| {
-            FaultError::Invalid(format!(
-                "--rank {rank} is out of range: this lab has rank-0 to rank-{}",
-                status.ranks_desired.saturating_sub(1)
-            ))
-        })?;
+        let pod = super::rank_pod(status, rank)?;
         if pod.phase != Phase::Running || !pod.ready {
             return Err(FaultError::Invalid(format!(
                 "rank-{rank} is {}{}, not Running and Ready: nothing to hang",

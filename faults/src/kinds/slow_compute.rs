@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lab_model::status::{LabStatus, Phase};
+use lab_model::status::LabStatus;
 use lab_model::{ChangeRecord, names};
 
 use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
@@ -49,12 +49,7 @@ impl Injector for SlowCompute {
                     status.ranks_desired.saturating_sub(1)
                 ))
             })?;
-            if pod.phase != Phase::Running {
-                return Err(FaultError::Invalid(format!(
-                    "rank-{rank} is {}, not Running: nothing to slow down",
-                    pod.phase
-                )));
-            }
+            super::running(pod, rank, "slow down")?;
             if pod.resources.cpu_live.is_none() {
                 let why = status
                     .notes

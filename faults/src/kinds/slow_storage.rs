@@ -62,12 +62,7 @@ impl SlowStorage {
 impl Injector for SlowStorage {
     fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
         let server = self.server;
-        if server >= status.storage_servers {
-            return Err(FaultError::Invalid(format!(
-                "--server {server} is out of range: this lab has storage-0 to storage-{}",
-                status.storage_servers.saturating_sub(1)
-            )));
-        }
+        super::storage_server(status, server)?;
         Ok(())
     }
 

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lab_model::status::{LabStatus, Phase};
+use lab_model::status::LabStatus;
 use lab_model::{ChangeRecord, Millicores, names};
 
 use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
@@ -22,18 +22,8 @@ pub struct ThrottledRank {
 impl Injector for ThrottledRank {
     fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
         let (rank, cpu) = (self.rank, self.cpu);
-        let pod = status.ranks().find(|p| p.index == Some(rank)).ok_or_else(|| {
-            FaultError::Invalid(format!(
-                "--rank {rank} is out of range: this lab has rank-0 to rank-{}",
-                status.ranks_desired.saturating_sub(1)
-            ))
-        })?;
-        if pod.phase != Phase::Running {
-            return Err(FaultError::Invalid(format!(
-                "rank-{rank} is {}, not Running: nothing to throttle",
-                pod.phase
-            )));
-        }
+        let pod = super::rank_pod(status, rank)?;
+        super::running(pod, rank, "throttle")?;
         if pod.resources.cpu_live.is_none() {
             let why = status
                 .notes
