@@ -27,7 +27,7 @@ pub const CAUSES: [&str; 11] = [
 ];
 
 /// The `lab` subcommands a plan may run, as argv prefixes after `lab`.
-pub const ALLOWED: [&[&str]; 15] = [
+pub const ALLOWED: [&[&str]; 13] = [
     &["scale", "ranks"],
     &["config", "world-size"],
     &["resize", "rank"],
@@ -41,8 +41,6 @@ pub const ALLOWED: [&[&str]; 15] = [
     &["job", "list"],
     &["job", "throttle"],
     &["job", "stop"],
-    &["storage", "drain"],
-    &["storage", "undrain"],
 ];
 
 /// One proposed command.

@@ -17,7 +17,6 @@ mod probes;
 mod reconcile;
 mod server;
 mod status;
-mod storage_cpu;
 #[cfg(test)]
 mod tests;
 

@@ -308,7 +308,6 @@ impl Sup {
                 self.save_spec();
                 Response::Ok
             }
-            Request::SetStorageCpu { server, cpu } => self.set_storage_cpu(server, cpu),
             Request::SetDelay { .. } | Request::Shutdown => err("handled elsewhere".into()),
         }
     }
