@@ -212,3 +212,22 @@ pub(crate) fn running(pod: &PodStatus, rank: u32, to: &str) -> Result<(), FaultE
     }
     Ok(())
 }
+
+/// Checks that `ranks` is more ranks than the job has and than the node has GPUs; otherwise nothing would
+/// be left unplaced, and `so` says what would happen instead.
+pub(crate) fn more_ranks_than_gpus(status: &LabStatus, ranks: u32, so: &str) -> Result<(), FaultError> {
+    if ranks <= status.ranks_desired {
+        return Err(FaultError::Invalid(format!(
+            "--ranks {ranks} is not above the current {} ranks: give more ranks than the job has",
+            status.ranks_desired
+        )));
+    }
+    if ranks <= status.gpus_capacity {
+        return Err(FaultError::Invalid(format!(
+            "--ranks {ranks} fits on the node's {} GPUs, so {so}: use --ranks {}",
+            status.gpus_capacity,
+            status.gpus_capacity + 1
+        )));
+    }
+    Ok(())
+}

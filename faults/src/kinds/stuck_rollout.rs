@@ -31,21 +31,11 @@ pub struct StuckRollout {
 #[async_trait]
 impl Injector for StuckRollout {
     fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
-        let ranks = self.ranks;
-        if ranks <= status.ranks_desired {
-            return Err(FaultError::Invalid(format!(
-                "--ranks {ranks} is not above the current {} ranks: give more ranks than the job has",
-                status.ranks_desired
-            )));
-        }
-        if ranks <= status.gpus_capacity {
-            return Err(FaultError::Invalid(format!(
-                "--ranks {ranks} fits on the node's {} GPUs, so no rank would be Pending and the rollout \
-                 would finish: use --ranks {}",
-                status.gpus_capacity,
-                status.gpus_capacity + 1
-            )));
-        }
+        super::more_ranks_than_gpus(
+            status,
+            self.ranks,
+            "no rank would be Pending and the rollout would finish",
+        )?;
         if status.world_size != status.ranks_desired {
             return Err(FaultError::Invalid(format!(
                 "the job expects {} peers with {} ranks, so it is not training normally: clear the fault \

@@ -22,20 +22,7 @@ pub struct UnplaceableRank {
 #[async_trait]
 impl Injector for UnplaceableRank {
     fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
-        let ranks = self.ranks;
-        if ranks <= status.ranks_desired {
-            return Err(FaultError::Invalid(format!(
-                "--ranks {ranks} is not above the current {} ranks: give more ranks than the job has",
-                status.ranks_desired
-            )));
-        }
-        if ranks <= status.gpus_capacity {
-            return Err(FaultError::Invalid(format!(
-                "--ranks {ranks} fits on the node's {} GPUs, so no rank would be unplaceable: use --ranks {}",
-                status.gpus_capacity,
-                status.gpus_capacity + 1
-            )));
-        }
+        super::more_ranks_than_gpus(status, self.ranks, "no rank would be unplaceable")?;
         Ok(())
     }
 
