@@ -11,6 +11,7 @@ use lab_model::snapshot::{Baseline, GoldenSignal};
 use lab_model::status::Phase;
 use serde::Serialize;
 
+pub use crate::history::SteadyPoint;
 use crate::spec::{Expect, Verify};
 
 /// Where a tracker stands after a snapshot.
@@ -71,24 +72,29 @@ impl SteadyWindow {
 
     /// Adds a snapshot; `Done` once the last window was steady.
     pub fn push(&mut self, s: &Snapshot) -> Outcome<PreFault> {
-        let t = &s.training;
-        self.points.push_back((s.at_ms, t.samples_per_s, step_time(s)));
+        self.push_point(&SteadyPoint::of(s))
+    }
+
+    /// Adds one moment (a snapshot's, or one the lab's own watch kept); `Done` once the last window was
+    /// steady.
+    pub fn push_point(&mut self, p: &SteadyPoint) -> Outcome<PreFault> {
+        self.points.push_back((p.at_ms, p.samples_per_s, p.step_seconds));
         while self
             .points
             .front()
-            .is_some_and(|(at, ..)| s.at_ms.saturating_sub(*at) > self.window_ms)
+            .is_some_and(|(at, ..)| p.at_ms.saturating_sub(*at) > self.window_ms)
         {
             self.points.pop_front();
         }
         // Anything wrong now restarts the window: the lab must be steady over all of it.
-        if let Some(why) = unsteady_now(s) {
+        if let Some(why) = &p.unsteady {
             self.points.clear();
-            return Outcome::Pending(why);
+            return Outcome::Pending(why.clone());
         }
         let covered = self
             .points
             .front()
-            .map_or(0, |(at, ..)| s.at_ms.saturating_sub(*at));
+            .map_or(0, |(at, ..)| p.at_ms.saturating_sub(*at));
         // Snapshots come about once a second: a window is covered when its first point is a tick from its start.
         if covered + 1_000 < self.window_ms {
             return Outcome::Pending(format!(
@@ -117,7 +123,7 @@ impl SteadyWindow {
             samples_per_s: mean,
             step_seconds,
             window_s: self.window_ms as f64 / 1000.0,
-            learned: t.baseline,
+            learned: p.learned,
         })
     }
 }

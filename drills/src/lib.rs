@@ -14,6 +14,7 @@ pub mod bundle;
 pub mod command;
 pub mod engine;
 pub mod error;
+pub mod history;
 pub mod html;
 pub mod judge;
 pub mod junit;

@@ -61,7 +61,8 @@ impl Lab {
         interrupt: impl Future<Output = ()>,
     ) -> Ran {
         let lab = self.drill_lab();
-        let mut source = Ticking::new(self.driver(), Duration::from_secs(1));
+        let mut source = Ticking::new(self.driver(), Duration::from_secs(1))
+            .with_watched(crate::live::history_path(&self.name));
         let guard = Guard::new(lab.clone());
         let started_ms = lab_runtime::state::now_ms();
         let clock = Instant::now();

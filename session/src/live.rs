@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use lab_drills::history::{Recent, SteadyPoint};
 use lab_model::Snapshot;
 use lab_runtime::local::procs::{self, ProcRecord};
 use lab_runtime::local::supervisor::{LAB_ENV, lab_env_value};
@@ -17,6 +18,8 @@ use crate::{Lab, Result};
 
 /// The latest snapshot, rewritten about once a second.
 pub const SNAPSHOT_FILE: &str = "live-snapshot.json";
+/// The last minute of moments as a drill's steady-state window sees them, rewritten with each snapshot.
+pub const HISTORY_FILE: &str = "live-history.json";
 /// The watcher's process record (pid and start time, so a reused pid is never signalled).
 pub const WATCHER_FILE: &str = "watcher.json";
 /// A snapshot older than this is stale: the watcher is not keeping up, or is gone.
@@ -24,6 +27,11 @@ pub const FRESH: Duration = Duration::from_secs(3);
 
 fn snapshot_path(name: &str) -> PathBuf {
     state::lab_dir(name).join(SNAPSHOT_FILE)
+}
+
+/// Where the watcher keeps the lab's recent past (a drill's baseline may start from it).
+pub fn history_path(name: &str) -> PathBuf {
+    state::lab_dir(name).join(HISTORY_FILE)
 }
 
 fn watcher_path(name: &str) -> PathBuf {
@@ -79,6 +87,7 @@ pub fn stop(name: &str) -> bool {
     procs::stop_all(&recs, Duration::from_secs(2));
     let _ = std::fs::remove_file(watcher_path(name));
     let _ = std::fs::remove_file(snapshot_path(name));
+    let _ = std::fs::remove_file(history_path(name));
     true
 }
 
@@ -106,6 +115,8 @@ impl Lab {
     pub async fn serve_snapshots(&self) -> Result<()> {
         let dir = state::lab_dir(&self.name);
         let path = snapshot_path(&self.name);
+        let history = history_path(&self.name);
+        let mut recent = Recent::default();
         let watch = self.watch();
         let mut rx = watch.subscribe();
         loop {
@@ -121,8 +132,12 @@ impl Lab {
             let Some(snap) = rx.borrow_and_update().clone() else {
                 continue;
             };
+            recent.push(SteadyPoint::of(&snap));
             let bytes = serde_json::to_vec(&snap).map_err(crate::SessionError::Encode)?;
-            if let Err(e) = state::write_volatile(&path, &bytes) {
+            let past = serde_json::to_vec(&recent).map_err(crate::SessionError::Encode)?;
+            let written =
+                state::write_volatile(&path, &bytes).and_then(|()| state::write_volatile(&history, &past));
+            if let Err(e) = written {
                 if !dir.is_dir() {
                     return Ok(());
                 }

@@ -62,7 +62,7 @@ pub struct Options {
 }
 
 /// The window over which the lab must be steady again after a drill's cleanup.
-const STEADY_AGAIN_WINDOW: Duration = Duration::from_secs(10);
+const STEADY_AGAIN_WINDOW: Duration = Duration::from_secs(6);
 
 /// How often a long step reports where it stands.
 const PROGRESS_EVERY_MS: u64 = 10_000;

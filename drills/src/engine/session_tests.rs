@@ -31,6 +31,8 @@ struct Job {
     ticks: u64,
     wander: bool,
     rebased: Vec<PreFault>,
+    /// What the lab's own watch kept before the drill.
+    past: crate::history::Recent,
 }
 
 impl Job {
@@ -42,6 +44,7 @@ impl Job {
             ticks: 0,
             wander: false,
             rebased: Vec::new(),
+            past: crate::history::Recent::default(),
         }
     }
 }
@@ -73,6 +76,10 @@ impl SnapshotSource for Job {
 
     fn rebase(&mut self, pre: &PreFault) {
         self.rebased.push(*pre);
+    }
+
+    fn recent(&self) -> crate::history::Recent {
+        self.past.clone()
     }
 }
 
@@ -520,4 +527,64 @@ async fn agents_that_fail_are_verdicts_and_change_nothing() {
     );
     assert_eq!(prev["commands"], serde_json::json!([]));
     assert_eq!(empty.full_bundles.len(), 2);
+}
+
+/// The past the lab's watcher kept: `secs` one-second moments ending now, at 1000 samples/s, the one
+/// `unsteady_at` seconds before now (if any) with a rank not Ready.
+fn watched(secs: u64, unsteady_at: Option<u64>) -> crate::history::Recent {
+    let now = now_ms();
+    let mut r = crate::history::Recent::default();
+    for i in (0..secs).rev() {
+        r.push(crate::history::SteadyPoint {
+            at_ms: now - i * 1000,
+            samples_per_s: Some(1000.0),
+            step_seconds: Some(0.032),
+            unsteady: (unsteady_at == Some(i)).then(|| "3/4 ranks Running and Ready".to_string()),
+            learned: None,
+            faults: 0,
+            last_change_ms: None,
+        });
+    }
+    r
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lab_already_watched_steady_for_the_window_needs_no_new_wait() {
+    let rt = FakeRuntime::new();
+    let dir = tempfile::tempdir().unwrap();
+    let lab = lab(&rt, dir.path());
+    let opts = options(dir.path());
+    let d = drill(SLOW_STORAGE);
+
+    let mut job = Job::new(&rt);
+    job.past = watched(30, None);
+    let mut s = Session::new(lab.clone(), &mut job, &Silent, &opts, Guard::new(lab.clone()));
+    let b = s.settle(d.warmup, d.baseline).await;
+    assert!(b.ok, "{}", b.summary);
+    assert!(
+        b.summary.contains("already watched before the drill"),
+        "{}",
+        b.summary
+    );
+    assert!(job.ticks <= 2, "{} ticks", job.ticks);
+
+    // A moment that was not steady 2 s ago: the window starts after it, and the rest is waited for.
+    let mut job = Job::new(&rt);
+    job.past = watched(30, Some(2));
+    let mut s = Session::new(lab.clone(), &mut job, &Silent, &opts, Guard::new(lab.clone()));
+    let b = s.settle(d.warmup, d.baseline).await;
+    assert!(b.ok, "{}", b.summary);
+    assert!(job.ticks >= 3, "{} ticks: {}", job.ticks, b.summary);
+
+    // No past: the warm-up and the whole window are waited for.
+    let mut job = Job::new(&rt);
+    let mut s = Session::new(lab.clone(), &mut job, &Silent, &opts, Guard::new(lab));
+    let b = s.settle(d.warmup, d.baseline).await;
+    assert!(b.ok, "{}", b.summary);
+    assert!(!b.summary.contains("already watched"), "{}", b.summary);
+    assert!(
+        job.ticks as f64 >= (d.warmup + d.baseline).as_secs_f64() - 1.0,
+        "{} ticks",
+        job.ticks
+    );
 }

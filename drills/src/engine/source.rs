@@ -2,11 +2,13 @@
 //! driver ticking once a second in a live run.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lab_model::Snapshot;
 use lab_runtime::state::now_ms;
 
+use crate::history::{Recent, SteadyPoint};
 use crate::judge::PreFault;
 
 /// Where snapshots come from: the telemetry driver in a live run, a list in a test.
@@ -18,6 +20,11 @@ pub trait SnapshotSource: Send {
     /// The baseline learned at `lab up` may be stale on a machine whose load changed since; a drill judges
     /// against the job's normal of a moment ago.
     fn rebase(&mut self, _pre: &PreFault) {}
+
+    /// The lab's recent past, for a baseline that starts from moments already seen (none by default).
+    fn recent(&self) -> Recent {
+        Recent::default()
+    }
 }
 
 /// The telemetry driver, ticking once a second.
@@ -25,6 +32,10 @@ pub trait SnapshotSource: Send {
 pub struct Ticking {
     driver: lab_telemetry::Driver,
     every: tokio::time::Interval,
+    /// What this run has seen.
+    seen: Recent,
+    /// What the lab's own watch kept, for the first drill of a run.
+    watched: Option<PathBuf>,
 }
 
 impl Ticking {
@@ -32,14 +43,35 @@ impl Ticking {
     pub fn new(driver: lab_telemetry::Driver, interval: Duration) -> Self {
         let mut every = tokio::time::interval(interval);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Ticking { driver, every }
+        Ticking {
+            driver,
+            every,
+            seen: Recent::default(),
+            watched: None,
+        }
+    }
+
+    /// Also reads the lab's recent past from the file its watcher keeps at `path`.
+    #[must_use]
+    pub fn with_watched(mut self, path: PathBuf) -> Self {
+        self.watched = Some(path);
+        self
     }
 }
 
 impl SnapshotSource for Ticking {
     async fn next(&mut self) -> Snapshot {
         self.every.tick().await;
-        self.driver.tick().await
+        let s = self.driver.tick().await;
+        self.seen.push(SteadyPoint::of(&s));
+        s
+    }
+
+    fn recent(&self) -> Recent {
+        match &self.watched {
+            Some(path) if self.seen.is_empty() => Recent::read(path),
+            _ => self.seen.clone(),
+        }
     }
 
     fn rebase(&mut self, pre: &PreFault) {

@@ -63,15 +63,33 @@ impl<S: SnapshotSource> Session<'_, S> {
     /// Watches for `warmup`, then measures the pre-fault baseline over a steady `window`.
     pub async fn settle(&mut self, warmup: Duration, window: Duration) -> StepReport {
         let started = self.start(StepName::Baseline, "warm up, then measure the job's normal");
-        let warm_until = started + warmup.as_millis() as u64;
-        let deadline = warm_until + (window + SETTLE_EXTRA).as_millis() as u64;
         let mut steady = SteadyWindow::new(window.as_millis() as u64);
+        // The moments the lab was already steady through (since its last change and the warm-up) count:
+        // a lab that has been steady for the whole window needs no new wait.
+        let past = self.source.recent().usable(started, warmup.as_millis() as u64);
+        let from_past = past.first().map(|p| p.at_ms);
+        for p in &past {
+            let _ = steady.push_point(p);
+        }
+        let warm_until = if from_past.is_some() {
+            started
+        } else {
+            started + warmup.as_millis() as u64
+        };
+        let deadline = warm_until + (window + SETTLE_EXTRA).as_millis() as u64;
         let mut last_progress = started;
+        // A run's first ticks have no rate yet (a rate needs two scrapes): not a sign of an unsteady lab.
+        let mut priming = 3;
         loop {
             let s = self.next().await;
             if s.at_ms < warm_until {
                 continue;
             }
+            if from_past.is_some() && priming > 0 && s.training.samples_per_s.is_none() {
+                priming -= 1;
+                continue;
+            }
+            priming = 0;
             match steady.push(&s) {
                 Outcome::Done(b) => {
                     self.baseline = Some(b);
@@ -83,8 +101,14 @@ impl<S: SnapshotSource> Session<'_, S> {
                             fmt_s(l.step_seconds)
                         )
                     });
+                    let watched = from_past.filter(|at| *at < started).map_or(String::new(), |at| {
+                        format!(
+                            ", {:.0} s of it already watched before the drill",
+                            (started - at).min(window.as_millis() as u64) as f64 / 1000.0
+                        )
+                    });
                     let summary = format!(
-                        "{:.0} samples/s, step {} over {:.0} s{learned}",
+                        "{:.0} samples/s, step {} over {:.0} s{watched}{learned}",
                         b.samples_per_s,
                         fmt_s(b.step_seconds),
                         b.window_s
