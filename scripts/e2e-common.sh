@@ -56,7 +56,7 @@ have_drills() {
   local out
   if ! out=$("$LAB_BIN" drill list 2>&1); then
     printf '%s\n' "$out" >&2
-    die "the drill engine is unavailable ('lab drill list' failed): this tier checks the three built-in drills"
+    die "the drill engine is unavailable ('lab drill list' failed): this tier checks the built-in drills"
   fi
 }
 

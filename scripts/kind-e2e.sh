@@ -2,8 +2,8 @@
 # End-to-end test of the kind runtime: the product's headline path, on a real kind cluster.
 #
 #   bad input refused (no record, no cluster left) → lab up --runtime kind → status, incident, console (in
-#   tmux) → Prometheus in the cluster agrees with the lab's alerts on a throttled rank → the three built-in
-#   drills → lab down (cluster and kind's network gone) → lab up --nodes 2 (GPUs split 2 + 2, ranks on both
+#   tmux) → Prometheus in the cluster agrees with the lab's alerts on a throttled rank → four built-in
+#   drills (stuck-rollout also with its trap, which must fail) → lab down (cluster and kind's network gone) → lab up --nodes 2 (GPUs split 2 + 2, ranks on both
 #   nodes) → the three faults by hand, each with its proof → lab down → nothing left
 #
 #   scripts/kind-e2e.sh
@@ -22,7 +22,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NAME=${LAB_E2E_NAME:-kind-e2e}
 REPORTS=${LAB_E2E_REPORTS:-$root/target/kind-e2e}
 NODES=${LAB_E2E_NODES:-2}
-DRILLS=(slow-storage throttled-rank unplaceable-rank)
+DRILLS=(slow-storage throttled-rank unplaceable-rank stuck-rollout)
 E2E_T0=$(date +%s)
 mkdir -p "$REPORTS"
 # The lab's state in a folder of this run's, so the kubeconfig of the cluster is known.
@@ -181,7 +181,7 @@ prom_alerts | jq -c '[.data.alerts[] | select(.state == "firing") | .labels.aler
 say "Prometheus agrees: $(cat "$REPORTS/prometheus-alerts.json")"
 lab fault clear --all >&2 || die "clear throttled-rank"
 
-# --- the three built-in drills --------------------------------------------------------------------------
+# --- four built-in drills -------------------------------------------------------------------------------
 have_drills
 for d in "${DRILLS[@]}"; do
   t=$(now)
@@ -194,6 +194,20 @@ for d in "${DRILLS[@]}"; do
   fi
   expect_all_ready "after drill $d"
 done
+# The seed's fault 3 as it happened, with the seed agent's first fix: scaling back to four alone unblocks the
+# rollout, the four restart expecting five peers and the job stalls. The drill must fail, on the stall.
+t=$(now)
+if lab drill run stuck-rollout --remediate "lab scale ranks 4" --report "$REPORTS/stuck-rollout-trap.json" >&2; then
+  say "drill stuck-rollout with the trap (lab scale ranks 4) PASSED: scaling back alone must fail"
+  FAILED+=("stuck-rollout trap")
+elif ! jq -e '.drills[0].verdict == "fail"' "$REPORTS/stuck-rollout-trap.json" >/dev/null 2>&1; then
+  say "drill stuck-rollout with the trap did not end in a fail verdict (report: $REPORTS/stuck-rollout-trap.json)"
+  FAILED+=("stuck-rollout trap verdict")
+else
+  say "stuck-rollout trap failed as it must: $(jq -r '.drills[0].reason' "$REPORTS/stuck-rollout-trap.json" | cut -c1-160)"
+fi
+figure "drill stuck-rollout with the trap (s)" "$(since "$t")"
+expect_all_ready "after the stuck-rollout trap"
 status_json > "$REPORTS/status-drills.json"
 jq -e '.delay_path | test("proxy|netem")' "$REPORTS/status-drills.json" >/dev/null \
   || die "the status does not say which delay path slow-storage uses"
