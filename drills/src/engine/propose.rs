@@ -114,6 +114,11 @@ impl<S: SnapshotSource> Session<'_, S> {
             report.problem = Some(summary.clone());
         }
         let end = now_ms();
+        self.fixes.push(crate::bundle::FixWindow {
+            from_ms: started,
+            to_ms: end,
+            by: crate::bundle::FixBy::Agent,
+        });
         let changes = self.changes_between(started, end);
         self.mitigated_ms = Some(end);
         let mut ev = changes.clone();

@@ -31,6 +31,11 @@ pub struct Session<'a, S: SnapshotSource> {
     pub(super) timeline: Vec<Point>,
     pub(super) lost: StepsLost,
     pub(super) inject_ms: Option<u64>,
+    /// When the latest injection started: a chained drill's later expect steps time their fault from it.
+    pub(super) fault_ms: Option<u64>,
+    /// The remediations run so far, with who ran them: the change log of a later bundle tells their
+    /// changes from the others'.
+    pub(super) fixes: Vec<crate::bundle::FixWindow>,
     pub(super) detection: Option<Detection>,
     pub(super) lowest_pct: Option<f64>,
     pub(super) fault_pcts: Vec<f64>,
@@ -88,6 +93,8 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             timeline: Vec::new(),
             lost: StepsLost::default(),
             inject_ms: None,
+            fault_ms: None,
+            fixes: Vec::new(),
             detection: None,
             lowest_pct: None,
             fault_pcts: Vec::new(),
