@@ -292,3 +292,47 @@ fn remediate_given_once_per_step_must_match_every_drill() {
     let e = o.set_remediate(&["a".into(), " ".into()], &[&week]).unwrap_err();
     assert!(e.contains("--remediate number 2 is empty"), "{e}");
 }
+
+#[test]
+fn each_fix_is_scored_by_the_verification_that_judged_it() {
+    use StepName::*;
+    let step = |step, ok| crate::report::StepReport {
+        step,
+        ok,
+        started_s: 0.0,
+        duration_s: 0.0,
+        summary: String::new(),
+        evidence: vec![],
+    };
+    let held = |s: &[(StepName, bool)]| {
+        let steps: Vec<_> = s.iter().map(|(n, ok)| step(*n, *ok)).collect();
+        super::session::fixes_held(&steps)
+    };
+    // The week: fault 1's fix held, fault 2's did not.
+    let week = [
+        (Inject, true),
+        (Remediate, true),
+        (Verify, true),
+        (Inject, true),
+        (Remediate, true),
+        (Verify, false),
+        (Cleanup, true),
+    ];
+    assert_eq!(held(&week), [true, false]);
+    // A failed verification judged again after the cleanup: the re-judgment decides.
+    let rejudged = [
+        (Remediate, true),
+        (Verify, false),
+        (Cleanup, true),
+        (Verify, true),
+    ];
+    assert_eq!(held(&rejudged), [true]);
+    // A second attempt at one incident.
+    let retried = [
+        (Remediate, true),
+        (Verify, false),
+        (Remediate, true),
+        (Verify, true),
+    ];
+    assert_eq!(held(&retried), [false, true]);
+}
