@@ -22,6 +22,12 @@ pub const BUILTIN: [(&str, &str); 8] = [
     ("competing-job", include_str!("../builtin/competing-job.yaml")),
 ];
 
+/// `(name, text)` of the built-in drills that chain several faults, after the one-fault drills.
+pub const CHAINED: [(&str, &str); 1] = [
+    // The seed's week: fault 1 fixed, then fault 2 with that fix in the change log.
+    ("chained-week", include_str!("../builtin/chained-week.yaml")),
+];
+
 /// A drill and where it came from (`builtin:slow-storage`, or the file's path).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loaded {
@@ -37,6 +43,7 @@ pub struct Loaded {
 pub fn builtin(name: &str) -> Result<Loaded, DrillError> {
     let (n, text) = BUILTIN
         .iter()
+        .chain(CHAINED.iter())
         .find(|(n, _)| *n == name)
         .ok_or_else(|| DrillError::NotFound(name.to_string()))?;
     let origin = format!("builtin:{n}");
@@ -52,7 +59,11 @@ pub fn builtin(name: &str) -> Result<Loaded, DrillError> {
 /// # Errors
 /// As [`builtin`].
 pub fn all() -> Result<Vec<Loaded>, DrillError> {
-    BUILTIN.iter().map(|(n, _)| builtin(n)).collect()
+    BUILTIN
+        .iter()
+        .chain(CHAINED.iter())
+        .map(|(n, _)| builtin(n))
+        .collect()
 }
 
 /// Reads and checks the drill file at `path`.
@@ -104,7 +115,7 @@ mod tests {
     #[test]
     fn every_builtin_parses_and_injects_its_own_fault() {
         let all = all().unwrap();
-        assert_eq!(all.len(), FaultKind::ALL.len());
+        assert_eq!(all.len(), FaultKind::ALL.len() + CHAINED.len());
         for (l, kind) in all.iter().zip(FaultKind::ALL) {
             assert_eq!(l.drill.name, kind.name());
             assert_eq!(l.origin, format!("builtin:{}", kind.name()));
@@ -118,6 +129,36 @@ mod tests {
                     .any(|s| matches!(s, Step::Remediate(r) if r.command.is_none()))
             );
         }
+    }
+
+    #[test]
+    fn the_chained_week_injects_fault_2_after_fault_1_is_verified() {
+        let l = builtin("chained-week").unwrap();
+        let keys: Vec<&str> = l.drill.steps.iter().map(Step::key).collect();
+        assert_eq!(
+            keys,
+            [
+                "inject",
+                "expect",
+                "remediate",
+                "verify",
+                "inject",
+                "expect",
+                "remediate",
+                "verify"
+            ]
+        );
+        let kinds: Vec<FaultKind> = l
+            .drill
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Inject(f) => Some(f.kind()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kinds, [FaultKind::SlowStorage, FaultKind::ThrottledRank]);
+        assert!(all().unwrap().iter().any(|d| d.drill.name == "chained-week"));
     }
 
     #[test]

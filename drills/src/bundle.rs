@@ -164,7 +164,7 @@ pub struct Edge {
 }
 
 /// One change, as an audit log shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditEntry {
     pub time: String,
     pub at_ms: u64,
@@ -178,7 +178,47 @@ pub struct AuditEntry {
     pub before: String,
     pub after: String,
     pub detail: Option<String>,
+    /// The number (1, 2, ...) of the earlier remediation of this drill that made the change, if one did:
+    /// a fix is not a suspect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<usize>,
+    /// What the job did after the change: its median throughput (samples/s) over the window before the
+    /// change and over the window after it, and the same as a percentage of the job's normal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effect: Option<Effect>,
 }
+
+/// The job's throughput around one change (see [`Bundle::annotate_changes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Effect {
+    pub samples_per_s_before: Option<f64>,
+    pub samples_per_s_after: Option<f64>,
+    pub pct_of_normal_before: Option<f64>,
+    pub pct_of_normal_after: Option<f64>,
+}
+
+/// Who ran a remediation whose changes a later bundle shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixBy {
+    /// The remediate step's command, `--remediate`, or the lab's own clear.
+    Remediation,
+    /// An agent's approved plan (`--agent`).
+    Agent,
+}
+
+/// One remediation of a drill: from when to when it ran, and who ran it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FixWindow {
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub by: FixBy,
+}
+
+/// The windows over which a change's effect is measured: the throughput over the `EFFECT_WINDOW_MS`
+/// before it, and over the same length after it once `EFFECT_SETTLE_MS` have passed (the job's rates
+/// are measured over a few seconds, and a change takes a step or two to show).
+pub const EFFECT_WINDOW_MS: u64 = 10_000;
+pub const EFFECT_SETTLE_MS: u64 = 3_000;
 
 /// Words that would name an injection rather than show evidence; a detail carrying one is left out.
 const TELLING: [&str; 4] = ["fault", "inject", "cleared", "drill"];
@@ -332,6 +372,8 @@ impl Bundle {
                 before: c.before.clone(),
                 after: c.after.clone(),
                 detail: c.note.as_deref().and_then(evidence_only),
+                remediation: None,
+                effect: None,
             })
             .collect();
         changes.sort_by_key(|c| c.at_ms);
@@ -371,6 +413,50 @@ impl Bundle {
                 gpu_resource: st.gpu_resource.clone(),
             },
             changes,
+        }
+    }
+
+    /// Marks the changes an earlier remediation of this drill made (`fixes`, in order) with who made them
+    /// and which remediation it was, and gives every change its effect on the job's throughput from
+    /// `series` (`(at_ms, samples/s)`, oldest first), as a percentage of `normal` samples/s when known.
+    /// The window after a change ends where the next change begins, so that each effect is its own.
+    pub fn annotate_changes(&mut self, fixes: &[FixWindow], series: &[(u64, f64)], normal: Option<f64>) {
+        let now = self.generated_at_ms;
+        let starts: Vec<u64> = self.changes.iter().map(|c| c.at_ms).collect();
+        for c in &mut self.changes {
+            if let Some((n, f)) = fixes
+                .iter()
+                .enumerate()
+                .find(|(_, f)| c.at_ms >= f.from_ms && c.at_ms <= f.to_ms)
+            {
+                c.remediation = Some(n + 1);
+                c.who = match f.by {
+                    FixBy::Remediation => "remediation".into(),
+                    FixBy::Agent => "agent".into(),
+                };
+            }
+            // Changes made together (one command's records) share their window.
+            let next = starts.iter().copied().filter(|&t| t > c.at_ms + 1_000).min();
+            let after_from = c.at_ms + EFFECT_SETTLE_MS;
+            let after_to = next.unwrap_or(now).min(after_from + EFFECT_WINDOW_MS);
+            let before_from = c.at_ms.saturating_sub(EFFECT_WINDOW_MS);
+            let prev_end = starts.iter().copied().filter(|&t| t + 1_000 < c.at_ms).max();
+            let before_from = prev_end.map_or(before_from, |p| before_from.max(p + EFFECT_SETTLE_MS));
+            let before = median_between(series, before_from, c.at_ms);
+            let after = median_between(series, after_from, after_to);
+            if before.is_none() && after.is_none() {
+                continue;
+            }
+            let pct = |v: Option<f64>| {
+                v.zip(normal.filter(|n| *n > 0.0))
+                    .map(|(v, n)| (v / n * 1000.0).round() / 10.0)
+            };
+            c.effect = Some(Effect {
+                samples_per_s_before: before.map(f64::round),
+                samples_per_s_after: after.map(f64::round),
+                pct_of_normal_before: pct(before),
+                pct_of_normal_after: pct(after),
+            });
         }
     }
 
@@ -514,20 +600,62 @@ impl Bundle {
             let _ = writeln!(o, "  none");
         }
         for c in &self.changes {
+            let who = match c.remediation {
+                Some(n) => format!("{} {n}", c.who),
+                None => c.who.clone(),
+            };
             let _ = writeln!(
                 o,
-                "  {}  {:<13} {:<13} {} {} → {}{}",
+                "  {}  {:<13} {:<13} {} {} → {}{}{}",
                 c.time,
-                c.who,
+                who,
                 c.target,
                 c.what,
                 c.before,
                 c.after,
-                c.detail.as_ref().map_or(String::new(), |d| format!("  ({d})"))
+                c.detail.as_ref().map_or(String::new(), |d| format!("  ({d})")),
+                c.effect
+                    .as_ref()
+                    .map_or(String::new(), |e| format!("  · {}", e.line()))
             );
         }
         o
     }
+}
+
+impl Effect {
+    /// `training 100% → 9% of normal after it` (or samples/s when no normal is known).
+    pub fn line(&self) -> String {
+        let show = |pct: Option<f64>, v: Option<f64>| match (pct, v) {
+            (Some(p), _) => format!("{p:.0}%"),
+            (None, Some(v)) => format!("{v:.0} samples/s"),
+            (None, None) => "?".into(),
+        };
+        let unit = if self.pct_of_normal_before.or(self.pct_of_normal_after).is_some() {
+            " of normal"
+        } else {
+            ""
+        };
+        format!(
+            "training {} → {}{unit} after it",
+            show(self.pct_of_normal_before, self.samples_per_s_before),
+            show(self.pct_of_normal_after, self.samples_per_s_after)
+        )
+    }
+}
+
+/// The median of the values of `series` at `from <= at < to`.
+fn median_between(series: &[(u64, f64)], from: u64, to: u64) -> Option<f64> {
+    let mut v: Vec<f64> = series
+        .iter()
+        .filter(|(at, x)| *at >= from && *at < to && x.is_finite())
+        .map(|(_, x)| *x)
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
 }
 
 /// Whether a dependency's latency moved from its baseline: more than twice as slow and 10 ms slower.
@@ -731,6 +859,103 @@ mod tests {
         assert!(r1.differs_from_template);
         assert_eq!(r1.cpu_live.as_deref(), Some("150m"));
         assert!(b.text().contains("150m/-/400m ≠"), "{}", b.text());
+    }
+
+    /// The seed's week at its second incident: storage-1's delay added (fault 1) and removed by the first
+    /// remediation, then rank-1's limit cut in place (fault 2). The newest change before the incident is
+    /// the fix; the change log must say so, and show what each change did to the job.
+    #[test]
+    fn the_change_log_tells_an_earlier_fix_from_the_new_cause() {
+        let mut s = slow_storage();
+        let t0 = s.at_ms - 100_000;
+        let record = |at: u64, target: &str, what: &str, before: &str, after: &str| ChangeRecord {
+            at_ms: t0 + at,
+            source: ChangeSource::Fault,
+            target: target.into(),
+            what: what.into(),
+            before: before.into(),
+            after: after.into(),
+            note: None,
+            fault_id: Some("x".into()),
+        };
+        s.changes = vec![
+            record(10_000, "storage-1", "added delay", "0 ms", "300 ms"),
+            record(40_000, "storage-1", "added delay", "300 ms", "0 ms"),
+            record(70_000, "rank-1", "cpu limit", "400m", "150m"),
+        ];
+        // 1000 samples/s before fault 1, 90 while it holds, 1000 after its fix, 700 after fault 2.
+        let series: Vec<(u64, f64)> = (0..100u64)
+            .map(|i| {
+                let v = match i {
+                    0..10 => 1000.0,
+                    10..40 => 90.0,
+                    40..70 => 1000.0,
+                    _ => 700.0,
+                };
+                (t0 + i * 1000, v)
+            })
+            .collect();
+        let fixes = [FixWindow {
+            from_ms: t0 + 39_500,
+            to_ms: t0 + 41_000,
+            by: FixBy::Remediation,
+        }];
+        let mut b = Bundle::from_snapshot(&s);
+        b.annotate_changes(&fixes, &series, Some(1000.0));
+        let who: Vec<(&str, Option<usize>)> = b
+            .changes
+            .iter()
+            .map(|c| (c.who.as_str(), c.remediation))
+            .collect();
+        assert_eq!(
+            who,
+            [("operator", None), ("remediation", Some(1)), ("operator", None)]
+        );
+        let pcts: Vec<(Option<f64>, Option<f64>)> = b
+            .changes
+            .iter()
+            .map(|c| {
+                let e = c.effect.unwrap();
+                (e.pct_of_normal_before, e.pct_of_normal_after)
+            })
+            .collect();
+        assert_eq!(
+            pcts,
+            [
+                (Some(100.0), Some(9.0)),
+                (Some(9.0), Some(100.0)),
+                (Some(100.0), Some(70.0))
+            ]
+        );
+        let text = b.text();
+        assert!(
+            text.contains("remediation 1 storage-1     added delay 300 ms → 0 ms  · training 9% → 100% of normal after it"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "operator      rank-1        cpu limit 400m → 150m  · training 100% → 70% of normal after it"
+            ),
+            "{text}"
+        );
+        // An agent's plan is named as such; a change before any record of the job has no effect to show.
+        let agent = [FixWindow {
+            by: FixBy::Agent,
+            ..fixes[0]
+        }];
+        let mut b = Bundle::from_snapshot(&s);
+        b.annotate_changes(&agent, &series[30..], None);
+        assert_eq!(b.changes[1].who, "agent");
+        assert_eq!(b.changes[0].effect, None, "{:?}", b.changes[0]);
+        assert_eq!(
+            b.changes[2].effect.unwrap().line(),
+            "training 1000 samples/s → 700 samples/s after it"
+        );
+        // Unannotated, the JSON keeps its old shape.
+        let json = serde_json::to_value(Bundle::from_snapshot(&s)).unwrap();
+        assert!(
+            json["changes"][0].get("effect").is_none() && json["changes"][0].get("remediation").is_none()
+        );
     }
 
     #[test]

@@ -470,8 +470,10 @@ pub struct DrillRunArgs {
     #[arg(required = true)]
     pub files: Vec<String>,
     /// A remediation command to run instead of the drill's own (gets LAB_INCIDENT_BUNDLE in its environment).
-    #[arg(long)]
-    pub remediate: Option<String>,
+    /// Given once, it replaces every remediate step's command; given once per remediate step (a chained
+    /// drill such as chained-week has two), each step runs its own, in order.
+    #[arg(long, value_name = "CMD")]
+    pub remediate: Vec<String>,
     /// Write the JSON report here.
     #[arg(long)]
     pub report: Option<PathBuf>,

@@ -35,6 +35,7 @@ impl Lab {
     pub fn drill_options(&self, remediate: Option<String>) -> Options {
         Options {
             remediate,
+            remediate_each: Vec::new(),
             bundle_dir: lab_runtime::state::lab_dir(&self.name).join("incidents"),
             command_env: vec![
                 ("LAB_NAME".into(), self.name.clone()),

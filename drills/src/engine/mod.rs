@@ -51,6 +51,9 @@ pub struct Lab {
 pub struct Options {
     /// Replaces the command of every remediate step (`--remediate`).
     pub remediate: Option<String>,
+    /// Replaces the command of each remediate step in turn (`--remediate` given once per remediate step);
+    /// when set, it has one command per remediate step of every drill run (the CLI checks).
+    pub remediate_each: Vec<String>,
     /// Where incident bundles are written.
     pub bundle_dir: PathBuf,
     /// Set in a remediation command's environment (`LAB_NAME`, `LAB_STATE_DIR`).
@@ -59,6 +62,43 @@ pub struct Options {
     pub command_path: Option<PathBuf>,
     /// Ask this agent for a plan at each remediation instead of running a command (`--agent`).
     pub agent: Option<crate::agent::AgentOptions>,
+}
+
+impl Options {
+    /// Sets the remediation commands given on the command line (`--remediate`, in order): none keeps each
+    /// step's own; one replaces every remediate step's command; more give each remediate step its own, in
+    /// order, and then every drill run must have exactly that many remediate steps.
+    ///
+    /// # Errors
+    /// A message naming the drill whose remediate steps do not match the commands given; nothing is set.
+    pub fn set_remediate(&mut self, given: &[String], drills: &[&Drill]) -> Result<(), String> {
+        if let Some(empty) = given.iter().position(|c| c.trim().is_empty()) {
+            return Err(format!(
+                "--remediate number {} is empty: give a command, or leave it out to use the drill's own",
+                empty + 1
+            ));
+        }
+        match given {
+            [] => {}
+            [one] => self.remediate = Some(one.clone()),
+            many => {
+                for d in drills {
+                    let steps = d.steps.iter().filter(|s| matches!(s, Step::Remediate(_))).count();
+                    if steps != many.len() {
+                        return Err(format!(
+                            "--remediate is given {} times, but drill {} has {steps} remediate step{}: give it once \
+                             (for every remediate step) or once per remediate step, in order",
+                            many.len(),
+                            d.name,
+                            if steps == 1 { "" } else { "s" }
+                        ));
+                    }
+                }
+                self.remediate_each = many.to_vec();
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The window over which the lab must be steady again after a drill's cleanup.
@@ -108,10 +148,10 @@ pub async fn run_drill<S: SnapshotSource>(
                 }
                 if !r.ok {
                     // A verification that fails sends the incident back when the drill has a further
-                    // remediation, as the seed's pipeline did; the last verification decides.
-                    let next_fix = drill.steps[i..]
-                        .iter()
-                        .position(|s| matches!(s, Step::Remediate(_)));
+                    // remediation of the same incident, as the seed's pipeline did; the last verification
+                    // decides. A remediation after a further injection belongs to the next incident: a
+                    // chained drill whose first fix failed stops there.
+                    let next_fix = next_fix_of_this_incident(&drill.steps[i..]);
                     match (step, next_fix) {
                         (Step::Verify(_), Some(j)) => {
                             s.retry();
@@ -134,5 +174,14 @@ pub async fn run_drill<S: SnapshotSource>(
     report
 }
 
+/// The index in `rest` of the next remediate step, if no injection comes before it.
+fn next_fix_of_this_incident(rest: &[Step]) -> Option<usize> {
+    rest.iter()
+        .take_while(|s| !matches!(s, Step::Inject(_)))
+        .position(|s| matches!(s, Step::Remediate(_)))
+}
+
+#[cfg(test)]
+mod chain_tests;
 #[cfg(test)]
 mod session_tests;

@@ -114,6 +114,11 @@ impl<S: SnapshotSource> Session<'_, S> {
             report.problem = Some(summary.clone());
         }
         let end = now_ms();
+        self.fixes.push(crate::bundle::FixWindow {
+            from_ms: started,
+            to_ms: end,
+            by: crate::bundle::FixBy::Agent,
+        });
         let changes = self.changes_between(started, end);
         self.mitigated_ms = Some(end);
         let mut ev = changes.clone();
@@ -248,23 +253,35 @@ impl<S: SnapshotSource> Session<'_, S> {
         (true, s, Verdict::Fail)
     }
 
-    /// What the ledger says this drill injected: the targets of its injections' change records.
+    /// What the ledger says this drill injected and is still in: the targets of those injections' change
+    /// records. In a chained drill a fault fixed and verified earlier is not this incident's cause.
     pub(super) fn truth(&self) -> Truth {
         let since = self.started_ms;
-        let targets: Vec<String> = self
-            .lab
-            .ledger
-            .read()
+        let data = self.lab.ledger.read().ok();
+        let active: Vec<&lab_faults::ledger::Entry> = data
+            .as_ref()
+            .map(|d| d.active().filter(|e| e.injected_at_ms >= since).collect())
+            .unwrap_or_default();
+        let ours = |id: &Option<String>| {
+            active.is_empty() || active.iter().any(|e| id.as_deref() == Some(e.id.as_str()))
+        };
+        let targets: Vec<String> = data
+            .as_ref()
             .map(|d| {
                 d.changes
                     .iter()
                     .filter(|c| c.at_ms >= since && c.source == ChangeSource::Fault)
                     .filter(|c| c.note.as_deref() != Some("cleared"))
+                    .filter(|c| ours(&c.fault_id))
                     .map(|c| c.target.clone())
                     .collect()
             })
             .unwrap_or_default();
-        let faults: Vec<lab_faults::Fault> = self.injected.clone();
+        let faults: Vec<lab_faults::Fault> = if active.is_empty() {
+            self.injected.clone()
+        } else {
+            active.iter().map(|e| e.fault.clone()).collect()
+        };
         Truth::of(&faults, &targets)
     }
 }

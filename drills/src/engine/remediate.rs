@@ -20,7 +20,16 @@ impl<S: SnapshotSource> Session<'_, S> {
     /// returns its path and the whole bundle (for a recording).
     pub(super) fn write_bundle(&mut self, level: EvidenceLevel) -> Result<PathBuf, String> {
         let snap = self.last.as_ref().ok_or("no snapshot yet")?;
-        let bundle = Bundle::from_snapshot(snap);
+        let mut bundle = Bundle::from_snapshot(snap);
+        // Who made each change and what the job's throughput did after it, from this drill's own record.
+        let start = self.started_ms;
+        let series: Vec<(u64, f64)> = self
+            .timeline
+            .iter()
+            .filter_map(|p| Some((start + (p.t_s * 1000.0) as u64, p.samples_per_s?)))
+            .collect();
+        let normal = self.baseline.map(|b| b.samples_per_s);
+        bundle.annotate_changes(&self.fixes, &series, normal);
         let mut full = serde_json::to_value(&bundle).map_err(|e| e.to_string())?;
         if let Some(o) = full.as_object_mut() {
             o.insert(
@@ -44,7 +53,11 @@ impl<S: SnapshotSource> Session<'_, S> {
     /// Remediates: runs the command (the run's `--remediate`, else the step's), or clears what the drill
     /// injected when there is none.
     pub async fn remediate(&mut self, spec: &Remediate) -> StepReport {
-        let command = self.options.remediate.clone().or_else(|| spec.command.clone());
+        // `--remediate` once per remediate step gives this step its own; once, every step's.
+        let nth = self.fixes.len();
+        let command = (self.options.remediate_each.get(nth).cloned())
+            .or_else(|| self.options.remediate.clone())
+            .or_else(|| spec.command.clone());
         let what = command.clone().unwrap_or_else(|| "the lab's own clear".into());
         if let Some(agent) = self.options.agent.clone() {
             return self.remediate_with_agent(&agent).await;
@@ -166,6 +179,11 @@ impl<S: SnapshotSource> Session<'_, S> {
             }
         };
         let end = now_ms();
+        self.fixes.push(crate::bundle::FixWindow {
+            from_ms: started,
+            to_ms: end,
+            by: crate::bundle::FixBy::Remediation,
+        });
         report.changes = self.changes_between(started, end);
         if report.duration_s == 0.0 {
             report.duration_s = end.saturating_sub(started) as f64 / 1000.0;

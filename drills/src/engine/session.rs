@@ -31,6 +31,11 @@ pub struct Session<'a, S: SnapshotSource> {
     pub(super) timeline: Vec<Point>,
     pub(super) lost: StepsLost,
     pub(super) inject_ms: Option<u64>,
+    /// When the latest injection started: a chained drill's later expect steps time their fault from it.
+    pub(super) fault_ms: Option<u64>,
+    /// The remediations run so far, with who ran them: the change log of a later bundle tells their
+    /// changes from the others'.
+    pub(super) fixes: Vec<crate::bundle::FixWindow>,
     pub(super) detection: Option<Detection>,
     pub(super) lowest_pct: Option<f64>,
     pub(super) fault_pcts: Vec<f64>,
@@ -88,6 +93,8 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             timeline: Vec::new(),
             lost: StepsLost::default(),
             inject_ms: None,
+            fault_ms: None,
+            fixes: Vec::new(),
             detection: None,
             lowest_pct: None,
             fault_pcts: Vec::new(),
@@ -267,7 +274,8 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             ),
         };
         let mut remediations = self.remediations;
-        score_plans(&mut remediations, verdict, figures.time_to_baseline_s);
+        let held = fixes_held(&self.steps);
+        score_plans(&mut remediations, &held, figures.time_to_baseline_s);
         let runtime = self.last.as_ref().map_or_else(
             || self.lab.runtime.kind().to_string(),
             |s| s.status.runtime.to_string(),
@@ -297,18 +305,35 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
     }
 }
 
-/// Scores each agent's plan once the verdict is known: the last plan that ran is fixed when the drill
-/// passed; an earlier one that ran failed its verification.
-fn score_plans(remediations: &mut [RemediationReport], verdict: Verdict, back_s: Option<f64>) {
+/// For each remediate step, in order, whether the verification that judged it passed: the last verify
+/// step before the next remediate step (a re-judgment after the cleanup comes last, and decides).
+pub(super) fn fixes_held(steps: &[StepReport]) -> Vec<bool> {
+    let mut held = Vec::new();
+    for s in steps {
+        match s.step {
+            StepName::Remediate => held.push(false),
+            StepName::Verify => {
+                if let Some(h) = held.last_mut() {
+                    *h = s.ok;
+                }
+            }
+            _ => {}
+        }
+    }
+    held
+}
+
+/// Scores each agent's plan once the verifications are known: a plan that ran is fixed when the
+/// verification of its remediation passed (in a chained drill, each fault's own), else it failed.
+fn score_plans(remediations: &mut [RemediationReport], held: &[bool], back_s: Option<f64>) {
     use crate::agent::{Mitigation, PlanOutcome, score::score};
-    let last = remediations.len().saturating_sub(1);
     for (i, r) in remediations.iter_mut().enumerate() {
         let Some(a) = r.agent.as_mut() else { continue };
         let (Some(plan), Some(truth)) = (a.plan.as_ref(), a.truth.as_ref()) else {
             continue;
         };
         let m = match a.outcome {
-            PlanOutcome::Ran if i == last && verdict == Verdict::Pass => Mitigation::Fixed,
+            PlanOutcome::Ran if held.get(i).copied().unwrap_or(false) => Mitigation::Fixed,
             PlanOutcome::Ran => Mitigation::Failed,
             _ => Mitigation::NotRun,
         };

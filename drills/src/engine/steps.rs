@@ -141,6 +141,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         let what = fault.to_string();
         let started = self.start(StepName::Inject, &what);
         self.inject_ms.get_or_insert(started);
+        self.fault_ms = Some(started);
         self.injected.push(fault.clone());
         let lab = self.lab.clone();
         let result = self
@@ -166,7 +167,7 @@ impl<S: SnapshotSource> Session<'_, S> {
     /// Waits for the expected signals.
     pub async fn expect(&mut self, spec: &Expect) -> StepReport {
         let started = self.start(StepName::Expect, "the golden signals catch it");
-        let (Some(base), Some(from)) = (self.baseline, self.inject_ms) else {
+        let (Some(base), Some(from)) = (self.baseline, self.fault_ms) else {
             return self.finish(
                 StepName::Expect,
                 started,
@@ -178,10 +179,15 @@ impl<S: SnapshotSource> Session<'_, S> {
         };
         let mut tracker = ExpectTracker::new(spec.clone(), base, from);
         let mut last_progress = started;
+        // In a chained drill the figures keep the lowest throughput of every fault.
+        let lowest_before = self.lowest_pct;
         loop {
             let s = self.next().await;
             let outcome = tracker.push(&s);
-            self.lowest_pct = tracker.lowest_pct();
+            self.lowest_pct = match (lowest_before, tracker.lowest_pct()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => b.or(a),
+            };
             // The fault's steady effect: throughput from detection to the end of the hold.
             if let Some(met) = tracker.met_at()
                 && s.at_ms >= met
@@ -209,7 +215,8 @@ impl<S: SnapshotSource> Session<'_, S> {
                         .iter()
                         .map(|s| format!("{}: {}", s.what, s.detail))
                         .collect();
-                    self.detection = Some(d);
+                    // The report's figures time the first fault; each expect step's summary times its own.
+                    self.detection.get_or_insert(d);
                     return self.finish(StepName::Expect, started, true, summary, ev, Verdict::Fail);
                 }
                 Outcome::Failed(why) => {
@@ -223,6 +230,6 @@ impl<S: SnapshotSource> Session<'_, S> {
     }
 
     pub(super) fn rel_from_inject(&self, ms: u64) -> f64 {
-        ms.saturating_sub(self.inject_ms.unwrap_or(self.started_ms)) as f64 / 1000.0
+        ms.saturating_sub(self.fault_ms.unwrap_or(self.started_ms)) as f64 / 1000.0
     }
 }

@@ -28,6 +28,7 @@ fn validate(files: &[PathBuf]) -> ExitCode {
     let loaded: Vec<Result<Loaded, DrillError>> = if files.is_empty() {
         builtin::BUILTIN
             .iter()
+            .chain(builtin::CHAINED.iter())
             .map(|(n, _)| builtin::builtin(n))
             .collect()
     } else {
@@ -174,6 +175,12 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|f| lab_drills::resolve(f))
         .collect::<Result<_, _>>()?;
+    // Checked before anything runs: a mismatch changes nothing.
+    let mut remediate = lab_drills::Options::default();
+    let parsed: Vec<&lab_drills::Drill> = drills.iter().map(|l| &l.drill).collect();
+    remediate
+        .set_remediate(&a.remediate, &parsed)
+        .map_err(anyhow::Error::msg)?;
     let drills = lab_session::drills::repeated(&drills, a.repeat);
     let agent = match &a.agent {
         Some(cmd) => {
@@ -197,7 +204,8 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
         lab_drills::agent::replay::check_marker(dir).map_err(anyhow::Error::msg)?;
     }
     let lab = Lab::open(name).await?;
-    let mut options = lab.drill_options(a.remediate.clone());
+    let mut options = lab.drill_options(remediate.remediate);
+    options.remediate_each = remediate.remediate_each;
     options.agent = agent;
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
