@@ -115,6 +115,18 @@ impl Cgroups {
         }
     }
 
+    /// Lifts instance `name`'s CPU limit (its group stays, unlimited, until the lab goes down).
+    ///
+    /// # Errors
+    /// The I/O error, when the files cannot be written.
+    pub fn set_unlimited(&self, name: &str) -> std::io::Result<()> {
+        let p = self.path(name);
+        match self.version {
+            CgroupVersion::V1 => fs::write(p.join("cpu.cfs_quota_us"), "-1"),
+            CgroupVersion::V2 => fs::write(p.join("cpu.max"), format!("max {PERIOD_US}")),
+        }
+    }
+
     /// Reads instance `name`'s CPU limit as the kernel enforces it (`None`: unlimited).
     ///
     /// # Errors

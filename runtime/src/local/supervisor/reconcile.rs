@@ -308,6 +308,7 @@ impl Sup {
                 self.save_spec();
                 Response::Ok
             }
+            Request::SetStorageCpu { server, cpu } => self.set_storage_cpu(server, cpu),
             Request::SetDelay { .. } | Request::Shutdown => err("handled elsewhere".into()),
         }
     }

@@ -1,0 +1,159 @@
+//! `slow-disk`: the storage node itself is slow. Its own volume server process is held to a tiny CPU limit
+//! (its own cgroup on the local runtime), so every request it serves — reading its needles from its data
+//! directory included — waits; the path to it (proxy, network) is left alone. Proven by timing requests
+//! straight to the server, bypassing the path the ranks use: the server's own latency rises against its
+//! siblings', which is what tells it from `slow-storage` (a slow path, where the server's own latency stays
+//! flat).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lab_model::quantity::format_duration;
+use lab_model::status::LabStatus;
+use lab_model::{ChangeRecord, Millicores, names};
+
+use super::{Applied, Cx, Injector, mismatched, not_proven};
+use crate::FaultError;
+use crate::ledger::Before;
+
+/// The server's own latency must be at least this much above its siblings' to count as proven.
+const PROOF_FLOOR: Duration = Duration::from_millis(20);
+
+/// Storage server `server`'s own process held to `cpu`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlowDisk {
+    pub server: u32,
+    pub cpu: Millicores,
+}
+
+/// A storage server's CPU limit as the change records say it.
+pub fn storage_cpu_text(c: Option<Millicores>) -> String {
+    c.map_or_else(|| "unlimited".into(), |c| c.to_string())
+}
+
+impl SlowDisk {
+    async fn own(cx: &Cx<'_>, server: u32, samples: usize) -> Result<Duration, FaultError> {
+        cx.rt
+            .probe_storage_own(server, samples)
+            .await
+            .map_err(FaultError::runtime(format!("probing storage-{server} directly")))
+    }
+}
+
+#[async_trait]
+impl Injector for SlowDisk {
+    fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
+        let server = self.server;
+        super::storage_server(status, server)?;
+        Ok(())
+    }
+
+    async fn apply(&self, cx: &Cx<'_>, status: &LabStatus) -> Result<Applied, FaultError> {
+        let server = self.server;
+        let before = cx
+            .rt
+            .storage_cpu(server)
+            .await
+            .map_err(FaultError::runtime(format!(
+                "reading storage-{server}'s CPU limit"
+            )))?;
+        let mut measured_before = Vec::new();
+        for s in 0..status.storage_servers {
+            measured_before.push(Self::own(cx, s, 3).await?);
+        }
+        cx.set_before(Before::StorageCpu { cpu: before }).await?;
+        cx.rt
+            .set_storage_cpu(server, Some(self.cpu))
+            .await
+            .map_err(FaultError::runtime(format!("limiting storage-{server}'s CPU")))?;
+        let c = cx.change(
+            names::storage(server),
+            "server cpu limit",
+            storage_cpu_text(before),
+            self.cpu.to_string(),
+            Some("the volume server's own process; the path to it unchanged".into()),
+        );
+        Ok(Applied {
+            path: None,
+            measured_before,
+            changes: vec![c],
+            ..Applied::default()
+        })
+    }
+
+    async fn prove(
+        &self,
+        cx: &Cx<'_>,
+        status: &LabStatus,
+        applied: &mut Applied,
+    ) -> Result<String, FaultError> {
+        let server = self.server;
+        let own = Self::own(cx, server, 7).await?;
+        let mut siblings = Vec::new();
+        for s in (0..status.storage_servers).filter(|s| *s != server) {
+            siblings.push(Self::own(cx, s, 3).await?);
+        }
+        let sibling_max = siblings.iter().copied().max().unwrap_or_default();
+        let before = applied
+            .measured_before
+            .get(server as usize)
+            .copied()
+            .unwrap_or_default();
+        let proof = format!(
+            "storage-{server} answers its own requests (bypassing the path the ranks use) in {} (before: {}); \
+             siblings {} (cpu held to {})",
+            format_duration(own),
+            format_duration(before),
+            siblings
+                .iter()
+                .map(|d| format_duration(*d))
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.cpu
+        );
+        if own < sibling_max + PROOF_FLOOR || own < before * 3 {
+            return Err(not_proven(cx, proof));
+        }
+        Ok(proof)
+    }
+
+    async fn recover(&self, cx: &Cx<'_>, before: &Before) -> Result<Vec<ChangeRecord>, FaultError> {
+        let Before::StorageCpu { cpu } = before else {
+            return Err(mismatched(cx, before));
+        };
+        let server = self.server;
+        let read = || async {
+            cx.rt
+                .storage_cpu(server)
+                .await
+                .map_err(FaultError::runtime(format!(
+                    "reading storage-{server}'s CPU limit"
+                )))
+        };
+        let now = read().await?;
+        let mut changes = Vec::new();
+        if now != *cpu {
+            cx.rt
+                .set_storage_cpu(server, *cpu)
+                .await
+                .map_err(FaultError::runtime(format!(
+                    "restoring storage-{server}'s CPU limit"
+                )))?;
+            changes.push(cx.change(
+                names::storage(server),
+                "server cpu limit",
+                storage_cpu_text(now),
+                storage_cpu_text(*cpu),
+                Some("cleared".into()),
+            ));
+        }
+        let back = read().await?;
+        if back != *cpu {
+            return Err(FaultError::NotRestored {
+                id: cx.id.into(),
+                why: format!("storage-{server}'s CPU limit reads {}", storage_cpu_text(back)),
+            });
+        }
+        Ok(changes)
+    }
+}
