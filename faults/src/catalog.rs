@@ -94,7 +94,7 @@ impl FaultKind {
                 "[--server 1] [--threads 64]  another team's job (not a rank) reads hard from one storage server"
             }
             FaultKind::SlowDisk => {
-                "[--server 1] [--cpu 10m]  one storage server itself is slow: its own process starved of CPU"
+                "[--server 1] [--cpu 6m]  one storage server itself is slow: its own process starved of CPU"
             }
         }
     }
@@ -122,7 +122,7 @@ impl FaultKind {
             },
             FaultKind::SlowDisk => Fault::SlowDisk {
                 server: 1,
-                cpu: Millicores(10),
+                cpu: DEFAULT_STORAGE_CPU,
             },
         }
     }
@@ -282,7 +282,8 @@ impl Fault {
                 if *cpu < MIN_STORAGE_CPU || *cpu > MAX_STORAGE_CPU {
                     return Err(FaultError::Invalid(format!(
                         "--cpu {cpu} is out of range for slow-disk: between {MIN_STORAGE_CPU} (the kernel's \
-                         smallest quota in a 100 ms period) and {MAX_STORAGE_CPU} (more is not slow)"
+                         smallest quota, 1 ms, in the storage server's 382 ms period) and {MAX_STORAGE_CPU} (a volume \
+                         server serving the job uses about that much, so more would not slow it)"
                     )));
                 }
                 Ok(())
@@ -291,10 +292,16 @@ impl Fault {
     }
 }
 
-/// The smallest CPU limit slow-disk sets: 1 ms of CPU per 100 ms period, the kernel's minimum quota.
-pub const MIN_STORAGE_CPU: Millicores = Millicores(10);
-/// The largest CPU limit slow-disk sets: above it a volume server serving the lab is not slowed.
-pub const MAX_STORAGE_CPU: Millicores = Millicores(200);
+/// The smallest CPU limit slow-disk sets: the kernel's smallest quota (1 ms) in the storage server's 382 ms
+/// CFS period is 2.6m, so 3m.
+pub const MIN_STORAGE_CPU: Millicores = Millicores(3);
+/// The largest CPU limit slow-disk sets: a volume server serving the job uses some 20 ms of CPU a second,
+/// so a larger limit does not slow it.
+pub const MAX_STORAGE_CPU: Millicores = Millicores(20);
+/// slow-disk's default: 2.3 ms of CPU per 382 ms period, a third or less of what the server uses at the job's
+/// load, and about twice what it needs for its own upkeep (heartbeats, metrics, probes), below which it stops
+/// answering at all.
+pub const DEFAULT_STORAGE_CPU: Millicores = Millicores(6);
 
 /// The longest storage delay the lab injects.
 pub const MAX_DELAY: Duration = Duration::from_secs(30);
@@ -412,7 +419,7 @@ mod tests {
                 .contains("twice")
         );
         assert!(Fault::SlowCompute { ranks: vec![1, 2] }.validate().is_ok());
-        for cpu in [0, 9, 201, 4000] {
+        for cpu in [0, 2, 21, 4000] {
             let f = Fault::SlowDisk {
                 server: 1,
                 cpu: Millicores(cpu),

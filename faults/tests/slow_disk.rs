@@ -26,12 +26,12 @@ async fn slow_disk_limits_the_servers_own_cpu_proves_it_by_its_own_latency_and_c
     let (_d, l) = ledger();
     let f = Fault::SlowDisk {
         server: 1,
-        cpu: Millicores(10),
+        cpu: Millicores(6),
     };
     let done = inject(&rt, &l, f).await.unwrap();
     assert_eq!(done.entry.phase, FaultPhase::Injected);
     assert_eq!(done.entry.before, Before::StorageCpu { cpu: None });
-    assert_eq!(rt.state().storage_cpu.get(&1), Some(&Millicores(10)));
+    assert_eq!(rt.state().storage_cpu.get(&1), Some(&Millicores(6)));
     let proof = done.entry.proof.as_deref().unwrap();
     assert!(proof.contains("bypassing the path"), "{proof}");
     // The path the ranks use was not touched.
@@ -50,7 +50,7 @@ async fn slow_disk_on_a_server_that_does_not_exist_changes_nothing() {
         &l,
         Fault::SlowDisk {
             server: 7,
-            cpu: Millicores(10),
+            cpu: Millicores(6),
         },
     )
     .await
@@ -58,6 +58,24 @@ async fn slow_disk_on_a_server_that_does_not_exist_changes_nothing() {
     assert!(err.to_string().contains("out of range"), "{err}");
     assert_eq!(files(&l), before);
     assert!(rt.state().storage_cpu.is_empty());
+}
+
+#[tokio::test]
+async fn slow_disk_is_refused_on_kubernetes_with_the_reason() {
+    use lab_runtime::Runtime;
+    let rt = FakeRuntime::new();
+    let mut status = rt.status().await.unwrap();
+    status.runtime = lab_model::status::RuntimeKind::Cluster;
+    let f = Fault::SlowDisk {
+        server: 1,
+        cpu: Millicores(6),
+    };
+    let err = lab_faults::kinds::injector(&f).check(&status).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("local runtime only") && msg.contains("not change yet"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]

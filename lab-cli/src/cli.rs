@@ -313,13 +313,18 @@ pub enum InjectCmd {
     },
     /// One storage server itself is slow: its own process is starved of CPU, so its own request latency
     /// rises (unlike slow-storage, where only the path to it is slow). The right fix moves the job's data
-    /// off it: `lab storage drain N`.
+    /// off it: `lab storage drain N`. Local runtime only.
+    ///
+    /// The limit is a CPU budget in a long CFS period (382 ms): 6m is 2.3 ms of CPU per period, spent early,
+    /// and a request that comes after it waits for the next period.
+    ///
+    /// Example: lab fault inject slow-disk --server 1 --cpu 6m
     SlowDisk {
         /// The storage server.
         #[arg(long, default_value_t = 1)]
         server: u32,
-        /// The CPU limit held on the server's own process (10m to 200m).
-        #[arg(long, default_value = "10m")]
+        /// The CPU limit held on the server's own process (3m to 20m; smaller is slower).
+        #[arg(long, default_value = "6m")]
         cpu: Millicores,
         #[arg(long)]
         json: bool,

@@ -602,9 +602,13 @@ impl Runtime for LocalRuntime {
             return Err(RuntimeError::Other(format!("{} answered {code}", target.address)));
         }
         if target.kind == crate::TargetKind::Storage && target.index < self.cfg.storage_servers {
-            // The server's own latency, beside SeaweedFS's figures: one request straight to it.
-            if let Ok(Ok(own)) = tokio::time::timeout(timeout, self.probe_own(target.index, 1)).await {
-                body.push_str(&storage_ops::own_probe_text(own));
+            // The server's own latency, beside SeaweedFS's figures: one request straight to it. One still
+            // unanswered when the scrape's time is up counts as that long (a starved server is slow, not
+            // absent from the evidence).
+            match tokio::time::timeout(timeout, self.probe_own(target.index, 1)).await {
+                Ok(Ok(own)) => body.push_str(&storage_ops::own_probe_text(own)),
+                Err(_) => body.push_str(&storage_ops::own_probe_text(timeout)),
+                Ok(Err(_)) => {}
             }
         }
         Ok(body)

@@ -19,6 +19,13 @@ use crate::{Result, RuntimeError};
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// How far apart the direct probe's requests are sent: nine span 560 ms, more than one CFS period of a
+/// starved server ([`crate::local::cgroup::STORAGE_PERIOD_US`]), so they sample every phase of it.
+pub const PROBE_SPACING: Duration = Duration::from_millis(70);
+
+/// How long one direct probe waits for an answer; a request still unanswered then counts as this long.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The [`lab_model::metrics::STORAGE_OWN_PROBE_SECONDS`] sample appended to a storage server's scrape.
 pub fn own_probe_text(own: Duration) -> String {
     let m = lab_model::metrics::STORAGE_OWN_PROBE_SECONDS;
@@ -116,18 +123,32 @@ impl LocalRuntime {
             .collect())
     }
 
-    /// Times `samples` `/status` requests straight to the volume server, not through its proxy.
+    /// Times `samples` `/status` requests straight to the volume server, not through its proxy, and returns
+    /// their median. The requests are sent on a fixed schedule, [`PROBE_SPACING`] apart, without waiting for
+    /// the previous answer: a server held to a CPU budget per period answers a request that arrives after the
+    /// budget is spent only in the next period, and probes sent one after the other would all arrive just
+    /// after it answered (when it has budget again) and read fast. A request that times out counts as
+    /// [`PROBE_TIMEOUT`].
     pub(super) async fn probe_own(&self, server: u32, samples: usize) -> Result<Duration> {
         let url = format!("http://{}/status", self.weed_node(server));
-        let mut times = Vec::with_capacity(samples.max(1));
-        for _ in 0..samples.max(1) {
-            let t = Instant::now();
-            let (code, _) = http::get(&url, Duration::from_secs(30)).await?;
-            if code != 200 {
-                return Err(RuntimeError::Other(format!("storage-{server} answered {code}")));
+        let one = |i: u32| {
+            let url = url.clone();
+            async move {
+                tokio::time::sleep(PROBE_SPACING * i).await;
+                let t = Instant::now();
+                match http::get(&url, PROBE_TIMEOUT).await {
+                    Ok((200, _)) => Ok(t.elapsed()),
+                    Ok((code, _)) => Err(RuntimeError::Other(format!("storage-{server} answered {code}"))),
+                    Err(RuntimeError::Timeout { .. }) => Ok(PROBE_TIMEOUT),
+                    Err(e) => Err(e),
+                }
             }
-            times.push(t.elapsed());
-        }
+        };
+        let n = u32::try_from(samples.max(1)).unwrap_or(u32::MAX);
+        let mut times = futures::future::join_all((0..n).map(one))
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?;
         times.sort();
         Ok(times[times.len() / 2])
     }

@@ -513,8 +513,11 @@ impl Sup {
                 terminate(inst, now);
             }
         }
+        // A seeder that finished is kept while storage is briefly not Ready (a starved volume server misses a
+        // probe): running it again would rewrite a dataset that `lab storage drain` moved on purpose.
         self.insts.retain(|_, i| {
             i.running.is_some()
+                || i.kind == Kind::Seeder && i.succeeded
                 || wanted.contains(&i.kind) && !(i.replace && matches!(i.kind, Kind::Rank(_) | Kind::Job(_)))
         });
 
