@@ -89,6 +89,7 @@ fn storage(s: u32, ranks: u32, servers: u32, p50: f64) -> StorageView {
         client_p99: Some(p50 * 2.4),
         server_p50: Some(0.00031),
         server_p99: Some(0.0009),
+        own_probe: None,
         baseline_p50: Some(0.0029),
         history: series(60, 0.0029, 0.3),
         reads_per_s: Some(21.0),

@@ -7,7 +7,7 @@ use crate::error::DrillError;
 use crate::spec::{self, Drill};
 
 /// `(name, text)` of every built-in drill, in the seed story's order.
-pub const BUILTIN: [(&str, &str); 8] = [
+pub const BUILTIN: [(&str, &str); 9] = [
     ("slow-storage", include_str!("../builtin/slow-storage.yaml")),
     ("throttled-rank", include_str!("../builtin/throttled-rank.yaml")),
     (
@@ -20,6 +20,7 @@ pub const BUILTIN: [(&str, &str); 8] = [
     ("slow-compute", include_str!("../builtin/slow-compute.yaml")),
     // Not a chapter of the seed story: one of the four causes of its Figure 4.
     ("competing-job", include_str!("../builtin/competing-job.yaml")),
+    ("slow-disk", include_str!("../builtin/slow-disk.yaml")),
 ];
 
 /// `(name, text)` of the built-in drills that chain several faults, after the one-fault drills.
@@ -164,7 +165,7 @@ mod tests {
     #[test]
     fn names_and_paths() {
         assert_eq!(resolve("slow-storage").unwrap().drill.name, "slow-storage");
-        assert!(matches!(resolve("slow-disk"), Err(DrillError::NotFound(_))));
+        assert!(matches!(resolve("slow-nfs"), Err(DrillError::NotFound(_))));
         assert!(matches!(resolve("nope/x.yaml"), Err(DrillError::Read { .. })));
     }
 }

@@ -73,6 +73,9 @@ pub struct Dependency {
     pub p99_ms: Option<f64>,
     /// Request p50 as the storage server itself measures it, ms.
     pub own_p50_ms: Option<f64>,
+    /// The server's own latency probed straight, bypassing the ranks' path (median over the window),
+    /// ms: high when the node itself is slow, flat when only the path to it is.
+    pub own_probe_ms: Option<f64>,
     pub reads_per_s: Option<f64>,
     pub errors_per_s: Option<f64>,
     /// Whether its latency stands out from its siblings'.
@@ -270,6 +273,7 @@ impl Bundle {
                 p50_ms: ms(v.client_p50),
                 p99_ms: ms(v.client_p99),
                 own_p50_ms: ms(v.server_p50),
+                own_probe_ms: ms(v.own_probe),
                 reads_per_s: v.reads_per_s,
                 errors_per_s: v.errors_per_s,
                 stands_out: v.outlier,
@@ -491,17 +495,18 @@ impl Bundle {
         let opt = |v: Option<f64>| v.map_or("-".into(), latency_ms);
         let _ = writeln!(
             o,
-            "  {:<12} {:>9} {:>9} {:>9} {:>9}  READERS",
-            "SERVER", "p50", "p99", "OWN p50", "BASELINE"
+            "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}  READERS",
+            "SERVER", "p50", "p99", "OWN p50", "DIRECT", "BASELINE"
         );
         for d in &self.dependencies {
             let _ = writeln!(
                 o,
-                "  {:<12} {:>9} {:>9} {:>9} {:>9}  {}",
+                "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}  {}",
                 d.name,
                 opt(d.p50_ms),
                 opt(d.p99_ms),
                 opt(d.own_p50_ms),
+                opt(d.own_probe_ms),
                 opt(d.baseline_p50_ms),
                 d.readers.join(", ")
             );
@@ -832,6 +837,7 @@ mod tests {
             p50_ms: None,
             p99_ms: None,
             own_p50_ms: None,
+            own_probe_ms: None,
             reads_per_s: None,
             errors_per_s: None,
             stands_out: false,

@@ -301,7 +301,9 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
     };
     Some(match fault {
         // A competing job shows where a slow path does: on the server the ranks wait for.
-        Fault::SlowStorage { server, .. } | Fault::CompetingJob { server, .. } => {
+        Fault::SlowStorage { server, .. }
+        | Fault::CompetingJob { server, .. }
+        | Fault::SlowDisk { server, .. } => {
             let name = lab_model::names::storage(*server);
             let others = values(&|p| {
                 median(

@@ -342,6 +342,7 @@ impl Check for RawInject {
             FaultKind::RankCrash => &["rank", "after"],
             FaultKind::SlowCompute => &["ranks"],
             FaultKind::CompetingJob => &["server", "threads"],
+            FaultKind::SlowDisk => &["server", "cpu"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
             return Err(format!(
@@ -399,6 +400,10 @@ impl Check for RawInject {
             Fault::CompetingJob { server, threads } => Fault::CompetingJob {
                 server: self.server.unwrap_or(server),
                 threads: self.threads.unwrap_or(threads),
+            },
+            Fault::SlowDisk { server, cpu } => Fault::SlowDisk {
+                server: self.server.unwrap_or(server),
+                cpu: self.cpu.unwrap_or(cpu),
             },
         };
         fault.validate().map_err(|e| e.to_string().replace("--", ""))?;

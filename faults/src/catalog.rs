@@ -21,11 +21,12 @@ pub enum FaultKind {
     RankHang,
     SlowCompute,
     CompetingJob,
+    SlowDisk,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
@@ -34,6 +35,7 @@ impl FaultKind {
         FaultKind::RankHang,
         FaultKind::SlowCompute,
         FaultKind::CompetingJob,
+        FaultKind::SlowDisk,
     ];
 
     /// The kind's name on the command line.
@@ -47,6 +49,7 @@ impl FaultKind {
             FaultKind::RankHang => "rank-hang",
             FaultKind::SlowCompute => "slow-compute",
             FaultKind::CompetingJob => "competing-job",
+            FaultKind::SlowDisk => "slow-disk",
         }
     }
 
@@ -90,6 +93,9 @@ impl FaultKind {
             FaultKind::CompetingJob => {
                 "[--server 1] [--threads 64]  another team's job (not a rank) reads hard from one storage server"
             }
+            FaultKind::SlowDisk => {
+                "[--server 1] [--cpu 6m]  one storage server itself is slow: its own process starved of CPU"
+            }
         }
     }
 
@@ -113,6 +119,10 @@ impl FaultKind {
             FaultKind::CompetingJob => Fault::CompetingJob {
                 server: 1,
                 threads: default_threads(),
+            },
+            FaultKind::SlowDisk => Fault::SlowDisk {
+                server: 1,
+                cpu: DEFAULT_STORAGE_CPU,
             },
         }
     }
@@ -155,6 +165,9 @@ pub enum Fault {
         #[serde(default = "default_threads")]
         threads: u32,
     },
+    /// Storage server `server` itself is slow: its own process is held to `cpu`, so every request it
+    /// serves waits (its own latency rises, not only the path's).
+    SlowDisk { server: u32, cpu: Millicores },
 }
 
 fn default_threads() -> u32 {
@@ -173,6 +186,7 @@ impl Fault {
             Fault::RankHang { .. } => FaultKind::RankHang,
             Fault::SlowCompute { .. } => FaultKind::SlowCompute,
             Fault::CompetingJob { .. } => FaultKind::CompetingJob,
+            Fault::SlowDisk { .. } => FaultKind::SlowDisk,
         }
     }
 
@@ -189,6 +203,7 @@ impl Fault {
                 .collect::<Vec<_>>()
                 .join(","),
             Fault::CompetingJob { server, .. } => lab_model::names::storage(*server),
+            Fault::SlowDisk { server, .. } => lab_model::names::storage(*server),
         }
     }
 
@@ -263,9 +278,30 @@ impl Fault {
                 }
                 Ok(())
             }
+            Fault::SlowDisk { cpu, .. } => {
+                if *cpu < MIN_STORAGE_CPU || *cpu > MAX_STORAGE_CPU {
+                    return Err(FaultError::Invalid(format!(
+                        "--cpu {cpu} is out of range for slow-disk: between {MIN_STORAGE_CPU} (the kernel's \
+                         smallest quota, 1 ms, in the storage server's 382 ms period) and {MAX_STORAGE_CPU} (a volume \
+                         server serving the job uses about that much, so more would not slow it)"
+                    )));
+                }
+                Ok(())
+            }
         }
     }
 }
+
+/// The smallest CPU limit slow-disk sets: the kernel's smallest quota (1 ms) in the storage server's 382 ms
+/// CFS period is 2.6m, so 3m.
+pub const MIN_STORAGE_CPU: Millicores = Millicores(3);
+/// The largest CPU limit slow-disk sets: a volume server serving the job uses some 20 ms of CPU a second,
+/// so a larger limit does not slow it.
+pub const MAX_STORAGE_CPU: Millicores = Millicores(20);
+/// slow-disk's default: 2.3 ms of CPU per 382 ms period, a third or less of what the server uses at the job's
+/// load, and about twice what it needs for its own upkeep (heartbeats, metrics, probes), below which it stops
+/// answering at all.
+pub const DEFAULT_STORAGE_CPU: Millicores = Millicores(6);
 
 /// The longest storage delay the lab injects.
 pub const MAX_DELAY: Duration = Duration::from_secs(30);
@@ -304,6 +340,12 @@ impl fmt::Display for Fault {
                 f,
                 "competing-job on storage-{server}: another team's job reads it from {threads} connections"
             ),
+            Fault::SlowDisk { server, cpu } => {
+                write!(
+                    f,
+                    "slow-disk on storage-{server}: server process held to cpu {cpu}"
+                )
+            }
         }
     }
 }
@@ -349,7 +391,7 @@ mod tests {
     #[test]
     fn bad_parameters_are_refused() {
         assert!(
-            FaultKind::parse("slow-disk")
+            FaultKind::parse("slow-nfs")
                 .unwrap_err()
                 .to_string()
                 .contains("slow-storage")
@@ -377,6 +419,16 @@ mod tests {
                 .contains("twice")
         );
         assert!(Fault::SlowCompute { ranks: vec![1, 2] }.validate().is_ok());
+        for cpu in [0, 2, 21, 4000] {
+            let f = Fault::SlowDisk {
+                server: 1,
+                cpu: Millicores(cpu),
+            };
+            assert!(f.validate().unwrap_err().to_string().contains("--cpu"), "{cpu}");
+        }
+        assert!(FaultKind::SlowDisk.default_fault().validate().is_ok());
+        let f: Fault = serde_json::from_str(r#"{"kind":"slow-disk","server":2,"cpu":"20m"}"#).unwrap();
+        assert_eq!(f.target(), "storage-2");
     }
 
     #[test]

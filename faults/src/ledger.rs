@@ -67,6 +67,8 @@ pub enum Before {
     Beside { started: Vec<(u32, u32)> },
     /// No foreign job of this name ran: clearing stops it.
     NoJob { name: String },
+    /// A storage server's own CPU limit (normally none).
+    StorageCpu { cpu: Option<Millicores> },
 }
 
 /// One fault's record.
@@ -137,6 +139,12 @@ impl Ledger {
     /// The ledger of lab `name`.
     pub fn of_lab(name: &str) -> Ledger {
         Ledger::in_dir(&lab_runtime::state::lab_dir(name))
+    }
+
+    /// The folder the ledger lives in (the lab's directory): records that belong beside it, such as
+    /// which volumes `lab storage drain` moved, are kept there.
+    pub fn dir(&self) -> &Path {
+        self.path.parent().unwrap_or_else(|| Path::new("."))
     }
 
     fn err(&self, what: impl Into<String>) -> FaultError {

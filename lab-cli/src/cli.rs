@@ -58,6 +58,9 @@ pub enum Command {
     /// The jobs on the lab's storage (the training job and jobs of other teams): list, throttle, stop.
     #[command(subcommand)]
     Job(JobCmd),
+    /// Move the job's data off a storage server, or back (the fix for a slow storage node).
+    #[command(subcommand)]
+    Storage(StorageCmd),
     /// The live console: per-storage-server latency against pod Ready.
     Console,
     /// Run and check fault drills.
@@ -308,6 +311,24 @@ pub enum InjectCmd {
         #[arg(long)]
         json: bool,
     },
+    /// One storage server itself is slow: its own process is starved of CPU, so its own request latency
+    /// rises (unlike slow-storage, where only the path to it is slow). The right fix moves the job's data
+    /// off it: `lab storage drain N`. Local runtime only.
+    ///
+    /// The limit is a CPU budget in a long CFS period (382 ms): 6m is 2.3 ms of CPU per period, spent early,
+    /// and a request that comes after it waits for the next period.
+    ///
+    /// Example: lab fault inject slow-disk --server 1 --cpu 6m
+    SlowDisk {
+        /// The storage server.
+        #[arg(long, default_value_t = 1)]
+        server: u32,
+        /// The CPU limit held on the server's own process (3m to 20m; smaller is slower).
+        #[arg(long, default_value = "6m")]
+        cpu: Millicores,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `lab job …`.
@@ -382,6 +403,28 @@ pub struct ScaleArgs {
     pub what: String,
     /// The new count.
     pub count: u32,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StorageCmd {
+    /// Move every volume off storage server N to the healthy servers with SeaweedFS's own tools; the
+    /// ranks find the new place through the master. Refused for an unknown server, one already drained,
+    /// or the last healthy one (nothing is changed then).
+    ///
+    /// Example: lab storage drain 1
+    Drain(DrainArgs),
+    /// Move back to storage server N the volumes its drain moved away.
+    ///
+    /// Example: lab storage undrain 1
+    Undrain(DrainArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    /// The storage server (0, 1, 2, …).
+    pub server: u32,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

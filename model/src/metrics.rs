@@ -66,6 +66,12 @@ pub const RANK_INFO: &str = "lab_rank_info";
 /// SeaweedFS's own request latency histogram on a volume server's `-metricsPort` (label `type`).
 pub const SEAWEED_VOLUME_REQUEST_SECONDS: &str = "SeaweedFS_volumeServer_request_seconds";
 
+/// A storage server's own latency: the time of one small request sent straight to it, bypassing the path
+/// the ranks use (no latency proxy, no delay on that path). The local runtime adds it to each storage
+/// server's scrape. Unlike SeaweedFS's histogram, which times only its handler, it also counts the time a
+/// starved server takes to pick the request up, which is how a slow node shows (slow-disk).
+pub const STORAGE_OWN_PROBE_SECONDS: &str = "lab_storage_own_probe_seconds";
+
 /// Phases of a step, the values of [`LABEL_PHASE`].
 pub const PHASES: [&str; 4] = ["read", "compute", "wait", "transfer"];
 

@@ -123,6 +123,11 @@ pub struct StorageView {
     /// Request latency as SeaweedFS itself reports it, seconds.
     pub server_p50: Option<f64>,
     pub server_p99: Option<f64>,
+    /// The server's own latency, seconds: requests sent straight to it, bypassing the path the ranks
+    /// use (median over the window). It rises when the node itself is slow (slow-disk) and stays flat when
+    /// only the path is (slow-storage). The one place this evidence lives.
+    #[serde(default)]
+    pub own_probe: Option<f64>,
     /// The baseline client p50, learned after warm-up.
     pub baseline_p50: Option<f64>,
     /// Client p50 per tick, seconds, oldest first, bounded; for sparklines.

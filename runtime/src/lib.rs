@@ -221,4 +221,71 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
             self.kind()
         )))
     }
+    /// The CPU limit on storage server `server`'s own process (`None`: none): the slow-disk fault's
+    /// actuator. A runtime without it refuses with the reason.
+    ///
+    /// # Errors
+    /// When the server does not exist, or this runtime cannot limit a storage server.
+    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
+        Err(unsupported(
+            self.kind(),
+            &format!("reading storage-{server}'s CPU limit"),
+        ))
+    }
+
+    /// Holds storage server `server`'s own process to CPU limit `cpu` (`None`: lifts it). The path to it
+    /// (proxy or network) is left alone, so the server's own request latency rises, not only the path's.
+    ///
+    /// # Errors
+    /// When the server does not exist, or this runtime cannot limit a storage server.
+    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
+        let _ = cpu;
+        Err(unsupported(
+            self.kind(),
+            &format!("limiting storage-{server}'s CPU"),
+        ))
+    }
+
+    /// Times `samples` small requests straight to storage server `server`, bypassing the path the ranks
+    /// use (no proxy, no delay on it), and returns their median: the server's own latency.
+    ///
+    /// # Errors
+    /// When the server does not answer, or this runtime cannot reach it directly.
+    async fn probe_storage_own(&self, server: u32, samples: usize) -> Result<Duration> {
+        let _ = samples;
+        Err(unsupported(
+            self.kind(),
+            &format!("probing storage-{server} directly"),
+        ))
+    }
+
+    /// The ids of the volumes storage server `server` holds now, as the master knows them.
+    ///
+    /// # Errors
+    /// When the server does not exist or the master cannot be read.
+    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
+        Err(unsupported(
+            self.kind(),
+            &format!("listing storage-{server}'s volumes"),
+        ))
+    }
+
+    /// Moves volume `volume` from storage server `from` to `to` with SeaweedFS's own tools; afterwards the
+    /// master answers lookups with `to`, and `from` no longer holds it.
+    ///
+    /// # Errors
+    /// When either server does not exist, `from` does not hold the volume, or a SeaweedFS step fails.
+    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
+        Err(unsupported(
+            self.kind(),
+            &format!("moving volume {volume} from storage-{from} to storage-{to}"),
+        ))
+    }
+}
+
+/// The refusal of an action this runtime does not offer.
+pub fn unsupported(kind: RuntimeKind, what: &str) -> RuntimeError {
+    RuntimeError::InvalidInput(format!(
+        "{what} is not available on the {kind} runtime yet: use --runtime local"
+    ))
 }

@@ -52,6 +52,10 @@ pub struct FakeLab {
     /// Restarts of each rank; a rank with `LAB_DEVICE_FAULT_AFTER` set counts one more at every status read
     /// (it crashes in a loop).
     pub restarts: BTreeMap<u32, u32>,
+    /// CPU limits on storage servers' own processes (the slow-disk fault).
+    pub storage_cpu: BTreeMap<u32, Millicores>,
+    /// The volumes each storage server holds.
+    pub volumes: BTreeMap<u32, Vec<u32>>,
 }
 
 impl Default for FakeLab {
@@ -74,6 +78,8 @@ impl Default for FakeLab {
             steps: BTreeMap::new(),
             rank_env: BTreeMap::new(),
             restarts: BTreeMap::new(),
+            storage_cpu: BTreeMap::new(),
+            volumes: (0..3).map(|s| (s, vec![2 * s + 1, 2 * s + 2])).collect(),
         }
     }
 }
@@ -157,6 +163,13 @@ impl FakeRuntime {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|m| *m != method);
+    }
+
+    fn check_server(lab: &FakeLab, server: u32) -> Result<()> {
+        if server >= lab.storage_servers {
+            return Err(RuntimeError::NoSuchInstance(names::storage(server)));
+        }
+        Ok(())
     }
 
     async fn call(&self, method: &'static str, args: String) -> Result<()> {
@@ -498,6 +511,63 @@ impl Runtime for FakeRuntime {
             )));
         }
         list.retain(|p| *p != pid);
+        Ok(())
+    }
+
+    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
+        self.call("storage_cpu", server.to_string()).await?;
+        let lab = self.lab();
+        Self::check_server(&lab, server)?;
+        Ok(lab.storage_cpu.get(&server).copied())
+    }
+
+    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
+        self.call("set_storage_cpu", format!("{server}, {cpu:?}")).await?;
+        let mut lab = self.lab();
+        Self::check_server(&lab, server)?;
+        match cpu {
+            Some(c) => lab.storage_cpu.insert(server, c),
+            None => lab.storage_cpu.remove(&server),
+        };
+        Ok(())
+    }
+
+    /// The base latency, plus 200 ms on a server held under 100m of CPU: a starved server is slow to
+    /// itself, whatever is on the path to it.
+    async fn probe_storage_own(&self, server: u32, _samples: usize) -> Result<Duration> {
+        self.call("probe_storage_own", server.to_string()).await?;
+        let lab = self.lab();
+        Self::check_server(&lab, server)?;
+        let starved = lab.storage_cpu.get(&server).is_some_and(|c| c.0 < 100);
+        Ok(lab.base_latency
+            + if starved {
+                Duration::from_millis(200)
+            } else {
+                Duration::ZERO
+            })
+    }
+
+    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
+        self.call("storage_volumes", server.to_string()).await?;
+        let lab = self.lab();
+        Self::check_server(&lab, server)?;
+        Ok(lab.volumes.get(&server).cloned().unwrap_or_default())
+    }
+
+    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
+        self.call("move_volume", format!("{volume}, {from}, {to}"))
+            .await?;
+        let mut lab = self.lab();
+        Self::check_server(&lab, from)?;
+        Self::check_server(&lab, to)?;
+        let held = lab.volumes.entry(from).or_default();
+        let Some(at) = held.iter().position(|v| *v == volume) else {
+            return Err(RuntimeError::InvalidInput(format!(
+                "storage-{from} does not hold volume {volume}"
+            )));
+        };
+        held.remove(at);
+        lab.volumes.entry(to).or_default().push(volume);
         Ok(())
     }
 }

@@ -75,6 +75,12 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
         ],
         // Not a chapter of the seed's story; its own drill's fix, should a demo ever include it.
         FaultKind::CompetingJob => vec![Step::Remediate(command("lab job stop nightly-etl"))],
+        FaultKind::SlowDisk => {
+            return Err(SessionError::Demo(
+                "slow-disk is not a chapter of the seed's story: run it with `lab drill run slow-disk`"
+                    .into(),
+            ));
+        }
     };
     let mut steps = Vec::new();
     for s in std::mem::take(&mut loaded.drill.steps) {

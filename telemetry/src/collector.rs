@@ -279,6 +279,7 @@ impl Collector {
                     client_p99: fin(sv.client_p99),
                     server_p50: fin(sv.server_p50),
                     server_p99: fin(sv.server_p99),
+                    own_probe: fin(sv.own_probe),
                     baseline_p50: baseline.and_then(|b| b.storage_p50.get(&name).copied()),
                     history: self
                         .latency_history

@@ -87,6 +87,8 @@ pub struct ServerSignals {
     pub served_per_s: Option<f64>,
     /// Reads per second by client (rank or foreign job instance) that reported them.
     pub by_client: BTreeMap<String, f64>,
+    /// The server's own latency, probed straight (bypassing the ranks' path): median over the window.
+    pub own_probe: Option<f64>,
 }
 
 /// Everything computed on one tick.
@@ -328,6 +330,17 @@ impl Signals {
         );
         for (l, v) in sum_by(served, &[INSTANCE]) {
             servers.entry(label(&l, INSTANCE)).or_default().served_per_s = finite(v);
+        }
+        for (l, pts) in store.range(m::STORAGE_OWN_PROBE_SECONDS, t, w, |_| true) {
+            let mut v: Vec<f64> = pts
+                .into_iter()
+                .map(|(_, v)| v)
+                .filter(|v| v.is_finite())
+                .collect();
+            v.sort_by(f64::total_cmp);
+            if !v.is_empty() {
+                servers.entry(label(&l, INSTANCE)).or_default().own_probe = Some(v[v.len() / 2]);
+            }
         }
         servers.remove("");
         ranks.remove("");

@@ -55,7 +55,7 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
     let ledger = lab.dir().join("ledger.json");
     let before = std::fs::read(&ledger).ok();
     for (args, want) in [
-        (vec!["fault", "inject", "slow-disk"], "unrecognized subcommand"),
+        (vec!["fault", "inject", "slow-nfs"], "unrecognized subcommand"),
         (
             vec!["fault", "inject", "slow-storage", "--server", "7"],
             "out of range",

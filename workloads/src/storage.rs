@@ -13,7 +13,7 @@
 //! same file id again replaces the needle, which is how checkpoints are overwritten.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -332,9 +332,16 @@ pub struct Storage {
     master: Master,
     timeout: Duration,
     conns: HashMap<String, HttpConn>,
-    locations: HashMap<u32, Location>,
+    /// Where each volume was found, and when: an entry older than [`LOCATION_TTL`] is looked up again.
+    locations: HashMap<u32, (Location, Instant)>,
     racks: HashMap<String, String>,
 }
+
+/// How long a volume's location is trusted before the master is asked again. A volume moved off a slow
+/// server (`lab storage drain`) is then read from its new place within this long, even though the old
+/// server may still answer (by proxying the read to the new place, which keeps the old server, slow or
+/// not, on the path).
+pub const LOCATION_TTL: Duration = Duration::from_secs(5);
 
 impl Storage {
     /// A client of the SeaweedFS whose master is at `master` (`host:port`).
@@ -376,10 +383,18 @@ impl Storage {
     /// # Errors
     /// When the master cannot be reached or does not know the volume.
     pub fn locate(&mut self, vid: u32) -> Result<Location> {
-        if let Some(l) = self.locations.get(&vid) {
+        let cached = self.locations.get(&vid).cloned();
+        if let Some((l, at)) = &cached
+            && at.elapsed() < LOCATION_TTL
+        {
             return Ok(l.clone());
         }
-        let locs = self.master.lookup(vid)?;
+        let locs = match (self.master.lookup(vid), &cached) {
+            (Ok(l), _) => l,
+            // The master is briefly unreachable: the last known place is still the best guess.
+            (Err(_), Some((l, _))) => return Ok(l.clone()),
+            (Err(e), None) => return Err(e),
+        };
         let (url, public_url) = locs[0].clone();
         if !self.racks.contains_key(&url) {
             // A node the map does not know yet: refresh once; a failure only costs the nicer label.
@@ -391,13 +406,20 @@ impl Storage {
             public_url,
             server,
         };
-        self.locations.insert(vid, loc.clone());
+        if let Some((old, _)) = cached
+            && old != loc
+        {
+            // The volume moved: the connections to its old place are of no more use for it.
+            self.conns.remove(&old.public_url);
+            self.conns.remove(&old.url);
+        }
+        self.locations.insert(vid, (loc.clone(), Instant::now()));
         Ok(loc)
     }
 
     /// Forgets where volume `vid` lives and drops the connection to it, so the next call looks again.
     pub fn invalidate(&mut self, vid: u32) {
-        if let Some(l) = self.locations.remove(&vid) {
+        if let Some((l, _)) = self.locations.remove(&vid) {
             self.conns.remove(&l.public_url);
             self.conns.remove(&l.url);
         }
@@ -464,7 +486,11 @@ impl Storage {
         };
         match resp.status {
             200 | 206 => {}
-            404 => return Ok(None),
+            404 => {
+                // The needle may be missing, or the volume may have moved away: look it up next time.
+                self.invalidate(vid);
+                return Ok(None);
+            }
             status => {
                 self.invalidate(vid);
                 return Err(WorkloadError::HttpStatus {

@@ -27,7 +27,7 @@ pub const CAUSES: [&str; 11] = [
 ];
 
 /// The `lab` subcommands a plan may run, as argv prefixes after `lab`.
-pub const ALLOWED: [&[&str]; 13] = [
+pub const ALLOWED: [&[&str]; 15] = [
     &["scale", "ranks"],
     &["config", "world-size"],
     &["resize", "rank"],
@@ -41,6 +41,8 @@ pub const ALLOWED: [&[&str]; 13] = [
     &["job", "list"],
     &["job", "throttle"],
     &["job", "stop"],
+    &["storage", "drain"],
+    &["storage", "undrain"],
 ];
 
 /// One proposed command.

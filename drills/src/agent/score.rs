@@ -35,6 +35,8 @@ pub fn cause_of(fault: &Fault) -> &'static str {
         Fault::SlowCompute { .. } => "cpu-neighbour",
         // Another team's job reads hard from the same server.
         Fault::CompetingJob { .. } => "competing-job",
+        // The storage server's own process is slow: its own latency rises with the path's.
+        Fault::SlowDisk { .. } => "slow-node",
     }
 }
 

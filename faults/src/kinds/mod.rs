@@ -6,6 +6,7 @@ mod competing_job;
 mod rank_crash;
 mod rank_hang;
 mod slow_compute;
+mod slow_disk;
 mod slow_storage;
 mod stuck_rollout;
 mod throttled_rank;
@@ -27,6 +28,7 @@ pub use competing_job::CompetingJob;
 pub use rank_crash::RankCrash;
 pub use rank_hang::RankHang;
 pub use slow_compute::SlowCompute;
+pub use slow_disk::SlowDisk;
 pub use slow_storage::SlowStorage;
 pub use stuck_rollout::StuckRollout;
 pub use throttled_rank::ThrottledRank;
@@ -148,6 +150,7 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
         Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
         Fault::StuckRollout { ranks } => Box::new(StuckRollout { ranks }),
         Fault::CompetingJob { server, threads } => Box::new(CompetingJob { server, threads }),
+        Fault::SlowDisk { server, cpu } => Box::new(SlowDisk { server, cpu }),
     }
 }
 

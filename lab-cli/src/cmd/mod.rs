@@ -40,6 +40,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         }) => remediate::env(&name, rank, set, unset, json).await,
         Command::Job(j) => job::run(&name, j).await,
+        Command::Storage(c) => remediate::storage(&name, c).await,
         Command::Console => console::console(&name).await,
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,

@@ -1,8 +1,9 @@
-//! Remediation commands: scale, world size, resize, restart, apply, and what runs beside a rank.
+//! Remediation commands: scale, world size, resize, restart, apply, what runs beside a rank, storage drain
+//! and undrain.
 
 use std::process::ExitCode;
 
-use lab_faults::{Ledger, remediate};
+use lab_faults::{Ledger, drain, remediate};
 use lab_model::{ChangeRecord, Millicores};
 
 async fn done(r: Result<ChangeRecord, lab_faults::FaultError>) -> anyhow::Result<ExitCode> {
@@ -93,6 +94,33 @@ pub async fn env(
         for (k, v) in &env {
             println!("{k}={v}");
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn storage(name: &str, cmd: crate::cli::StorageCmd) -> anyhow::Result<ExitCode> {
+    use crate::cli::StorageCmd;
+    let rt = lab_runtime::open::open(name).await?;
+    let ledger = Ledger::of_lab(name);
+    let (a, r) = match cmd {
+        StorageCmd::Drain(a) => {
+            let r = drain::drain(rt.as_ref(), &ledger, a.server).await;
+            (a, r)
+        }
+        StorageCmd::Undrain(a) => {
+            let r = drain::undrain(rt.as_ref(), &ledger, a.server).await;
+            (a, r)
+        }
+    };
+    let r = r?;
+    if a.json {
+        crate::out::json(&r)?;
+    } else {
+        for (v, from, to) in &r.moved {
+            println!("moved volume {v}: storage-{from} → storage-{to}");
+        }
+        println!("changed: {}", r.change.line());
+        println!("took {:.1} s", r.seconds);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,8 +1,9 @@
-//! CPU limits for ranks as cgroup quotas: v1 (`cpu.cfs_quota_us` / `cpu.cfs_period_us`) or v2 (`cpu.max`).
+//! CPU limits as cgroup quotas: v1 (`cpu.cfs_quota_us` / `cpu.cfs_period_us`) or v2 (`cpu.max`).
 //!
-//! Each lab gets one parent group (`straggler-lab.<name>`) under the CPU controller's root, and each rank a
-//! child (`rank-<r>`). Changing a rank's quota is the in-place resize the throttled-rank fault performs.
-//! `lab down` removes the groups, after the processes in them are gone.
+//! Each lab gets one parent group (`straggler-lab.<name>`) under the CPU controller's root, and each limited
+//! process a child (`rank-<r>`, `storage-<i>`). Changing a rank's quota is the in-place resize the
+//! throttled-rank fault performs; a storage server's group is the slow-disk fault's, with a longer period
+//! ([`STORAGE_PERIOD_US`]). `lab down` removes the groups, after the processes in them are gone.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,8 +11,28 @@ use std::path::{Path, PathBuf};
 use lab_model::{CfsQuota, Millicores};
 use serde::{Deserialize, Serialize};
 
-/// The CFS period the lab uses: 100 ms, Kubernetes' default.
+/// The CFS period the lab uses for ranks: 100 ms, Kubernetes' default.
 pub const PERIOD_US: u64 = 100_000;
+
+/// The CFS period of a storage server's group (the slow-disk fault): 382 ms.
+///
+/// Long, so that a small share binds: at the job's load a volume server uses some 20 ms of CPU a second,
+/// and the kernel's smallest quota (1 ms) in a 100 ms period is already 10 ms a second, which a quiet
+/// machine's server may not exceed by much. In 382 ms, 6m is a 2.3 ms budget, spent early in each period;
+/// a request that arrives after it waits for the next period, up to 382 ms. Shorter than the 800 ms readiness
+/// probe, so the server stays Ready as a slow disk does; and not a divisor of the lab's one-second scrape,
+/// so the scrape's direct probe lands on every phase of the period (1000 / 382 ≈ 2.618, the golden ratio
+/// plus two) rather than always on the same one.
+pub const STORAGE_PERIOD_US: u64 = 382_000;
+
+/// The CFS period of instance `name`'s group: [`STORAGE_PERIOD_US`] for a storage server, else [`PERIOD_US`].
+pub fn period_us(name: &str) -> u64 {
+    if name.starts_with("storage-") {
+        STORAGE_PERIOD_US
+    } else {
+        PERIOD_US
+    }
+}
 
 /// Where the cgroup filesystem is mounted unless `lab up` is told otherwise.
 pub const SYS_CGROUP: &str = "/sys/fs/cgroup";
@@ -105,13 +126,27 @@ impl Cgroups {
     /// The I/O error, when the files cannot be written.
     pub fn set_limit(&self, name: &str, cpu: Millicores) -> std::io::Result<()> {
         let p = self.path(name);
-        let quota = cpu.cfs_quota_us(PERIOD_US);
+        let period = period_us(name);
+        // The kernel refuses a quota under 1 ms.
+        let quota = cpu.cfs_quota_us(period).max(1000);
         match self.version {
             CgroupVersion::V1 => {
-                fs::write(p.join("cpu.cfs_period_us"), PERIOD_US.to_string())?;
+                fs::write(p.join("cpu.cfs_period_us"), period.to_string())?;
                 fs::write(p.join("cpu.cfs_quota_us"), quota.to_string())
             }
-            CgroupVersion::V2 => fs::write(p.join("cpu.max"), format!("{quota} {PERIOD_US}")),
+            CgroupVersion::V2 => fs::write(p.join("cpu.max"), format!("{quota} {period}")),
+        }
+    }
+
+    /// Lifts instance `name`'s CPU limit (its group stays, unlimited, until the lab goes down).
+    ///
+    /// # Errors
+    /// The I/O error, when the files cannot be written.
+    pub fn set_unlimited(&self, name: &str) -> std::io::Result<()> {
+        let p = self.path(name);
+        match self.version {
+            CgroupVersion::V1 => fs::write(p.join("cpu.cfs_quota_us"), "-1"),
+            CgroupVersion::V2 => fs::write(p.join("cpu.max"), format!("max {}", period_us(name))),
         }
     }
 
@@ -246,6 +281,38 @@ mod tests {
         assert_eq!(
             fs::read_to_string(cg.path("rank-1").join("cpu.cfs_quota_us")).unwrap(),
             "15000"
+        );
+    }
+
+    #[test]
+    fn a_storage_servers_group_gets_the_long_period() {
+        let t = tempfile::tempdir().unwrap();
+        let cpu = t.path().join("cpu");
+        fs::create_dir_all(&cpu).unwrap();
+        fs::write(cpu.join("cpu.cfs_quota_us"), "-1").unwrap();
+        let cg = Cgroups::create(t.path(), "x").unwrap();
+        cg.create_child("storage-1", Millicores(6)).unwrap();
+        let read = |f: &str| fs::read_to_string(cg.path("storage-1").join(f)).unwrap();
+        assert_eq!(read("cpu.cfs_period_us"), "382000");
+        assert_eq!(read("cpu.cfs_quota_us"), "2292");
+        assert_eq!(cg.limit("storage-1").unwrap(), Some(Millicores(6)));
+        cg.set_unlimited("storage-1").unwrap();
+        assert_eq!(cg.limit("storage-1").unwrap(), None);
+
+        // cgroup v2 (a laptop, a kind node): one file, "QUOTA PERIOD".
+        let t2 = tempfile::tempdir().unwrap();
+        fs::write(t2.path().join("cgroup.controllers"), "cpuset cpu io memory").unwrap();
+        let cg2 = Cgroups::create(t2.path(), "x").unwrap();
+        assert_eq!(cg2.version, CgroupVersion::V2);
+        cg2.create_child("storage-1", Millicores(6)).unwrap();
+        assert_eq!(
+            fs::read_to_string(cg2.path("storage-1").join("cpu.max")).unwrap(),
+            "2292 382000"
+        );
+        cg2.create_child("rank-1", Millicores(400)).unwrap();
+        assert_eq!(
+            fs::read_to_string(cg2.path("rank-1").join("cpu.max")).unwrap(),
+            "40000 100000"
         );
     }
 

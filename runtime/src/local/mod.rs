@@ -12,6 +12,7 @@ pub mod http;
 pub mod procs;
 pub mod proto;
 pub mod spec;
+pub mod storage_ops;
 pub mod supervisor;
 
 use std::path::{Path, PathBuf};
@@ -596,9 +597,19 @@ impl Runtime for LocalRuntime {
     }
 
     async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String> {
-        let (code, body) = http::get(&target.address, timeout).await?;
+        let (code, mut body) = http::get(&target.address, timeout).await?;
         if code != 200 {
             return Err(RuntimeError::Other(format!("{} answered {code}", target.address)));
+        }
+        if target.kind == crate::TargetKind::Storage && target.index < self.cfg.storage_servers {
+            // The server's own latency, beside SeaweedFS's figures: one request straight to it. One still
+            // unanswered when the scrape's time is up counts as that long (a starved server is slow, not
+            // absent from the evidence).
+            match tokio::time::timeout(timeout, self.probe_own(target.index, 1)).await {
+                Ok(Ok(own)) => body.push_str(&storage_ops::own_probe_text(own)),
+                Err(_) => body.push_str(&storage_ops::own_probe_text(timeout)),
+                Ok(Err(_)) => {}
+            }
         }
         Ok(body)
     }
@@ -744,6 +755,43 @@ impl Runtime for LocalRuntime {
             .await
             .map(drop)
             .map_err(invalid_input)
+    }
+
+    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
+        self.check_server(server)?;
+        Ok(self
+            .local_status()
+            .await?
+            .storage_cpu
+            .into_iter()
+            .find(|(s, _)| *s == server)
+            .map(|(_, c)| c))
+    }
+
+    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
+        self.check_server(server)?;
+        self.call(Request::SetStorageCpu { server, cpu }).await.map(drop)
+    }
+
+    async fn probe_storage_own(&self, server: u32, samples: usize) -> Result<Duration> {
+        self.check_server(server)?;
+        self.probe_own(server, samples).await
+    }
+
+    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
+        self.check_server(server)?;
+        self.volumes_on(server).await
+    }
+
+    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
+        self.check_server(from)?;
+        self.check_server(to)?;
+        if from == to {
+            return Err(RuntimeError::InvalidInput(format!(
+                "volume {volume} is already on storage-{to}"
+            )));
+        }
+        self.move_volume_local(volume, from, to).await
     }
 }
 

@@ -78,6 +78,11 @@ pub enum Request {
         rank: u32,
         pid: u32,
     },
+    /// Holds storage server `server`'s own process to CPU limit `cpu` (`None`: no limit).
+    SetStorageCpu {
+        server: u32,
+        cpu: Option<Millicores>,
+    },
     /// Stop every process, remove the cgroups, and exit.
     Shutdown,
     /// Runs a foreign job, or changes the one of that name (its process is replaced).
@@ -105,6 +110,9 @@ pub struct LocalStatus {
     /// Foreign jobs the lab runs (jobs of other teams on the same storage).
     #[serde(default)]
     pub foreign_jobs: Vec<ForeignJob>,
+    /// CPU limits on storage servers' own processes, as `(server, limit)` (the slow-disk fault).
+    #[serde(default)]
+    pub storage_cpu: Vec<(u32, Millicores)>,
 }
 
 /// The supervisor's answer.
@@ -200,6 +208,7 @@ mod tests {
             storage_paths: vec![],
             supervisor_pid: 1,
             foreign_jobs: vec![],
+            storage_cpu: vec![(2, Millicores(5))],
         };
         let r = Response::Status { status: Box::new(st) };
         let back: Response = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();

@@ -103,6 +103,10 @@ pub struct LocalSpec {
     /// The id the next foreign job gets (ids are never reused, so a replaced job is a new instance).
     #[serde(default)]
     pub next_job_id: u32,
+    /// Storage servers whose volume server process is held to a CPU limit (the slow-disk fault), and to
+    /// what; a volume server that restarts comes back under the same limit.
+    #[serde(default)]
+    pub storage_cpu: BTreeMap<u32, Millicores>,
 }
 
 /// One foreign job as the supervisor runs it.
@@ -136,6 +140,7 @@ impl LocalSpec {
             rank_env: BTreeMap::new(),
             foreign_jobs: BTreeMap::new(),
             next_job_id: 0,
+            storage_cpu: BTreeMap::new(),
         }
     }
 

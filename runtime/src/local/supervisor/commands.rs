@@ -24,7 +24,8 @@ pub(crate) struct RoleCommand {
     pub data_dir: Option<PathBuf>,
     /// The working directory, when the process resolves paths against it.
     pub cwd: Option<PathBuf>,
-    /// A rank's CPU limit: the process is placed in a cgroup of its own with this quota.
+    /// A CPU limit (a rank's, or a volume server's under the slow-disk fault): the process is placed in a
+    /// cgroup of its own with this quota.
     pub cpu: Option<Millicores>,
     /// Environment variables of this instance alone.
     pub env: Vec<(String, String)>,
@@ -96,6 +97,8 @@ pub(crate) fn role_command(
             ];
             cmd.data_dir = Some(vdir);
             cmd.cwd = Some(data);
+            // A volume server that restarts comes back under the CPU limit the lab has on record.
+            cmd.cpu = spec.storage_cpu.get(&i).copied();
         }
         Kind::Proxy(i) => {
             let p = cfg.storage.get(i as usize)?;

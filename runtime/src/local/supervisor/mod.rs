@@ -17,6 +17,7 @@ mod probes;
 mod reconcile;
 mod server;
 mod status;
+mod storage_cpu;
 #[cfg(test)]
 mod tests;
 

@@ -308,6 +308,7 @@ impl Sup {
                 self.save_spec();
                 Response::Ok
             }
+            Request::SetStorageCpu { server, cpu } => self.set_storage_cpu(server, cpu),
             Request::SetDelay { .. } | Request::Shutdown => err("handled elsewhere".into()),
         }
     }
@@ -512,8 +513,11 @@ impl Sup {
                 terminate(inst, now);
             }
         }
+        // A seeder that finished is kept while storage is briefly not Ready (a starved volume server misses a
+        // probe): running it again would rewrite a dataset that `lab storage drain` moved on purpose.
         self.insts.retain(|_, i| {
             i.running.is_some()
+                || i.kind == Kind::Seeder && i.succeeded
                 || wanted.contains(&i.kind) && !(i.replace && matches!(i.kind, Kind::Rank(_) | Kind::Job(_)))
         });
 

@@ -188,6 +188,7 @@ impl Sup {
                 .collect(),
             supervisor_pid: std::process::id(),
             foreign_jobs: spec.foreign_jobs.values().map(|j| j.job.clone()).collect(),
+            storage_cpu: spec.storage_cpu.iter().map(|(k, v)| (*k, *v)).collect(),
         }
     }
 }

@@ -274,6 +274,26 @@ fn storage_starts_first_and_the_seeder_runs_once_storage_is_ready() {
 }
 
 #[test]
+fn a_finished_seeder_is_not_run_again_when_a_storage_server_misses_a_probe() {
+    let (_d, mut sup, procs) = lab();
+    ok(sup.request(Request::Seed, Instant::now()));
+    let t0 = Instant::now();
+    sup.reconcile(t0);
+    all_ready(&mut sup);
+    sup.reconcile(secs(t0, 1.0));
+    procs.exit("seeder", 0);
+    sup.reconcile(secs(t0, 2.0));
+    // storage-1 starved of CPU misses a readiness probe, then answers again.
+    sup.insts.get_mut("storage-1").expect("storage-1").ready = false;
+    sup.reconcile(secs(t0, 3.0));
+    all_ready(&mut sup);
+    sup.reconcile(secs(t0, 4.0));
+    sup.reconcile(secs(t0, 60.0));
+    assert_eq!(procs.starts("seeder"), 1, "the dataset is not seeded again");
+    assert_eq!(pod(&sup, "seeder").phase, Phase::Succeeded);
+}
+
+#[test]
 fn a_seeder_that_keeps_failing_is_given_up_after_its_attempts() {
     let (_d, mut sup, procs) = lab();
     ok(sup.request(Request::Seed, Instant::now()));
