@@ -321,7 +321,7 @@ impl ExpectTracker {
                 self.named.insert(
                     i,
                     Seen {
-                        what: a.rule.clone(),
+                        what: want.to_string(),
                         at_ms: s.at_ms,
                         detail: format!("{} on {}: {}", a.rule, a.target, a.summary),
                     },
