@@ -47,6 +47,16 @@ fn variant(builtin: &str, name: &str, remediation: Option<&str>, deadline: Optio
     out
 }
 
+/// A drill file: its name, the built-in it is made from, its remediation (None: the lab's own clear), its
+/// verify deadline (None: the built-in's), and whether it must pass.
+type Run = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    bool,
+);
+
 fn step<'a>(d: &'a Value, name: &str) -> &'a Value {
     d["steps"]
         .as_array()
@@ -62,14 +72,31 @@ fn rank_drills_pass_with_their_fixes_and_fail_with_their_traps() {
     let t_all = Instant::now();
     let mut lab = Lab::up("rank-signals-e2e", &[]);
     let dir = tempfile::tempdir().unwrap();
-    // (file name, built-in, remediation, verify deadline, passes?)
     // rank-crash is not here: its drill detects on the throughput alert alone, and in the one run of it
     // here the job fell to 48 % without holding under the alert's 50 % (docs/rank-faults.md).
-    let runs: [(&str, &str, Option<&str>, Option<&str>, bool); 4] = [
-        ("rank-hang-fix", "rank-hang", Some("lab restart rank 1"), None, true),
-        ("rank-hang-trap", "rank-hang", Some("lab restart rank 2"), Some("15s"), false),
+    let runs: [Run; 4] = [
+        (
+            "rank-hang-fix",
+            "rank-hang",
+            Some("lab restart rank 1"),
+            None,
+            true,
+        ),
+        (
+            "rank-hang-trap",
+            "rank-hang",
+            Some("lab restart rank 2"),
+            Some("15s"),
+            false,
+        ),
         ("slow-compute-fix", "slow-compute", None, None, true),
-        ("slow-compute-trap", "slow-compute", Some("lab apply --cpu 400m"), Some("15s"), false),
+        (
+            "slow-compute-trap",
+            "slow-compute",
+            Some("lab apply --cpu 400m"),
+            Some("15s"),
+            false,
+        ),
     ];
     let mut files = Vec::new();
     for (name, builtin, fix, deadline, _) in runs {
