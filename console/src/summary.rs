@@ -26,8 +26,8 @@ pub struct Segment {
 pub fn lead_alert(alerts: &[Alert]) -> Option<&Alert> {
     let rank = |a: &Alert| match (a.signal, a.rule.as_str()) {
         (GoldenSignal::Latency, _) => 0,
-        (GoldenSignal::Saturation, "LabRankCpuThrottled") => 1,
-        (GoldenSignal::Saturation, "LabRanksWaitingForPeers") => 2,
+        (GoldenSignal::Saturation, "LabRankCpuThrottled" | "LabRankHung") => 1,
+        (GoldenSignal::Saturation, "LabRanksWaitingForPeers" | "LabRankComputeSlow") => 2,
         (GoldenSignal::Errors, _) => 3,
         (GoldenSignal::Saturation, _) => 4,
         (GoldenSignal::Throughput, _) => 5,

@@ -261,6 +261,8 @@ pub struct ExpectTracker {
     started_ms: u64,
     baseline: PreFault,
     fired: BTreeMap<GoldenSignal, Seen>,
+    /// Expected alerts seen, by their place in the spec's list.
+    named: BTreeMap<usize, Seen>,
     drop: Option<Seen>,
     lowest_pct: Option<f64>,
     ready_min: Option<(usize, usize)>,
@@ -277,6 +279,7 @@ impl ExpectTracker {
             started_ms,
             baseline,
             fired: BTreeMap::new(),
+            named: BTreeMap::new(),
             drop: None,
             lowest_pct: None,
             ready_min: None,
@@ -306,6 +309,25 @@ impl ExpectTracker {
                     a.signal,
                     Seen {
                         what: a.signal.to_string(),
+                        at_ms: s.at_ms,
+                        detail: format!("{} on {}: {}", a.rule, a.target, a.summary),
+                    },
+                );
+            }
+        }
+        for (i, want) in self.spec.alerts.iter().enumerate() {
+            if self.named.contains_key(&i) {
+                continue;
+            }
+            if let Some(a) = s
+                .alerts
+                .iter()
+                .find(|a| a.rule == want.rule && a.target == want.target)
+            {
+                self.named.insert(
+                    i,
+                    Seen {
+                        what: want.to_string(),
                         at_ms: s.at_ms,
                         detail: format!("{} on {}: {}", a.rule, a.target, a.summary),
                     },
@@ -368,6 +390,14 @@ impl ExpectTracker {
             .filter(|g| !self.fired.contains_key(g))
             .map(|g| format!("{g} alert"))
             .collect();
+        m.extend(
+            self.spec
+                .alerts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !self.named.contains_key(i))
+                .map(|(_, a)| a.to_string()),
+        );
         if let Some(limit) = self.spec.throughput_below_pct
             && self.drop.is_none()
         {
@@ -377,7 +407,11 @@ impl ExpectTracker {
     }
 
     fn describe_missing(&self, missing: &[String], s: &Snapshot) -> String {
-        let firing: Vec<String> = s.alerts.iter().map(|a| a.rule.clone()).collect();
+        let firing: Vec<String> = s
+            .alerts
+            .iter()
+            .map(|a| format!("{} on {}", a.rule, a.target))
+            .collect();
         let mut out = format!("missing {}", missing.join(", "));
         out.push_str(&format!(
             " (firing now: {}",
@@ -396,6 +430,7 @@ impl ExpectTracker {
 
     fn detection(&self, at_ms: u64) -> Detection {
         let mut seen: Vec<Seen> = self.fired.values().cloned().collect();
+        seen.extend(self.named.values().cloned());
         seen.extend(self.drop.clone());
         seen.sort_by_key(|s| s.at_ms);
         Detection {
@@ -803,6 +838,52 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_named_alert_is_met_only_by_its_rule_on_its_target() {
+        use crate::spec::ExpectedAlert;
+        let mut spec = expect(vec![GoldenSignal::Saturation], None, Some(4));
+        spec.alerts = vec![ExpectedAlert {
+            rule: "LabRankHung".into(),
+            target: "rank-1".into(),
+        }];
+        let mut tr = ExpectTracker::new(spec, base(), T0);
+        let on = |t: u64, target: &str| {
+            let mut s = snap(t, Some(0.0), None, 100);
+            alert(&mut s, GoldenSignal::Saturation, "LabRankHung");
+            s.alerts[0].target = target.into();
+            s
+        };
+        // The saturation signal is met, but by the wrong rank: still waiting, and the wait says for what.
+        let Outcome::Pending(why) = tr.push(&on(1, "rank-2")) else {
+            panic!()
+        };
+        assert!(why.contains("LabRankHung on rank-1"), "{why}");
+        let Outcome::Done(d) = tr.push(&on(2, "rank-1")) else {
+            panic!()
+        };
+        assert!(
+            d.seen
+                .iter()
+                .any(|s| s.detail.starts_with("LabRankHung on rank-1")),
+            "{:?}",
+            d.seen
+        );
+        // Past the deadline without it: the failure names what was missing and what fired instead.
+        let mut spec = expect(vec![], None, None);
+        spec.alerts = vec![ExpectedAlert {
+            rule: "LabRankComputeSlow".into(),
+            target: "rank-2".into(),
+        }];
+        let mut tr = ExpectTracker::new(spec, base(), T0);
+        let Outcome::Failed(why) = tr.push(&on(40, "rank-2")) else {
+            panic!()
+        };
+        assert!(
+            why.contains("missing LabRankComputeSlow on rank-2") && why.contains("LabRankHung on rank-2"),
+            "{why}"
+        );
+    }
+
+    #[test]
     fn a_machine_that_got_slower_is_judged_against_the_lab_after_the_cleanup() {
         let spec = verify(15.0, 10, 30);
         // The fix worked, but the machine lost a third of its capacity: the job runs at 66% of the
@@ -850,6 +931,7 @@ pub(crate) mod tests {
         Expect {
             within: Duration::from_secs(30),
             signals,
+            alerts: Vec::new(),
             throughput_below_pct: below,
             ranks_ready: ready,
             hold: Duration::ZERO,

@@ -114,6 +114,8 @@ pub struct Expect {
     pub within: Duration,
     /// Golden signals that must fire (any rule of that signal).
     pub signals: Vec<GoldenSignal>,
+    /// Alerts that must fire on a named target: the rule that names the cause, not only its effect.
+    pub alerts: Vec<ExpectedAlert>,
     /// The job's throughput must drop below this percentage of the pre-fault baseline.
     pub throughput_below_pct: Option<f64>,
     /// At least this many ranks must be Running and Ready from detection on, through the hold: while the
@@ -122,6 +124,22 @@ pub struct Expect {
     /// After detection, keep watching this long before going on (measures the fault's steady effect).
     #[serde(with = "secs")]
     pub hold: Duration,
+}
+
+/// One alert an expect step waits for: a rule of the lab's rule file, firing on one target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedAlert {
+    /// The rule's name, as in `manifests/rules/golden-signals.yaml` (`LabRankHung`).
+    pub rule: String,
+    /// What it must fire for: `rank-1`, `storage-1`, `job`.
+    pub target: String,
+}
+
+impl std::fmt::Display for ExpectedAlert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} on {}", self.rule, self.target)
+    }
 }
 
 /// How the drill remediates.
@@ -418,6 +436,8 @@ struct RawExpect {
     within: Option<Duration>,
     #[serde(default)]
     signals: Vec<GoldenSignal>,
+    #[serde(default)]
+    alerts: Vec<ExpectedAlert>,
     #[serde(default, deserialize_with = "opt_pct")]
     throughput_below_pct: Option<f64>,
     #[serde(default)]
@@ -429,15 +449,35 @@ struct RawExpect {
 impl Check for RawExpect {
     type Out = Expect;
     fn check(self) -> Result<Expect, String> {
-        if self.signals.is_empty() && self.throughput_below_pct.is_none() {
+        if self.signals.is_empty() && self.alerts.is_empty() && self.throughput_below_pct.is_none() {
             return Err(
-                "an expect step needs something to detect: `signals` (latency, throughput, errors, saturation) and/or `throughput_below_pct`"
+                "an expect step needs something to detect: `signals` (latency, throughput, errors, saturation), `alerts` and/or `throughput_below_pct`"
                     .into(),
             );
         }
         let unique: BTreeSet<_> = self.signals.iter().collect();
         if unique.len() != self.signals.len() {
             return Err("signals: a signal is listed twice".into());
+        }
+        let rules: Vec<&str> = lab_telemetry::rules::RULES.iter().map(|r| r.name).collect();
+        for a in &self.alerts {
+            if !rules.contains(&a.rule.as_str()) {
+                return Err(format!(
+                    "alerts: unknown rule {:?}: one of {}",
+                    a.rule,
+                    rules.join(", ")
+                ));
+            }
+            if a.target.trim().is_empty() {
+                return Err(format!(
+                    "alerts: {} needs a target (rank-1, storage-1, job)",
+                    a.rule
+                ));
+            }
+        }
+        let unique: BTreeSet<_> = self.alerts.iter().map(|a| (&a.rule, &a.target)).collect();
+        if unique.len() != self.alerts.len() {
+            return Err("alerts: an alert is listed twice".into());
         }
         let within = self.within.unwrap_or(defaults::EXPECT_WITHIN);
         if within.is_zero() {
@@ -446,6 +486,7 @@ impl Check for RawExpect {
         Ok(Expect {
             within,
             signals: self.signals,
+            alerts: self.alerts,
             throughput_below_pct: self.throughput_below_pct,
             ranks_ready: self.ranks_ready,
             hold: self.hold.unwrap_or(Duration::ZERO),

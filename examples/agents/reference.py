@@ -11,6 +11,11 @@ Its rules follow the seed story's lessons, in order, and each needs the evidence
   2. A pod changed in place (wiring): its live CPU limit differs from its template: put it back.
   3. One slow dependency (wiring for the edge, changes for the cause): blame the server, not the rank
      that waits on it; revert the newest change on it that is not a removal (a fix is not a suspect).
+  4. A rank the alerts name as hung (LabRankHung, at every level): restart that rank, never the siblings
+     that wait for it.
+  5. Ranks the alerts name as computing slowly (LabRankComputeSlow) with their limits as in the template
+     (wiring): something runs beside them; with the change log, stop the process it names, else list what
+     runs in each rank's limit and escalate.
 Without the wiring map (evidence `metrics`) it can only act on what the metrics name, the ranks, and so
 does what the seed's first analyses did: scale the ranks to those up, re-apply the workload's limits to
 the throttled rank, or restart the rank that reads slowly.
@@ -48,6 +53,41 @@ def slow_dependency(deps):
     return out[0] if len(out) == 1 else None
 
 
+def firing(b, rule):
+    return [a for a in b.get("signals_firing", []) if a.get("rule") == rule]
+
+
+def hung_rank(b):
+    hung = firing(b, "LabRankHung")
+    if not hung:
+        return None
+    a = hung[0]
+    n = a["target"].split("-")[-1]
+    return plan(True, [a["target"]], "hung-rank", a.get("summary", f"{a['target']} makes no progress"),
+                [cmd("it holds the job while its siblings wait for it: restart that rank, not the job",
+                     "restart", "rank", n)])
+
+
+def slow_compute(b, changes):
+    slow = sorted({a["target"] for a in firing(b, "LabRankComputeSlow")})
+    if not slow:
+        return None
+    summary = f"{', '.join(slow)} compute far slower than their siblings with their limits as in the template"
+    cmds = []
+    for name in slow:
+        n = name.split("-")[-1]
+        beside = [c for c in (changes or []) if c.get("where") == name and "pid" in str(c.get("after", ""))]
+        pid = str(beside[-1]["after"]).split("pid")[-1].split()[0] if beside else None
+        if pid and pid.isdigit():
+            cmds.append(cmd(f"{beside[-1]['after']} runs in {name}'s CPU limit: stop it", "rank", "stop", n,
+                            "--pid", pid))
+        else:
+            cmds.append(cmd(f"list what runs in {name}'s CPU limit", "rank", "procs", n))
+    if any(c["argv"][2] == "procs" for c in cmds):
+        summary += "; no change names what runs beside them: escalate with the list"
+    return plan(True, slow, "cpu-neighbour", summary, cmds)
+
+
 def with_wiring(b, t, wiring, changes):
     pods = wiring.get("pods", [])
     ranks = [p for p in pods if p.get("role") == "rank"]
@@ -77,6 +117,10 @@ def with_wiring(b, t, wiring, changes):
                     f"{p['name']} runs with {p.get('cpu_live')} while its template says {p['cpu_template']}",
                     [cmd("the limit was changed in place; the template is right, so fix the pod, not the workload",
                          "resize", "rank", n, "--cpu", p["cpu_template"])])
+
+    p = slow_compute(b, changes)
+    if p:
+        return p
 
     dep = slow_dependency(b.get("dependencies", []))
     if dep:
@@ -133,6 +177,9 @@ def decide(b):
     if not anomaly:
         return plan(False, [], "none", "no golden signal firing, training at its normal", [])
     wiring = b.get("wiring")
+    p = hung_rank(b)
+    if p:
+        return p
     p = with_wiring(b, t, wiring, b.get("changes")) if wiring is not None else metrics_only(b, t)
     return p or plan(True, [], "unknown", "signals fire but no rule explains them", [])
 

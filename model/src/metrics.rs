@@ -32,6 +32,9 @@ pub const STORAGE_READ_BYTES: &str = "lab_storage_read_bytes_total";
 /// another dataset, model size or a rank number out of range; `mismatch`: a peer at another step, or models
 /// that diverged).
 pub const COLLECTIVE_ERRORS: &str = "lab_collective_errors_total";
+/// Gauge: seconds this rank's current all-reduce has been blocked on a peer, read at the scrape; 0 outside
+/// one, and 0 when the blocked thread has stopped polling (a frozen rank holds the job, it does not wait).
+pub const COLLECTIVE_WAIT_SECONDS: &str = "lab_collective_wait_seconds";
 /// Gauge: the world size this rank was told to expect.
 pub const WORLD_SIZE: &str = "lab_world_size";
 /// Gauge: peers this rank has joined with at rendezvous (the world size once training runs).

@@ -470,6 +470,51 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
         n if n == rules::COLLECTIVE_WAIT.name => {
             format!("ranks wait {:.0}% of each step at the collective", 100.0 * value)
         }
+        n if n == rules::RANK_HUNG.name => {
+            let mut waiting: Vec<&str> = s
+                .ranks
+                .iter()
+                .filter(|(k, r)| {
+                    **k != c.target
+                        && r.collective_wait_s
+                            .is_some_and(|w| w > rules::HUNG_SIBLING_WAIT_SECONDS)
+                })
+                .map(|(k, _)| k.as_str())
+                .collect();
+            waiting.sort_unstable();
+            let step = s
+                .ranks
+                .get(&c.target)
+                .and_then(|r| r.step)
+                .map(|v| format!(" at step {}", v as u64))
+                .unwrap_or_default();
+            format!(
+                "{} makes no progress{step} while its metrics answer; {} wait for it at the all-reduce (longest {:.0} s)",
+                c.target,
+                if waiting.is_empty() {
+                    "its siblings".to_string()
+                } else {
+                    waiting.join(", ")
+                },
+                value
+            )
+        }
+        n if n == rules::COMPUTE_SLOW.name => {
+            let limits = pod(status, &c.target)
+                .map(|p| match (p.resources.cpu_live, p.resources.cpu_template) {
+                    (Some(l), Some(t)) if l == t => format!("; limit {l} as in the template"),
+                    (Some(l), Some(t)) => format!("; limit {l}, template {t}"),
+                    _ => String::new(),
+                })
+                .unwrap_or_default();
+            format!(
+                "{} computes {:.0} ms per step, {:.1}x the fastest ranks' {:.0} ms{limits}",
+                c.target,
+                1000.0 * value,
+                value / s.compute_per_step_q25,
+                1000.0 * s.compute_per_step_q25
+            )
+        }
         _ => {
             let n = s.ranks_waiting_for_peers.len();
             let world = s

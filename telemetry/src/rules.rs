@@ -86,8 +86,26 @@ pub const RANK_PENDING: Rule = Rule {
     keep_firing_ms: 0,
 };
 
+/// A rank holds the job: its step counter stood still over the window while its metrics answer and it is
+/// not itself waiting at the all-reduce, and a sibling has been blocked there, waiting, for over 5 s.
+pub const RANK_HUNG: Rule = Rule {
+    name: "LabRankHung",
+    signal: GoldenSignal::Saturation,
+    for_ms: 2_000,
+    keep_firing_ms: 0,
+};
+
+/// A rank computes far slower than its siblings: its compute seconds per step over 1.3× the fastest
+/// half's (`quantile(0.25)`), so that two slow ranks of four are both named.
+pub const COMPUTE_SLOW: Rule = Rule {
+    name: "LabRankComputeSlow",
+    signal: GoldenSignal::Saturation,
+    for_ms: 5_000,
+    keep_firing_ms: 10_000,
+};
+
 /// Every rule, in the order the rule file lists them.
-pub const RULES: [Rule; 8] = [
+pub const RULES: [Rule; 10] = [
     STORAGE_LATENCY,
     THROUGHPUT_LOW,
     STORAGE_ERRORS,
@@ -96,6 +114,8 @@ pub const RULES: [Rule; 8] = [
     COLLECTIVE_WAIT,
     WAITING_FOR_PEERS,
     RANK_PENDING,
+    RANK_HUNG,
+    COMPUTE_SLOW,
 ];
 
 /// Latency: the absolute floor, in seconds.
@@ -106,6 +126,15 @@ pub const LATENCY_MEDIAN_FACTOR: f64 = 4.0;
 pub const THROUGHPUT_MIN_FRACTION: f64 = 0.5;
 /// Saturation: fires when the median rank waits more than this share of its step at the collective.
 pub const WAIT_SHARE_MAX: f64 = 0.5;
+
+/// Hung rank: a sibling blocked in its all-reduce longer than this, seconds, says the job is held.
+pub const HUNG_SIBLING_WAIT_SECONDS: f64 = 5.0;
+/// ... and the rank that holds it is blocked there less than this (it is not waiting: it is stuck).
+pub const HUNG_SELF_WAIT_MAX_SECONDS: f64 = 1.0;
+/// Slow compute: fires above this many times the fastest half's compute seconds per step. Measured on
+/// the local lab (debug build, shared 2-core machine): healthy ranks within 1.07x of each other; a CPU hog
+/// sharing a rank's 400m limit 1.46-1.69x; so 1.5x would flicker, and 1.3x sits between the two.
+pub const COMPUTE_SLOW_FACTOR: f64 = 1.3;
 
 /// The baseline's window: `[10s]` over the recorded throughput.
 pub const BASELINE_WINDOW_MS: i64 = 10_000;
@@ -332,6 +361,29 @@ impl Engine {
         for pod in &s.ranks_pending {
             out.push((RANK_PENDING, pod.clone(), 1.0));
         }
+        // Saturation: rate(lab_steps_total[10s]) == 0
+        //   and on (instance) lab_collective_wait_seconds < 1
+        //   and on () (max(lab_collective_wait_seconds) > 5)
+        if s.collective_wait_max > HUNG_SIBLING_WAIT_SECONDS {
+            for (rank, rs) in &s.ranks {
+                if rs.steps_per_s == Some(0.0)
+                    && rs
+                        .collective_wait_s
+                        .is_some_and(|w| w < HUNG_SELF_WAIT_MAX_SECONDS)
+                {
+                    out.push((RANK_HUNG, rank.clone(), s.collective_wait_max));
+                }
+            }
+        }
+        // Saturation: lab:rank_compute_seconds_per_step
+        //   > 1.3 * scalar(quantile(0.25, lab:rank_compute_seconds_per_step))
+        for (rank, rs) in &s.ranks {
+            if let Some(c) = rs.compute_per_step
+                && c > COMPUTE_SLOW_FACTOR * s.compute_per_step_q25
+            {
+                out.push((COMPUTE_SLOW, rank.clone(), c));
+            }
+        }
         out
     }
 }
@@ -523,6 +575,69 @@ mod tests {
         }
         assert_eq!(fired, Some(63));
         assert_eq!(e.baseline().unwrap().job, b);
+    }
+
+    fn ranks(f: impl Fn(usize) -> RankSignals) -> Signals {
+        let mut s = Signals::default();
+        for i in 0..4 {
+            s.ranks.insert(format!("rank-{i}"), f(i));
+        }
+        s
+    }
+
+    #[test]
+    fn the_hung_rank_is_named_not_the_siblings_that_wait_for_it() {
+        let (mut e, mut store) = warm();
+        let stalled = |wait_1: f64| {
+            let mut s = ranks(|i| RankSignals {
+                steps_per_s: Some(0.0),
+                collective_wait_s: Some(if i == 1 { wait_1 } else { 12.0 }),
+                ..Default::default()
+            });
+            s.collective_wait_max = 12.0;
+            s
+        };
+        e.evaluate(&mut store, &stalled(0.0), 10_000);
+        let c = e.evaluate(&mut store, &stalled(0.0), 12_000);
+        assert_eq!(names(&c), vec![("LabRankHung", "rank-1", true)]);
+        // Every rank blocked in its all-reduce (no one holds the job that answers): nobody is named.
+        let (mut e, mut store) = warm();
+        assert!(e.evaluate(&mut store, &stalled(12.0), 10_000).is_empty());
+        // Siblings that have waited only briefly: a slow step, not a hang.
+        let mut brief = stalled(0.0);
+        brief.collective_wait_max = 2.0;
+        assert!(e.evaluate(&mut store, &brief, 11_000).is_empty());
+    }
+
+    #[test]
+    fn slow_compute_names_both_of_two_slow_ranks_and_nothing_on_equal_ones() {
+        let (mut e, mut store) = warm();
+        let with = |per_step: [f64; 4]| {
+            let mut s = ranks(|i| RankSignals {
+                compute_per_step: Some(per_step[i]),
+                ..Default::default()
+            });
+            s.compute_per_step_q25 = crate::promql::quantile(0.25, &per_step);
+            s
+        };
+        let slow = with([0.045, 0.095, 0.090, 0.044]);
+        for t in (10_000..=15_000).step_by(1000) {
+            e.evaluate(&mut store, &slow, t);
+        }
+        let c = e.evaluate(&mut store, &slow, 16_000);
+        assert_eq!(
+            names(&c),
+            vec![
+                ("LabRankComputeSlow", "rank-1", true),
+                ("LabRankComputeSlow", "rank-2", true)
+            ]
+        );
+        // The noise between healthy ranks (within 7 % measured) fires nothing.
+        let (mut e, mut store) = warm();
+        assert!(
+            e.evaluate(&mut store, &with([0.050, 0.052, 0.053, 0.049]), 10_000)
+                .is_empty()
+        );
     }
 
     #[test]

@@ -58,6 +58,12 @@ pub struct RankSignals {
     pub throttled_seconds_per_s: Option<f64>,
     /// `lab:rank_cpu_starved`: throttled, and far more than its siblings.
     pub starved: bool,
+    /// `rate(lab_steps_total[10s])`: steps this process completed per second.
+    pub steps_per_s: Option<f64>,
+    /// `lab:rank_compute_seconds_per_step`: compute seconds per step (absent without steps in the window).
+    pub compute_per_step: Option<f64>,
+    /// `lab_collective_wait_seconds`: how long its current all-reduce has been blocked on a peer, now.
+    pub collective_wait_s: Option<f64>,
     pub collective_errors_per_s: Option<f64>,
     pub waiting_for_peers: bool,
     pub cpu_limit_cores: Option<f64>,
@@ -107,6 +113,10 @@ pub struct Signals {
     pub p50_unstarved_median: f64,
     /// `quantile(0.5, lab:rank_wait_share)`.
     pub wait_share_median: f64,
+    /// `quantile(0.25, lab:rank_compute_seconds_per_step)`: the fastest half's compute per step.
+    pub compute_per_step_q25: f64,
+    /// `max(lab_collective_wait_seconds)`: the longest a rank has been blocked in its all-reduce, now.
+    pub collective_wait_max: f64,
     /// Ranks with `lab_rendezvous_waiting == 1`.
     pub ranks_waiting_for_peers: Vec<String>,
     /// Rank pods whose phase is Pending (`kube_pod_status_phase{phase="Pending"} == 1`), by pod name.
@@ -198,6 +208,33 @@ impl Signals {
             let rs = ranks.entry(name).or_default();
             rs.throttled_ratio = Some(v);
             rs.starved = starved;
+        }
+        // sum by (instance) (rate(lab_phase_seconds_total{phase="compute"}[10s]))
+        //   / (sum by (instance) (rate(lab_steps_total[10s])) > 0)
+        let steps = sum_by(r(m::STEPS), &[INSTANCE]);
+        let compute = sum_by(
+            rate(
+                store.range(m::PHASE_SECONDS, t, w, |l| {
+                    l.get(m::LABEL_PHASE) == Some("compute")
+                }),
+                t,
+                w,
+            ),
+            &[INSTANCE],
+        );
+        let stepping: Vector = steps.iter().filter(|e| e.1 > 0.0).cloned().collect();
+        let per_step = div(compute, &stepping);
+        s.compute_per_step_q25 = quantile(0.25, &per_step.iter().map(|e| e.1).collect::<Vec<_>>());
+        for (l, v) in per_step {
+            ranks.entry(rank_of(&l)).or_default().compute_per_step = Some(v);
+        }
+        for (l, v) in steps {
+            ranks.entry(rank_of(&l)).or_default().steps_per_s = Some(v);
+        }
+        let waits = inst(m::COLLECTIVE_WAIT_SECONDS);
+        s.collective_wait_max = waits.iter().map(|e| e.1).fold(f64::NAN, f64::max);
+        for (l, v) in waits {
+            ranks.entry(rank_of(&l)).or_default().collective_wait_s = finite(v);
         }
         for (l, v) in sum_by(r(m::COLLECTIVE_ERRORS), &[INSTANCE]) {
             ranks.entry(rank_of(&l)).or_default().collective_errors_per_s = Some(v);

@@ -63,14 +63,37 @@ def reads(segs):
 
 def server_of(rank): return f"storage-{rank % 3}"
 
+def per_step(seg, batch=10):
+    if seg[1] == 'stale': return seg
+    if seg[1] == 'reset': return (seg[0], 'reset', seg[2] / batch)
+    return (seg[0], seg[1] / batch)
+
+def ramp(segs):
+    """A gauge that counts seconds: segs (t_end, None | start_t) -> promtool values; None is 0, start_t
+    makes it t - start_t from the segment's first second."""
+    out = []; t = -1
+    for end, start in segs:
+        n = end - t - 1
+        if start is None:
+            out.append(f"0x{n}")
+        else:
+            out.append(f"{fmt(t + 1 - start)}+1x{n}")
+        t = end
+    assert t == T
+    return ' '.join(out)
+
 class Scenario:
     def __init__(self): self.series = []
     def add(self, name, labels, values):
         lab = ','.join(f'{k}="{v}"' for k, v in labels.items())
         self.series.append({'series': f'{name}{{{lab}}}', 'values': values})
-    def rank(self, r, samples, phases, read, cpu, rendezvous, world=None, coll_errors=None, read_errors=None):
+    def rank(self, r, samples, phases, read, cpu, rendezvous, world=None, coll_errors=None, read_errors=None,
+             steps=None, coll_wait=None):
         inst = {'instance': f'rank-{r}'}
         self.add('lab_samples_total', inst, counter(samples))
+        # A batch of 10 samples per step unless told otherwise.
+        self.add('lab_steps_total', inst, counter(steps or [per_step(seg) for seg in samples]))
+        self.add('lab_collective_wait_seconds', inst, coll_wait or gauge([(T, 0)]))
         for ph, segs in phases.items():
             self.add('lab_phase_seconds_total', {**inst, 'phase': ph}, counter(segs))
         per_le, count = reads(read)
@@ -170,11 +193,15 @@ for r in range(4):
         phases={'read': [(60, 0.1), (T, 0.1 if hot else 0.05)], 'compute': [(60, 0.6), (T, 0.85 if hot else 0.15)], 'wait': [(60, 0.2), (T, 0.0 if hot else 0.8)]},
         read=[(60, 10, 0.003), (T, 3, 0.067)] if hot else [(T, 10, 0.003)],
         cpu=([(T, 10)], [(60, 6), (T, 9.5 if hot else 6)], [(60, 0.3), (T, 0.85 if hot else 0.05)]))
-groups.append(('throttled-rank: rank-1 limited to 150m from 60 s; saturation fires for rank-1, and its slow-looking reads (timed on a starved CPU) do not fire latency',
+# Its compute per step rises too, so the slow-compute rule names rank-1 as well: the evidence that differs
+# from slow-compute is the limit in force against the template (LabRankCpuThrottled).
+groups.append(('throttled-rank: rank-1 limited to 150m from 60 s; saturation fires for rank-1 (throttled, and slow compute), and its slow-looking reads (timed on a starved CPU) do not fire latency',
     sc,
     nothing(58) + edges([(66, 'LabRankCpuThrottled', {'instance': 'rank-1'}), (68, 'LabRanksWaitingAtCollective', {}),
                          (72, 'LabTrainingThroughputLow', {})]) + [
         alert_test(80, 'LabRankCpuThrottled', [{'instance': 'rank-1'}]),
+        alert_test(80, 'LabRankComputeSlow', [{'instance': 'rank-1'}]),
+        alert_test(80, 'LabRankHung', []),
         alert_test(80, 'LabTrainingThroughputLow', [{}]),
         alert_test(80, 'LabRanksWaitingAtCollective', [{}]),
         alert_test(80, 'LabStorageReadLatencyHigh', []),
@@ -267,6 +294,64 @@ for lapse_end, name, checks in [
             throttled, secs = [(T, 6)], [(60, 0.3), (T, 0.05)]
         healthy_rank(sc, r, cpu=([(T, 10)], throttled, secs))
     groups.append((name, sc, [alert_test(t, 'LabRankCpuThrottled', exp) for t, exp in checks], []))
+
+# H: rank-hang: rank-1's training thread frozen at 60 s. Every rank's counters stop (they move when a step
+# ends); the siblings' live wait at the all-reduce grows from 61 s, rank-1's stays 0 (it is not waiting).
+sc = Scenario()
+for r in range(4):
+    flat = lambda v: [(60, v), (T, 0)]
+    healthy_rank(sc, r,
+        samples=flat(100),
+        phases={p: flat(v) for p, v in HEALTHY_PHASES.items()},
+        read=[(60, 10, 0.003), (T, 0, 0.003)],
+        coll_wait=gauge([(T, 0)]) if r == 1 else ramp([(60, None), (T, 60)]))
+groups.append(('rank-hang: rank-1 frozen from 60 s while its metrics answer; the hung-rank rule names rank-1, not the siblings that wait for it',
+    sc,
+    nothing(58) + edges([(69, 'LabTrainingThroughputLow', {}), (72, 'LabRankHung', {'instance': 'rank-1'})]) + [
+        alert_test(90, 'LabRankHung', [{'instance': 'rank-1'}]),
+        alert_test(90, 'LabTrainingThroughputLow', [{}]),
+        alert_test(90, 'LabRankComputeSlow', []),
+        alert_test(90, 'LabRanksWaitingAtCollective', []),
+        alert_test(90, 'LabRanksWaitingForPeers', []),
+    ], []))
+
+# H2: rank-1 gone at 60 s (its series stale: a crashed process, not a hung one) while the siblings wait:
+# nothing answers for rank-1, so no rank is named hung.
+sc = Scenario()
+for r in range(4):
+    if r == 1:
+        healthy_rank(sc, r,
+            samples=[(60, 100), (T, 'stale')],
+            phases={p: [(60, v), (T, 'stale')] for p, v in HEALTHY_PHASES.items()},
+            read=[(60, 10, 0.003), (T, 'stale')],
+            cpu=([(60, 10), (T, 'stale')], [(60, 6), (T, 'stale')], [(60, 0.3), (T, 'stale')]),
+            rendezvous=[(60, 0), (T, 'stale')], world=[(60, 4), (T, 'stale')],
+            coll_errors=[(60, 0), (T, 'stale')], read_errors=[(60, 0), (T, 'stale')],
+            coll_wait=gauge([(60, 0), (T, 'stale')]))
+    else:
+        flat = lambda v: [(60, v), (T, 0)]
+        healthy_rank(sc, r, samples=flat(100), phases={p: flat(v) for p, v in HEALTHY_PHASES.items()},
+            read=[(60, 10, 0.003), (T, 0, 0.003)], coll_wait=ramp([(60, None), (T, 60)]))
+groups.append(('a rank whose process is gone is not hung: the siblings wait, but no rank that answers holds them',
+    sc, [alert_test(90, 'LabRankHung', [])], []))
+
+# S: slow-compute: a CPU hog beside rank-1 and rank-2 from 60 s. Their compute per step rises from 60 ms
+# to 95 ms, the other two (now waiting for them) compute in 45 ms; the job runs at 70 %. Half the ranks
+# are slow, yet both are named: the rule compares with the fastest half, not the median.
+sc = Scenario()
+for r in range(4):
+    slow = r in (1, 2)
+    healthy_rank(sc, r,
+        samples=[(60, 100), (T, 70)],
+        phases={'read': [(60, 0.1), (T, 0.07)], 'compute': [(60, 0.6), (T, 0.665 if slow else 0.315)],
+                'wait': [(60, 0.2), (T, 0.05 if slow else 0.45)]})
+groups.append(('slow-compute: rank-1 and rank-2 compute 2x slower than their siblings from 60 s; the slow-compute rule names both, and nothing else fires',
+    sc,
+    nothing(58) + [
+        alert_test(69, 'LabRankComputeSlow', []),
+        alert_test(70, 'LabRankComputeSlow', [{'instance': 'rank-1'}, {'instance': 'rank-2'}]),
+        alert_test(90, 'LabRankComputeSlow', [{'instance': 'rank-1'}, {'instance': 'rank-2'}]),
+    ] + nothing(90, except_=('LabRankComputeSlow',)), []))
 
 # F: unstable throughput: no baseline, so no throughput alert
 sc = Scenario()

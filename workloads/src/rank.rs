@@ -201,6 +201,10 @@ pub fn register_metrics(r: &Registry) {
         m::COLLECTIVE_ERRORS,
         "Errors at rendezvous or the all-reduce, by kind.",
     );
+    r.float_gauge(
+        m::COLLECTIVE_WAIT_SECONDS,
+        "Seconds the current all-reduce has been blocked on a peer (0 outside one, or when not polling).",
+    );
     r.gauge(m::WORLD_SIZE, "The world size this rank expects.");
     r.gauge(
         m::PEERS_CONNECTED,
@@ -253,7 +257,18 @@ pub fn register_metrics(r: &Registry) {
     );
 }
 
-/// Refreshes the cgroup metrics from the rank's own cgroup (called at every scrape).
+/// Refreshes what is read on demand (called at every scrape): the all-reduce's live wait, and the cgroup
+/// metrics from the rank's own cgroup.
+pub fn refresh(r: &Registry) {
+    r.set(
+        m::COLLECTIVE_WAIT_SECONDS,
+        &[],
+        crate::allreduce::waiting::seconds(),
+    );
+    refresh_cgroup(r);
+}
+
+/// Refreshes the cgroup metrics from the rank's own cgroup.
 pub fn refresh_cgroup(r: &Registry) {
     let Some(cg) = CpuCgroup::discover() else { return };
     if let Ok(s) = cg.stat() {
@@ -303,9 +318,9 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
     let registry = Arc::new(Registry::new());
     register_metrics(&registry);
     start_series(&registry, opts.world_size);
-    refresh_cgroup(&registry);
+    refresh(&registry);
     // The endpoint comes first and answers /readyz from now on, whatever happens next.
-    let metrics_addr = serve::spawn(&opts.metrics_listen, registry.clone(), Arc::new(refresh_cgroup))?;
+    let metrics_addr = serve::spawn(&opts.metrics_listen, registry.clone(), Arc::new(refresh))?;
     let ring_listener = TcpListener::bind(&opts.listen).map_err(|source| WorkloadError::Connect {
         what: "ring listen address (bind)".into(),
         addr: opts.listen.clone(),

@@ -237,6 +237,7 @@ fn wait_ready(
         PollFd::new(s.as_fd(), PollFlags::POLLIN)
     }
     let t = Instant::now();
+    super::waiting::beat();
     let polled = match (send, recv) {
         (Some(s), Some(r)) => poll(&mut [out(s), inp(r)], PollTimeout::from(ms)),
         (Some(s), None) => poll(&mut [out(s)], PollTimeout::from(ms)),

@@ -40,6 +40,7 @@
 mod connect;
 mod doubling;
 mod ring;
+pub mod waiting;
 
 pub use connect::{RingSpec, connect_ring};
 
@@ -296,12 +297,14 @@ impl Ring {
             deadline: started + timeout,
             wait: Duration::ZERO,
         };
-        match algorithm {
-            Algorithm::Ring => self.ring(data, &mut op)?,
+        let done = match algorithm {
+            Algorithm::Ring => self.ring(data, &mut op),
             Algorithm::RecursiveDoubling | Algorithm::HalvingDoubling => {
-                self.doubling(data, algorithm == Algorithm::HalvingDoubling, &mut op)?;
+                self.doubling(data, algorithm == Algorithm::HalvingDoubling, &mut op)
             }
-        }
+        };
+        waiting::clear();
+        done?;
         let total = started.elapsed();
         Ok(Stats {
             wait: op.wait,

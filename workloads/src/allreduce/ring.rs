@@ -242,6 +242,7 @@ fn block(
         });
     }
     let ms = (deadline - now).as_millis().clamp(1, 100) as u16;
+    super::waiting::beat();
     match poll(&mut [PollFd::new(s.as_fd(), flags)], PollTimeout::from(ms)) {
         Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
         Err(e) => Err(WorkloadError::io(
