@@ -308,6 +308,8 @@ struct RawInject {
     after: Option<u64>,
     #[serde(default)]
     threads: Option<u32>,
+    #[serde(default)]
+    node_selector: Option<String>,
 }
 
 /// `ranks:` is a count for unplaceable-rank (`ranks: 5`) and a list for slow-compute (`ranks: [1, 2]`).
@@ -330,6 +332,7 @@ impl Check for RawInject {
             ("ranks", self.ranks.is_some()),
             ("after", self.after.is_some()),
             ("threads", self.threads.is_some()),
+            ("node_selector", self.node_selector.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -342,6 +345,7 @@ impl Check for RawInject {
             FaultKind::RankCrash => &["rank", "after"],
             FaultKind::SlowCompute => &["ranks"],
             FaultKind::CompetingJob => &["server", "threads"],
+            FaultKind::SyncReplica => &["node_selector"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
             return Err(format!(
@@ -399,6 +403,9 @@ impl Check for RawInject {
             Fault::CompetingJob { server, threads } => Fault::CompetingJob {
                 server: self.server.unwrap_or(server),
                 threads: self.threads.unwrap_or(threads),
+            },
+            Fault::SyncReplica { node_selector } => Fault::SyncReplica {
+                node_selector: self.node_selector.unwrap_or(node_selector),
             },
         };
         fault.validate().map_err(|e| e.to_string().replace("--", ""))?;

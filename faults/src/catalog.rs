@@ -21,11 +21,12 @@ pub enum FaultKind {
     RankHang,
     SlowCompute,
     CompetingJob,
+    SyncReplica,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
@@ -34,6 +35,7 @@ impl FaultKind {
         FaultKind::RankHang,
         FaultKind::SlowCompute,
         FaultKind::CompetingJob,
+        FaultKind::SyncReplica,
     ];
 
     /// The kind's name on the command line.
@@ -47,6 +49,7 @@ impl FaultKind {
             FaultKind::RankHang => "rank-hang",
             FaultKind::SlowCompute => "slow-compute",
             FaultKind::CompetingJob => "competing-job",
+            FaultKind::SyncReplica => "sync-replica",
         }
     }
 
@@ -90,6 +93,9 @@ impl FaultKind {
             FaultKind::CompetingJob => {
                 "[--server 1] [--threads 64]  another team's job (not a rank) reads hard from one storage server"
             }
+            FaultKind::SyncReplica => {
+                "[--node-selector lab/disk=nvme]  the database's synchronous standby made unschedulable: every commit hangs, reads and Ready look fine (local runtime, lab up --database)"
+            }
         }
     }
 
@@ -113,6 +119,9 @@ impl FaultKind {
             FaultKind::CompetingJob => Fault::CompetingJob {
                 server: 1,
                 threads: default_threads(),
+            },
+            FaultKind::SyncReplica => Fault::SyncReplica {
+                node_selector: default_selector(),
             },
         }
     }
@@ -155,10 +164,21 @@ pub enum Fault {
         #[serde(default = "default_threads")]
         threads: u32,
     },
+    /// The database's primary commits synchronously to its standby `db-1`, whose template is changed to
+    /// ask for a node label (`node_selector`, `KEY=VALUE`) no node has, and whose pod is made again from
+    /// it: it stays Pending.
+    SyncReplica {
+        #[serde(default = "default_selector")]
+        node_selector: String,
+    },
 }
 
 fn default_threads() -> u32 {
     64
+}
+
+fn default_selector() -> String {
+    "lab/disk=nvme".into()
 }
 
 impl Fault {
@@ -173,6 +193,7 @@ impl Fault {
             Fault::RankHang { .. } => FaultKind::RankHang,
             Fault::SlowCompute { .. } => FaultKind::SlowCompute,
             Fault::CompetingJob { .. } => FaultKind::CompetingJob,
+            Fault::SyncReplica { .. } => FaultKind::SyncReplica,
         }
     }
 
@@ -189,6 +210,7 @@ impl Fault {
                 .collect::<Vec<_>>()
                 .join(","),
             Fault::CompetingJob { server, .. } => lab_model::names::storage(*server),
+            Fault::SyncReplica { .. } => lab_model::db::STANDBY.to_string(),
         }
     }
 
@@ -254,6 +276,30 @@ impl Fault {
                 }
                 Ok(())
             }
+            Fault::SyncReplica { node_selector } => {
+                let sel = lab_model::db::parse_selector(node_selector).map_err(FaultError::Invalid)?;
+                if sel.is_empty() {
+                    return Err(FaultError::Invalid(
+                        "--node-selector must ask for a label (e.g. lab/disk=nvme)".into(),
+                    ));
+                }
+                let t = lab_model::db::DbTemplate {
+                    node_selector: sel,
+                    revision: 0,
+                };
+                if t.unmatched(&lab_model::db::local_node_labels()).is_none() {
+                    return Err(FaultError::Invalid(format!(
+                        "--node-selector {node_selector} matches the node's labels ({}), so the standby would \
+                         be placed: ask for a label no node has (e.g. lab/disk=nvme)",
+                        lab_model::db::DbTemplate {
+                            node_selector: lab_model::db::local_node_labels(),
+                            revision: 0
+                        }
+                        .selector_text()
+                    )));
+                }
+                Ok(())
+            }
             Fault::UnplaceableRank { ranks } | Fault::StuckRollout { ranks } => {
                 if *ranks == 0 || *ranks > lab_model::actions::MAX_RANKS {
                     return Err(FaultError::Invalid(format!(
@@ -303,6 +349,10 @@ impl fmt::Display for Fault {
             Fault::CompetingJob { server, threads } => write!(
                 f,
                 "competing-job on storage-{server}: another team's job reads it from {threads} connections"
+            ),
+            Fault::SyncReplica { node_selector } => write!(
+                f,
+                "sync-replica on db-1: commits wait for a standby whose template asks for {node_selector}"
             ),
         }
     }
@@ -377,6 +427,21 @@ mod tests {
                 .contains("twice")
         );
         assert!(Fault::SlowCompute { ranks: vec![1, 2] }.validate().is_ok());
+        let placeable = Fault::SyncReplica {
+            node_selector: "lab/disk=ssd".into(),
+        };
+        assert!(
+            placeable
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("matches the node")
+        );
+        let garbage = Fault::SyncReplica {
+            node_selector: "nvme".into(),
+        };
+        assert!(garbage.validate().unwrap_err().to_string().contains("KEY=VALUE"));
+        assert!(FaultKind::SyncReplica.default_fault().validate().is_ok());
     }
 
     #[test]

@@ -67,6 +67,11 @@ pub enum Before {
     Beside { started: Vec<(u32, u32)> },
     /// No foreign job of this name ran: clearing stops it.
     NoJob { name: String },
+    /// The database standby's template (node selector) and the primary's `synchronous_standby_names`.
+    Database {
+        node_selector: std::collections::BTreeMap<String, String>,
+        synchronous_standby_names: String,
+    },
 }
 
 /// One fault's record.

@@ -35,6 +35,8 @@ pub fn cause_of(fault: &Fault) -> &'static str {
         Fault::SlowCompute { .. } => "cpu-neighbour",
         // Another team's job reads hard from the same server.
         Fault::CompetingJob { .. } => "competing-job",
+        // Commits wait for a synchronous standby that cannot be scheduled.
+        Fault::SyncReplica { .. } => "unschedulable-replica",
     }
 }
 

@@ -8,6 +8,7 @@ mod rank_hang;
 mod slow_compute;
 mod slow_storage;
 mod stuck_rollout;
+mod sync_replica;
 mod throttled_rank;
 mod unplaceable_rank;
 
@@ -29,6 +30,7 @@ pub use rank_hang::RankHang;
 pub use slow_compute::SlowCompute;
 pub use slow_storage::SlowStorage;
 pub use stuck_rollout::StuckRollout;
+pub use sync_replica::{SyncReplica, WriterReading, read_writer as sync_replica_reading};
 pub use throttled_rank::ThrottledRank;
 pub use unplaceable_rank::UnplaceableRank;
 
@@ -148,6 +150,9 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
         Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
         Fault::StuckRollout { ranks } => Box::new(StuckRollout { ranks }),
         Fault::CompetingJob { server, threads } => Box::new(CompetingJob { server, threads }),
+        Fault::SyncReplica { ref node_selector } => Box::new(SyncReplica {
+            node_selector: node_selector.clone(),
+        }),
     }
 }
 

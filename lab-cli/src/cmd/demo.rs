@@ -224,7 +224,8 @@ impl Observer for Story {
                         // Not demo chapters' first fixes: their fix is named after their verify step.
                         lab_faults::FaultKind::UnplaceableRank
                         | lab_faults::FaultKind::StuckRollout
-                        | lab_faults::FaultKind::CompetingJob => {}
+                        | lab_faults::FaultKind::CompetingJob
+                        | lab_faults::FaultKind::SyncReplica => {}
                         lab_faults::FaultKind::RankHang => t.fix = "lab restart rank 1".into(),
                         lab_faults::FaultKind::RankCrash => {
                             t.fix = "the lab's own clear (the rank's setting removed)".into();

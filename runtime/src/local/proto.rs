@@ -88,6 +88,14 @@ pub enum Request {
     StopJob {
         name: String,
     },
+    /// Sets the database standby's template (its node selector); no pod changes.
+    DbTemplate {
+        node_selector: std::collections::BTreeMap<String, String>,
+    },
+    /// Deletes a database pod by name; it is made again from its template as it is now.
+    DeletePod {
+        name: String,
+    },
 }
 
 /// What the supervisor knows beyond the shared status model.
@@ -105,6 +113,9 @@ pub struct LocalStatus {
     /// Foreign jobs the lab runs (jobs of other teams on the same storage).
     #[serde(default)]
     pub foreign_jobs: Vec<ForeignJob>,
+    /// The optional database (its `synchronous_standby_names` is not known to the supervisor: `None`).
+    #[serde(default)]
+    pub database: Option<lab_model::db::DbStatus>,
 }
 
 /// The supervisor's answer.
@@ -200,6 +211,7 @@ mod tests {
             storage_paths: vec![],
             supervisor_pid: 1,
             foreign_jobs: vec![],
+            database: None,
         };
         let r = Response::Status { status: Box::new(st) };
         let back: Response = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();

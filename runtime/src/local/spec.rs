@@ -6,6 +6,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 
 use lab_model::Millicores;
+use lab_model::db::DbTemplate;
 use lab_model::jobs::ForeignJob;
 use serde::{Deserialize, Serialize};
 
@@ -103,6 +104,27 @@ pub struct LocalSpec {
     /// The id the next foreign job gets (ids are never reused, so a replaced job is a new instance).
     #[serde(default)]
     pub next_job_id: u32,
+    /// The optional database beside the job (`lab up --database`).
+    #[serde(default)]
+    pub database: Option<DbSpec>,
+}
+
+/// The lab's database as the supervisor runs it: a primary, one standby (a StatefulSet of one, with a
+/// template) and the writer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DbSpec {
+    /// PostgreSQL's programs.
+    pub pg_bin: PathBuf,
+    pub primary_port: u16,
+    pub standby_port: u16,
+    /// The writer's `/metrics`.
+    pub writer_metrics_port: u16,
+    /// The standby StatefulSet's pod template.
+    pub template: DbTemplate,
+    /// The template the standby pod now standing was made from. A pod keeps it until it is deleted: a
+    /// changed template does not touch a pod that exists (nor one left Pending); `None` after a delete,
+    /// and the supervisor makes the pod again from `template`.
+    pub standby_pod: Option<DbTemplate>,
 }
 
 /// One foreign job as the supervisor runs it.
@@ -136,6 +158,7 @@ impl LocalSpec {
             rank_env: BTreeMap::new(),
             foreign_jobs: BTreeMap::new(),
             next_job_id: 0,
+            database: None,
         }
     }
 
