@@ -359,7 +359,7 @@ pub enum DbCmd {
     /// Delete a database pod by name (db-0, db-1, lab-writer): it is made again from its template.
     DeletePod {
         /// The pod (db-1 is the standby).
-        name: String,
+        pod: String,
         #[arg(long)]
         json: bool,
     },

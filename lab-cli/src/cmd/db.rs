@@ -91,7 +91,7 @@ pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<ExitCode> {
             lab_faults::db::set_template(rt.as_ref(), &ledger, &node_selector).await?,
             json,
         ),
-        DbCmd::DeletePod { name: pod, json } => done(
+        DbCmd::DeletePod { pod, json } => done(
             lab_faults::db::delete_pod(rt.as_ref(), &ledger, &pod).await?,
             json,
         ),
