@@ -329,7 +329,7 @@ mod tests {
         assert_eq!(s.commits_per_second, 0.0);
         assert_eq!(s.waiting, Duration::from_secs(11));
         assert_eq!(s.p99, Duration::from_secs(11));
-        assert!(s.reads_per_second > 9.0, "{s:?}");
+        assert!(s.reads_per_second > 8.0, "reads in the last 10 s go on: {s:?}");
     }
 
     #[test]
