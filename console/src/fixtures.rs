@@ -146,6 +146,7 @@ pub fn healthy_sized(ranks: u32, servers: u32) -> Snapshot {
         }],
         faults: Vec::new(),
         scrape_errors: Vec::new(),
+        database: None,
     }
 }
 

@@ -194,6 +194,17 @@ pub fn status_text(s: &Snapshot) -> String {
             ));
         }
     }
+    // The database beside the job, by its writer's own signals (only with `lab up --database`).
+    if let Some(d) = &s.database {
+        out.push_str(&format!(
+            "\nDATABASE  lab-writer on db-0: {:.1} commits/s · commit p50 {} p99 {} · waiting {:.1} s · {:.1} reads/s\n",
+            d.commits_per_s,
+            latency(d.commit_p50_s),
+            latency(d.commit_p99_s),
+            d.commit_waiting_s,
+            d.reads_per_s
+        ));
+    }
     out.push_str(&format!("\nALERTS  golden signals firing: {}\n", s.alerts.len()));
     let mut alerts: Vec<_> = s.alerts.iter().collect();
     alerts.sort_by_key(|a| (a.since_ms, a.rule.clone(), a.target.clone()));

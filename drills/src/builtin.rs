@@ -116,8 +116,14 @@ mod tests {
     #[test]
     fn every_builtin_parses_and_injects_its_own_fault() {
         let all = all().unwrap();
-        assert_eq!(all.len(), FaultKind::ALL.len() + CHAINED.len());
-        for (l, kind) in all.iter().zip(FaultKind::ALL) {
+        // sync-replica has no built-in drill yet: no rule reads the database writer's signals, so no
+        // expect step could detect it (docs/sync-replica.md).
+        let kinds: Vec<FaultKind> = FaultKind::ALL
+            .into_iter()
+            .filter(|k| *k != FaultKind::SyncReplica)
+            .collect();
+        assert_eq!(all.len(), kinds.len() + CHAINED.len());
+        for (l, kind) in all.iter().zip(kinds) {
             assert_eq!(l.drill.name, kind.name());
             assert_eq!(l.origin, format!("builtin:{}", kind.name()));
             assert!(matches!(&l.drill.steps[0], Step::Inject(f) if f.kind() == kind));

@@ -342,6 +342,8 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
             rank_cpu(*rank)
         }
         Fault::SlowCompute { ranks } => rank_cpu(*ranks.first()?),
+        // The report's points carry no database signals yet: no suspect chart.
+        Fault::SyncReplica { .. } => return None,
         Fault::UnplaceableRank { .. } | Fault::StuckRollout { .. } => Suspect {
             axis: "ranks".into(),
             series: vec![

@@ -729,6 +729,7 @@ pub(crate) mod tests {
             changes: vec![],
             faults: vec![],
             scrape_errors: vec![],
+            database: None,
         }
     }
 

@@ -326,6 +326,8 @@ struct RawInject {
     after: Option<u64>,
     #[serde(default)]
     threads: Option<u32>,
+    #[serde(default)]
+    node_selector: Option<String>,
 }
 
 /// `ranks:` is a count for unplaceable-rank (`ranks: 5`) and a list for slow-compute (`ranks: [1, 2]`).
@@ -348,6 +350,7 @@ impl Check for RawInject {
             ("ranks", self.ranks.is_some()),
             ("after", self.after.is_some()),
             ("threads", self.threads.is_some()),
+            ("node_selector", self.node_selector.is_some()),
         ]
         .into_iter()
         .filter_map(|(k, set)| set.then_some(k))
@@ -361,6 +364,7 @@ impl Check for RawInject {
             FaultKind::SlowCompute => &["ranks"],
             FaultKind::CompetingJob => &["server", "threads"],
             FaultKind::SlowDisk => &["server", "cpu"],
+            FaultKind::SyncReplica => &["node_selector"],
         };
         if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
             return Err(format!(
@@ -422,6 +426,9 @@ impl Check for RawInject {
             Fault::SlowDisk { server, cpu } => Fault::SlowDisk {
                 server: self.server.unwrap_or(server),
                 cpu: self.cpu.unwrap_or(cpu),
+            },
+            Fault::SyncReplica { node_selector } => Fault::SyncReplica {
+                node_selector: self.node_selector.unwrap_or(node_selector),
             },
         };
         fault.validate().map_err(|e| e.to_string().replace("--", ""))?;

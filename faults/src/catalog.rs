@@ -22,11 +22,12 @@ pub enum FaultKind {
     SlowCompute,
     CompetingJob,
     SlowDisk,
+    SyncReplica,
 }
 
 impl FaultKind {
     /// Every kind, in catalogue order.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::SlowStorage,
         FaultKind::ThrottledRank,
         FaultKind::UnplaceableRank,
@@ -36,6 +37,7 @@ impl FaultKind {
         FaultKind::SlowCompute,
         FaultKind::CompetingJob,
         FaultKind::SlowDisk,
+        FaultKind::SyncReplica,
     ];
 
     /// The kind's name on the command line.
@@ -50,6 +52,7 @@ impl FaultKind {
             FaultKind::SlowCompute => "slow-compute",
             FaultKind::CompetingJob => "competing-job",
             FaultKind::SlowDisk => "slow-disk",
+            FaultKind::SyncReplica => "sync-replica",
         }
     }
 
@@ -96,6 +99,9 @@ impl FaultKind {
             FaultKind::SlowDisk => {
                 "[--server 1] [--cpu 6m]  one storage server itself is slow: its own process starved of CPU"
             }
+            FaultKind::SyncReplica => {
+                "[--node-selector lab/disk=nvme]  the database's synchronous standby made unschedulable: every commit hangs, reads and Ready look fine (local runtime, lab up --database)"
+            }
         }
     }
 
@@ -123,6 +129,9 @@ impl FaultKind {
             FaultKind::SlowDisk => Fault::SlowDisk {
                 server: 1,
                 cpu: DEFAULT_STORAGE_CPU,
+            },
+            FaultKind::SyncReplica => Fault::SyncReplica {
+                node_selector: default_selector(),
             },
         }
     }
@@ -168,10 +177,21 @@ pub enum Fault {
     /// Storage server `server` itself is slow: its own process is held to `cpu`, so every request it
     /// serves waits (its own latency rises, not only the path's).
     SlowDisk { server: u32, cpu: Millicores },
+    /// The database's primary commits synchronously to its standby `db-1`, whose template is changed to
+    /// ask for a node label (`node_selector`, `KEY=VALUE`) no node has, and whose pod is made again from
+    /// it: it stays Pending.
+    SyncReplica {
+        #[serde(default = "default_selector")]
+        node_selector: String,
+    },
 }
 
 fn default_threads() -> u32 {
     64
+}
+
+fn default_selector() -> String {
+    "lab/disk=nvme".into()
 }
 
 impl Fault {
@@ -187,6 +207,7 @@ impl Fault {
             Fault::SlowCompute { .. } => FaultKind::SlowCompute,
             Fault::CompetingJob { .. } => FaultKind::CompetingJob,
             Fault::SlowDisk { .. } => FaultKind::SlowDisk,
+            Fault::SyncReplica { .. } => FaultKind::SyncReplica,
         }
     }
 
@@ -204,6 +225,7 @@ impl Fault {
                 .join(","),
             Fault::CompetingJob { server, .. } => lab_model::names::storage(*server),
             Fault::SlowDisk { server, .. } => lab_model::names::storage(*server),
+            Fault::SyncReplica { .. } => lab_model::db::STANDBY.to_string(),
         }
     }
 
@@ -265,6 +287,30 @@ impl Fault {
                     return Err(FaultError::Invalid(format!(
                         "--threads must be between 1 and {}",
                         lab_model::jobs::MAX_THREADS
+                    )));
+                }
+                Ok(())
+            }
+            Fault::SyncReplica { node_selector } => {
+                let sel = lab_model::db::parse_selector(node_selector).map_err(FaultError::Invalid)?;
+                if sel.is_empty() {
+                    return Err(FaultError::Invalid(
+                        "--node-selector must ask for a label (e.g. lab/disk=nvme)".into(),
+                    ));
+                }
+                let t = lab_model::db::DbTemplate {
+                    node_selector: sel,
+                    revision: 0,
+                };
+                if t.unmatched(&lab_model::db::local_node_labels()).is_none() {
+                    return Err(FaultError::Invalid(format!(
+                        "--node-selector {node_selector} matches the node's labels ({}), so the standby would \
+                         be placed: ask for a label no node has (e.g. lab/disk=nvme)",
+                        lab_model::db::DbTemplate {
+                            node_selector: lab_model::db::local_node_labels(),
+                            revision: 0
+                        }
+                        .selector_text()
                     )));
                 }
                 Ok(())
@@ -346,6 +392,10 @@ impl fmt::Display for Fault {
                     "slow-disk on storage-{server}: server process held to cpu {cpu}"
                 )
             }
+            Fault::SyncReplica { node_selector } => write!(
+                f,
+                "sync-replica on db-1: commits wait for a standby whose template asks for {node_selector}"
+            ),
         }
     }
 }
@@ -429,6 +479,21 @@ mod tests {
         assert!(FaultKind::SlowDisk.default_fault().validate().is_ok());
         let f: Fault = serde_json::from_str(r#"{"kind":"slow-disk","server":2,"cpu":"20m"}"#).unwrap();
         assert_eq!(f.target(), "storage-2");
+        let placeable = Fault::SyncReplica {
+            node_selector: "lab/disk=ssd".into(),
+        };
+        assert!(
+            placeable
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("matches the node")
+        );
+        let garbage = Fault::SyncReplica {
+            node_selector: "nvme".into(),
+        };
+        assert!(garbage.validate().unwrap_err().to_string().contains("KEY=VALUE"));
+        assert!(FaultKind::SyncReplica.default_fault().validate().is_ok());
     }
 
     #[test]

@@ -69,6 +69,11 @@ pub enum Before {
     NoJob { name: String },
     /// A storage server's own CPU limit (normally none).
     StorageCpu { cpu: Option<Millicores> },
+    /// The database standby's template (node selector) and the primary's `synchronous_standby_names`.
+    Database {
+        node_selector: std::collections::BTreeMap<String, String>,
+        synchronous_standby_names: String,
+    },
 }
 
 /// One fault's record.

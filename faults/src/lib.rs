@@ -8,6 +8,7 @@
 
 pub mod catalog;
 pub mod drain;
+pub mod db;
 pub mod engine;
 pub mod error;
 pub mod jobs;

@@ -61,6 +61,9 @@ pub enum Command {
     /// Move the job's data off a storage server, or back (the fix for a slow storage node).
     #[command(subcommand)]
     Storage(StorageCmd),
+    /// The database beside the job (`lab up --database`): its pods, the standby's template, delete a pod.
+    #[command(subcommand)]
+    Db(DbCmd),
     /// The live console: per-storage-server latency against pod Ready.
     Console,
     /// Run and check fault drills.
@@ -137,6 +140,11 @@ pub struct UpArgs {
     /// Keep what was created when a step fails, for debugging.
     #[arg(long)]
     pub retain: bool,
+    /// Also run a database beside the job: a PostgreSQL primary (db-0), a streaming standby (db-1, a
+    /// StatefulSet's pod with a template) and a writer committing to the primary (lab-writer), for the
+    /// sync-replica fault. Needs PostgreSQL installed (or LAB_PG_BIN); local runtime only.
+    #[arg(long)]
+    pub database: bool,
     /// Use the existing cluster of this kubeconfig (no cluster is created or deleted).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -326,6 +334,53 @@ pub enum InjectCmd {
         /// The CPU limit held on the server's own process (3m to 20m; smaller is slower).
         #[arg(long, default_value = "6m")]
         cpu: Millicores,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The database's primary commits synchronously to its standby db-1, whose template is changed to ask
+    /// for a node label no node has; the standby pod is made again from it and stays Pending. Every
+    /// commit hangs while reads and Ready look fine. Fixing the template alone does not move the Pending
+    /// pod: the right fix also deletes it by name (`lab db template --node-selector ''`, then
+    /// `lab db delete-pod db-1`). Needs `lab up --database`; local runtime only.
+    SyncReplica {
+        /// The label the changed template asks for, KEY=VALUE (one the node lacks).
+        #[arg(long, default_value = "lab/disk=nvme")]
+        node_selector: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `lab db …`: the database beside the job (`lab up --database`).
+///
+/// Its standby `db-1` is a StatefulSet's pod: it is made from the template as the template is when the
+/// pod is made, and keeps that version. Changing the template changes no pod that exists — not even one
+/// stuck Pending on the old version; delete that pod by name and it is made again from the template.
+///
+///   lab db status                          # pods, template, the primary's synchronous_standby_names
+///   lab db template --node-selector ''     # the template asks for no node label
+///   lab db delete-pod db-1                 # made again from the template as it is now
+#[derive(Debug, Subcommand)]
+pub enum DbCmd {
+    /// The database's pods, the standby's template and the version its pod was made from, the primary's
+    /// synchronous_standby_names and the writer's signals.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set the standby StatefulSet's template: its node selector (KEY=VALUE,...; '' for none). Pods that
+    /// exist keep the version they were made from.
+    Template {
+        /// Node labels the standby's pods ask for: KEY=VALUE,... ('' for none).
+        #[arg(long)]
+        node_selector: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a database pod by name (db-0, db-1, lab-writer): it is made again from its template.
+    DeletePod {
+        /// The pod (db-1 is the standby).
+        pod: String,
         #[arg(long)]
         json: bool,
     },

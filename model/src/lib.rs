@@ -7,6 +7,7 @@
 pub mod actions;
 pub mod change;
 pub mod clock;
+pub mod db;
 pub mod error;
 pub mod format;
 pub mod jobs;

@@ -86,3 +86,20 @@ pub const JOB_READ_BYTES: &str = "lab_job_read_bytes_total";
 pub const JOB_READ_DURATION: &str = "lab_job_read_duration_seconds";
 /// Gauge: the read rate that job is held to, reads per second (absent while it runs unthrottled).
 pub const JOB_RATE_LIMIT: &str = "lab_job_read_rate_limit";
+
+/// Counter: transactions the database writer (`lab-writer`) committed on the primary.
+pub const WRITER_COMMITS: &str = "lab_writer_commits_total";
+/// Counter: commits that failed (the connection broke or the server refused).
+pub const WRITER_COMMIT_ERRORS: &str = "lab_writer_commit_errors_total";
+/// Counter: reads the writer made on the primary, on a connection of their own.
+pub const WRITER_READS: &str = "lab_writer_reads_total";
+/// Gauge: commits per second over the writer's window (10 s).
+pub const WRITER_COMMIT_RATE: &str = "lab_writer_commits_per_second";
+/// Gauge: reads per second over the writer's window.
+pub const WRITER_READ_RATE: &str = "lab_writer_reads_per_second";
+/// Gauge: median commit latency over the window, seconds; a commit still waiting counts with its age.
+pub const WRITER_COMMIT_P50: &str = "lab_writer_commit_latency_p50_seconds";
+/// Gauge: 99th percentile commit latency over the window, seconds; a commit still waiting counts too.
+pub const WRITER_COMMIT_P99: &str = "lab_writer_commit_latency_p99_seconds";
+/// Gauge: how long the commit in flight has waited, seconds (0 when none waits).
+pub const WRITER_COMMIT_WAITING: &str = "lab_writer_commit_waiting_seconds";

@@ -25,4 +25,6 @@ pub enum TargetKind {
     Storage,
     /// A foreign job's `/metrics` (a job of another team on the same storage).
     Job,
+    /// The database writer's `/metrics` (`lab-writer`, beside the lab's optional database).
+    Writer,
 }

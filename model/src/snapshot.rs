@@ -183,4 +183,19 @@ pub struct Snapshot {
     pub faults: Vec<ActiveFault>,
     /// Targets that could not be scraped on the last tick, with the reason.
     pub scrape_errors: Vec<String>,
+    /// The optional database's writer, by its own signals (absent without `lab up --database`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<DatabaseView>,
+}
+
+/// The database writer's golden signals, as it exports them (each over its own last 10 s).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DatabaseView {
+    pub commits_per_s: f64,
+    pub reads_per_s: f64,
+    /// Commit latency, seconds; a commit still waiting counts with its age.
+    pub commit_p50_s: f64,
+    pub commit_p99_s: f64,
+    /// How long the commit in flight has waited, seconds.
+    pub commit_waiting_s: f64,
 }

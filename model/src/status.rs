@@ -48,6 +48,10 @@ pub enum Role {
     Monitoring,
     /// A job of another team sharing the storage (not a rank): see `lab_model::jobs`.
     ForeignJob,
+    /// A PostgreSQL server of the lab's optional database (`db-0` primary, `db-1` standby).
+    Database,
+    /// The application committing to that database (`lab-writer`).
+    DbWriter,
 }
 
 /// Resources of one instance: what runs now against what it was given and what its template says.

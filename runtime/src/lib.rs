@@ -41,6 +41,14 @@ pub struct BesideProcess {
     pub rank_itself: bool,
 }
 
+/// Why a runtime without the database refuses its actions.
+fn no_database_here(kind: RuntimeKind) -> RuntimeError {
+    RuntimeError::InvalidInput(format!(
+        "the {kind} runtime runs no database yet: `lab up --database` needs the local runtime (on Kubernetes \
+         it needs a PostgreSQL image built offline, which the lab does not build yet)"
+    ))
+}
+
 /// A result whose error is a [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
@@ -208,6 +216,44 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
              need the local runtime)",
             self.kind()
         )))
+    }
+
+    /// The optional database beside the job (`lab up --database`), with the primary's
+    /// `synchronous_standby_names` as it reads it now.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] when the lab has none, or the runtime cannot run one (saying why).
+    async fn database(&self) -> Result<lab_model::db::DbStatus> {
+        Err(no_database_here(self.kind()))
+    }
+
+    /// Sets the standby StatefulSet's template (its node selector), as `kubectl apply` does: pods that
+    /// exist keep the version they were made from, a Pending one included.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for a selector that is not labels, or a lab without a database.
+    async fn set_db_template(&self, node_selector: std::collections::BTreeMap<String, String>) -> Result<()> {
+        let _ = node_selector;
+        Err(no_database_here(self.kind()))
+    }
+
+    /// Deletes a database pod by name (`db-1`); it is made again from its template as it is now.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for a name that is not a database pod, or a lab without a database.
+    async fn delete_pod(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Err(no_database_here(self.kind()))
+    }
+
+    /// Sets the primary's `synchronous_standby_names` (`""`: commits wait for no standby) and reloads its
+    /// configuration.
+    ///
+    /// # Errors
+    /// When the primary does not answer, or the lab has no database.
+    async fn set_synchronous_standby_names(&self, names: &str) -> Result<()> {
+        let _ = names;
+        Err(no_database_here(self.kind()))
     }
 
     /// Stops the foreign job `name`.

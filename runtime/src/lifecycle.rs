@@ -28,6 +28,10 @@ pub struct UpOptions {
     /// How long to wait for training to reach a steady baseline.
     #[serde(with = "humantime_secs")]
     pub baseline_timeout: Duration,
+    /// Also run the optional database beside the job: a PostgreSQL primary, a streaming standby and a
+    /// writer (local runtime only).
+    #[serde(default)]
+    pub database: bool,
 }
 
 impl Default for UpOptions {
@@ -42,6 +46,7 @@ impl Default for UpOptions {
             watchdog: Duration::from_secs(120),
             retain: false,
             baseline_timeout: Duration::from_secs(180),
+            database: false,
         }
     }
 }

@@ -81,6 +81,10 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
                     .into(),
             ));
         }
+        // Not a chapter either: the seed's rule, the template fixed and the stuck pod deleted by name.
+        FaultKind::SyncReplica => vec![Step::Remediate(command(
+            "lab db template --node-selector '' && lab db delete-pod db-1",
+        ))],
     };
     let mut steps = Vec::new();
     for s in std::mem::take(&mut loaded.drill.steps) {

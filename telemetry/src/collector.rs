@@ -189,6 +189,7 @@ impl Collector {
             .filter(|c| c.firing)
             .map(|c| alert(c, &signals, &status, self.engine.baseline()))
             .collect();
+        let database = database_view(&self.store, t);
         Snapshot {
             at_ms: now_ms,
             status,
@@ -199,6 +200,7 @@ impl Collector {
             changes,
             faults,
             scrape_errors,
+            database,
         }
     }
 
@@ -341,6 +343,24 @@ fn clients(sv: &ServerSignals, status: &LabStatus) -> Vec<ClientReads> {
     }
     out.sort_by(|a, b| b.reads_per_s.total_cmp(&a.reads_per_s));
     out
+}
+
+/// The database writer's own gauges, when it is scraped (`lab up --database`).
+fn database_view(store: &Store, t: i64) -> Option<lab_model::snapshot::DatabaseView> {
+    let writer = lab_model::db::WRITER;
+    let get = |name: &str| {
+        store
+            .instant(name, t, |l| l.get("instance") == Some(writer))
+            .first()
+            .map(|(_, v)| *v)
+    };
+    Some(lab_model::snapshot::DatabaseView {
+        commits_per_s: get(m::WRITER_COMMIT_RATE)?,
+        reads_per_s: get(m::WRITER_READ_RATE).unwrap_or(0.0),
+        commit_p50_s: get(m::WRITER_COMMIT_P50).unwrap_or(0.0),
+        commit_p99_s: get(m::WRITER_COMMIT_P99).unwrap_or(0.0),
+        commit_waiting_s: get(m::WRITER_COMMIT_WAITING).unwrap_or(0.0),
+    })
 }
 
 fn push_bounded(q: &mut VecDeque<f64>, v: f64, cap: usize) {

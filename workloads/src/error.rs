@@ -89,6 +89,10 @@ pub enum WorkloadError {
     #[error("{detail}")]
     Mismatch { detail: String },
 
+    /// A database pod's data folder could not be prepared, or its server not started.
+    #[error("{detail}")]
+    Database { detail: String },
+
     /// A rank stopped training; the message says why and what the job does next.
     #[error("{message}")]
     Stopped { message: String, exit_code: u8 },

@@ -3,21 +3,25 @@
 //! A rank reads its batches from SeaweedFS ([`storage`], [`dataset`]), computes a gradient ([`model`]),
 //! sums it with its peers over a TCP ring ([`allreduce`], after [`rendezvous`]), checkpoints
 //! ([`checkpoint`]), and exports what it does ([`metrics`], [`serve`], [`cgroup`]); [`rank`] ties these
-//! together and [`seeder`] writes the dataset they read.
+//! together and [`seeder`] writes the dataset they read. Beside the job, the optional database: [`db`]
+//! (the PostgreSQL pods) and [`writer`] (the application committing to it, over [`pg`]).
 
 pub mod allreduce;
 pub mod cgroup;
 pub mod checkpoint;
 pub mod dataset;
+pub mod db;
 pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod pg;
 pub mod rank;
 pub mod reader;
 pub mod rendezvous;
 pub mod seeder;
 pub mod serve;
 pub mod storage;
+pub mod writer;
 
 pub use error::{Result, WorkloadError};

@@ -120,6 +120,7 @@ fn snapshot(size: Size, faults: &[FaultKey], since: u64, tick: u64) -> Snapshot 
             })
             .collect(),
         scrape_errors: Vec::new(),
+        database: None,
     }
 }
 

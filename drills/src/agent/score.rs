@@ -37,6 +37,8 @@ pub fn cause_of(fault: &Fault) -> &'static str {
         Fault::CompetingJob { .. } => "competing-job",
         // The storage server's own process is slow: its own latency rises with the path's.
         Fault::SlowDisk { .. } => "slow-node",
+        // Commits wait for a synchronous standby that cannot be scheduled.
+        Fault::SyncReplica { .. } => "unschedulable-replica",
     }
 }
 

@@ -9,6 +9,7 @@ mod slow_compute;
 mod slow_disk;
 mod slow_storage;
 mod stuck_rollout;
+mod sync_replica;
 mod throttled_rank;
 mod unplaceable_rank;
 
@@ -31,6 +32,7 @@ pub use slow_compute::SlowCompute;
 pub use slow_disk::SlowDisk;
 pub use slow_storage::SlowStorage;
 pub use stuck_rollout::StuckRollout;
+pub use sync_replica::{SyncReplica, WriterReading, read_writer as sync_replica_reading};
 pub use throttled_rank::ThrottledRank;
 pub use unplaceable_rank::UnplaceableRank;
 
@@ -151,6 +153,9 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
         Fault::StuckRollout { ranks } => Box::new(StuckRollout { ranks }),
         Fault::CompetingJob { server, threads } => Box::new(CompetingJob { server, threads }),
         Fault::SlowDisk { server, cpu } => Box::new(SlowDisk { server, cpu }),
+        Fault::SyncReplica { ref node_selector } => Box::new(SyncReplica {
+            node_selector: node_selector.clone(),
+        }),
     }
 }
 

@@ -226,6 +226,7 @@ impl Observer for Story {
                         | lab_faults::FaultKind::StuckRollout
                         | lab_faults::FaultKind::CompetingJob
                         | lab_faults::FaultKind::SlowDisk => {}
+                        | lab_faults::FaultKind::SyncReplica => {}
                         lab_faults::FaultKind::RankHang => t.fix = "lab restart rank 1".into(),
                         lab_faults::FaultKind::RankCrash => {
                             t.fix = "the lab's own clear (the rank's setting removed)".into();

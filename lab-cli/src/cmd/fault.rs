@@ -61,6 +61,7 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
             json,
         } => (Fault::CompetingJob { server, threads }, json),
         InjectCmd::SlowDisk { server, cpu, json } => (Fault::SlowDisk { server, cpu }, json),
+        InjectCmd::SyncReplica { node_selector, json } => (Fault::SyncReplica { node_selector }, json),
     };
     // Listen for Ctrl-C from the start (`ctrl_c()` listens only once first polled, so an earlier signal took
     // the default action: the process died without a word or its exit status); one that arrives while the

@@ -33,6 +33,7 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
         watchdog: a.watchdog,
         retain: a.retain,
         baseline_timeout: a.baseline_timeout,
+        database: a.database,
     };
     let (kind, reason) = lifecycle::choose(if a.kubeconfig.is_some() {
         Requested::Cluster

@@ -1,6 +1,7 @@
 //! One function per command: map the parsed flags onto the library's options, call it, print the result.
 
 mod console;
+mod db;
 mod demo;
 mod drill;
 mod fault;
@@ -41,6 +42,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => remediate::env(&name, rank, set, unset, json).await,
         Command::Job(j) => job::run(&name, j).await,
         Command::Storage(c) => remediate::storage(&name, c).await,
+        Command::Db(d) => db::run(&name, d).await,
         Command::Console => console::console(&name).await,
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,

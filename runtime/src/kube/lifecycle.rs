@@ -97,6 +97,13 @@ pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) 
 
 fn validate(opts: &UpOptions, kopts: &KubeOptions) -> Result<()> {
     state::validate_name(&opts.name)?;
+    if opts.database {
+        return Err(RuntimeError::InvalidInput(
+            "--database runs on the local runtime only: on Kubernetes it needs a PostgreSQL image built \
+             offline, which the lab does not build yet (use --runtime local)"
+                .into(),
+        ));
+    }
     if opts.ranks == 0 || opts.storage_servers == 0 {
         return Err(RuntimeError::InvalidInput(
             "the lab needs at least one rank and one storage server".into(),

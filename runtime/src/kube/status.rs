@@ -230,6 +230,8 @@ impl RoleOrder for PodStatus {
             Role::Rank => 3,
             Role::Monitoring => 4,
             Role::ForeignJob => 5,
+            Role::Database => 6,
+            Role::DbWriter => 7,
         }
     }
 }

@@ -7,6 +7,7 @@
 //! its environment, removes the cgroups and the lab's directory, and checks that nothing is left.
 
 pub mod cgroup;
+pub mod db;
 pub mod freezer;
 pub mod http;
 pub mod procs;
@@ -215,6 +216,11 @@ async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progre
     let master_port = ports.take()?;
     let master_grpc_port = ports.take()?;
     let rendezvous_port = ports.take()?;
+    let pg_bin = if opts.database {
+        Some(db::find_pg_bin()?)
+    } else {
+        None
+    };
     let mut storage = Vec::new();
     for _ in 0..opts.storage_servers {
         storage.push(StoragePorts {
@@ -265,7 +271,17 @@ async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progre
         created_ms: state::now_ms(),
         config: serde_json::to_value(&cfg).map_err(|e| RuntimeError::Other(e.to_string()))?,
     };
-    let spec = LocalSpec::initial(opts.cpu);
+    let mut spec = LocalSpec::initial(opts.cpu);
+    if let Some(pg_bin) = pg_bin {
+        spec.database = Some(spec::DbSpec {
+            pg_bin,
+            primary_port: ports.take()?,
+            standby_port: ports.take()?,
+            writer_metrics_port: ports.take()?,
+            template: lab_model::db::DbTemplate::default(),
+            standby_pod: None,
+        });
+    }
     let spec_bytes = serde_json::to_vec_pretty(&spec).map_err(|e| RuntimeError::Other(e.to_string()))?;
     state::write_atomic(&Paths::new(&dir).spec(), &spec_bytes)?;
     state::write_record(&dir, &record)?;
@@ -332,6 +348,14 @@ impl LocalRuntime {
             self.start_ranks(opts.ranks, Duration::from_secs(90)),
         )
         .await?;
+        if opts.database {
+            step(
+                progress,
+                "start database",
+                self.wait_database(Duration::from_secs(90)),
+            )
+            .await?;
+        }
         Ok(())
     }
 
@@ -793,6 +817,47 @@ impl Runtime for LocalRuntime {
         }
         self.move_volume_local(volume, from, to).await
     }
+    async fn database(&self) -> Result<lab_model::db::DbStatus> {
+        let (mut st, pg_bin) = self.db_status().await?;
+        st.synchronous_standby_names = db::psql(&pg_bin, &st.primary, "SHOW synchronous_standby_names")
+            .await
+            .ok();
+        Ok(st)
+    }
+
+    async fn set_db_template(&self, node_selector: std::collections::BTreeMap<String, String>) -> Result<()> {
+        self.call(Request::DbTemplate { node_selector })
+            .await
+            .map(drop)
+            .map_err(invalid_input)
+    }
+
+    async fn delete_pod(&self, name: &str) -> Result<()> {
+        self.call(Request::DeletePod { name: name.into() })
+            .await
+            .map(drop)
+            .map_err(invalid_input)
+    }
+
+    async fn set_synchronous_standby_names(&self, names: &str) -> Result<()> {
+        let literal = db::standby_names_literal(names)?;
+        let (st, pg_bin) = self.db_status().await?;
+        db::psql(
+            &pg_bin,
+            &st.primary,
+            &format!("ALTER SYSTEM SET synchronous_standby_names = {literal}"),
+        )
+        .await?;
+        db::psql(&pg_bin, &st.primary, "SELECT pg_reload_conf()").await?;
+        // The reload is asynchronous: wait until the primary says the new value.
+        let want = db::psql(&pg_bin, &st.primary, &format!("SELECT {literal}")).await?;
+        wait_for(
+            "the primary to load synchronous_standby_names",
+            Duration::from_secs(10),
+            || async { Ok(db::psql(&pg_bin, &st.primary, "SHOW synchronous_standby_names").await? == want) },
+        )
+        .await
+    }
 }
 
 fn unexpected(r: &Response) -> RuntimeError {
@@ -808,6 +873,49 @@ fn invalid_input(e: RuntimeError) -> RuntimeError {
 }
 
 impl LocalRuntime {
+    /// The database as the supervisor reports it, and where PostgreSQL's programs are.
+    async fn db_status(&self) -> Result<(lab_model::db::DbStatus, PathBuf)> {
+        let st = self.local_status().await?;
+        let spec: LocalSpec = std::fs::read(self.paths.spec())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .ok_or_else(|| RuntimeError::Other("the lab's spec is unreadable".into()))?;
+        match (st.database, spec.database) {
+            (Some(d), Some(s)) => Ok((d, s.pg_bin)),
+            _ => Err(RuntimeError::InvalidInput(
+                "this lab has no database: start one with `lab up --database`".into(),
+            )),
+        }
+    }
+
+    /// Waits until the database's pods are Running and Ready and the writer has committed.
+    async fn wait_database(&self, deadline: Duration) -> Result<()> {
+        use lab_model::db;
+        wait_for(
+            "the database's pods to be Ready and the writer to commit",
+            deadline,
+            || async {
+                let st = self.local_status().await?;
+                let ready = [db::PRIMARY, db::STANDBY, db::WRITER]
+                    .iter()
+                    .all(|n| st.status.pods.iter().any(|p| p.name == *n && p.ready));
+                if !ready {
+                    return Ok(false);
+                }
+                let Some(t) = st.targets.iter().find(|t| t.instance == db::WRITER) else {
+                    return Ok(false);
+                };
+                let text = self.fetch_metrics(t, Duration::from_secs(2)).await?;
+                Ok(text.lines().any(|l| {
+                    l.strip_prefix(lab_model::metrics::WRITER_COMMITS)
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .is_some_and(|v| v > 0.0)
+                }))
+            },
+        )
+        .await
+    }
+
     fn check_server(&self, server: u32) -> Result<()> {
         if server >= self.cfg.storage_servers {
             return Err(RuntimeError::InvalidInput(format!(

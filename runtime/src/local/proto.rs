@@ -93,6 +93,14 @@ pub enum Request {
     StopJob {
         name: String,
     },
+    /// Sets the database standby's template (its node selector); no pod changes.
+    DbTemplate {
+        node_selector: std::collections::BTreeMap<String, String>,
+    },
+    /// Deletes a database pod by name; it is made again from its template as it is now.
+    DeletePod {
+        name: String,
+    },
 }
 
 /// What the supervisor knows beyond the shared status model.
@@ -113,6 +121,9 @@ pub struct LocalStatus {
     /// CPU limits on storage servers' own processes, as `(server, limit)` (the slow-disk fault).
     #[serde(default)]
     pub storage_cpu: Vec<(u32, Millicores)>,
+    /// The optional database (its `synchronous_standby_names` is not known to the supervisor: `None`).
+    #[serde(default)]
+    pub database: Option<lab_model::db::DbStatus>,
 }
 
 /// The supervisor's answer.
@@ -209,6 +220,7 @@ mod tests {
             supervisor_pid: 1,
             foreign_jobs: vec![],
             storage_cpu: vec![(2, Millicores(5))],
+            database: None,
         };
         let r = Response::Status { status: Box::new(st) };
         let back: Response = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();

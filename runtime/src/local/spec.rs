@@ -6,6 +6,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 
 use lab_model::Millicores;
+use lab_model::db::DbTemplate;
 use lab_model::jobs::ForeignJob;
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +108,27 @@ pub struct LocalSpec {
     /// what; a volume server that restarts comes back under the same limit.
     #[serde(default)]
     pub storage_cpu: BTreeMap<u32, Millicores>,
+    /// The optional database beside the job (`lab up --database`).
+    #[serde(default)]
+    pub database: Option<DbSpec>,
+}
+
+/// The lab's database as the supervisor runs it: a primary, one standby (a StatefulSet of one, with a
+/// template) and the writer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DbSpec {
+    /// PostgreSQL's programs.
+    pub pg_bin: PathBuf,
+    pub primary_port: u16,
+    pub standby_port: u16,
+    /// The writer's `/metrics`.
+    pub writer_metrics_port: u16,
+    /// The standby StatefulSet's pod template.
+    pub template: DbTemplate,
+    /// The template the standby pod now standing was made from. A pod keeps it until it is deleted: a
+    /// changed template does not touch a pod that exists (nor one left Pending); `None` after a delete,
+    /// and the supervisor makes the pod again from `template`.
+    pub standby_pod: Option<DbTemplate>,
 }
 
 /// One foreign job as the supervisor runs it.
@@ -141,6 +163,7 @@ impl LocalSpec {
             foreign_jobs: BTreeMap::new(),
             next_job_id: 0,
             storage_cpu: BTreeMap::new(),
+            database: None,
         }
     }
 

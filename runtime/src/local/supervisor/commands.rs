@@ -165,6 +165,36 @@ pub(crate) fn role_command(
             }
             cmd.cpu = Some(crate::local::spec::FOREIGN_JOB_CPU);
         }
+        Kind::DbPrimary | Kind::DbStandby => {
+            let d = spec.database.as_ref()?;
+            let (port, role) = if kind == Kind::DbPrimary {
+                (d.primary_port, vec!["primary".to_string()])
+            } else {
+                (
+                    d.standby_port,
+                    vec![
+                        "standby".into(),
+                        format!("--primary-port={}", d.primary_port),
+                        format!("--name={}", lab_model::db::STANDBY),
+                    ],
+                )
+            };
+            cmd.program = cfg.bin_dir.join("lab-db");
+            cmd.args = vec![
+                format!("--pg-bin={}", d.pg_bin.display()),
+                format!("--data={}", data.join(&cmd.name).display()),
+                format!("--port={port}"),
+            ];
+            cmd.args.extend(role);
+        }
+        Kind::Writer => {
+            let d = spec.database.as_ref()?;
+            cmd.program = cfg.bin_dir.join("lab-writer");
+            cmd.args = vec![
+                format!("--primary={LO}:{}", d.primary_port),
+                format!("--metrics-listen={LO}:{}", d.writer_metrics_port),
+            ];
+        }
     }
     Some(cmd)
 }

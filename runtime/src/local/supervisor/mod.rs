@@ -12,6 +12,7 @@
 
 mod beside;
 mod commands;
+mod db;
 mod launch;
 mod probes;
 mod reconcile;
@@ -141,8 +142,13 @@ fn log(msg: &str) {
 /// Stops every process (ranks first, storage last) and removes the lab's cgroups.
 async fn shutdown(sup: &Arc<Mutex<Sup>>) {
     let order: [fn(Kind) -> bool; 3] = [
-        |k| matches!(k, Kind::Rank(_) | Kind::Seeder | Kind::Job(_)),
-        |k| matches!(k, Kind::Volume(_) | Kind::Proxy(_)),
+        |k| matches!(k, Kind::Rank(_) | Kind::Seeder | Kind::Job(_) | Kind::Writer),
+        |k| {
+            matches!(
+                k,
+                Kind::Volume(_) | Kind::Proxy(_) | Kind::DbStandby | Kind::DbPrimary
+            )
+        },
         |k| matches!(k, Kind::Master),
     ];
     {

@@ -26,6 +26,19 @@ fn probe_url(cfg: &LocalConfig, spec: &LocalSpec, kind: Kind) -> Option<String> 
             spec.foreign_jobs.values().find(|j| j.id == id)?.metrics_port
         )),
         Kind::Seeder => None,
+        // A database answers on its port: Ready, whatever its commits do (a TCP probe, as its pods have).
+        Kind::DbPrimary => Some(format!(
+            "tcp://127.0.0.1:{}",
+            spec.database.as_ref()?.primary_port
+        )),
+        Kind::DbStandby => Some(format!(
+            "tcp://127.0.0.1:{}",
+            spec.database.as_ref()?.standby_port
+        )),
+        Kind::Writer => Some(format!(
+            "http://127.0.0.1:{}/readyz",
+            spec.database.as_ref()?.writer_metrics_port
+        )),
     }
 }
 
@@ -46,9 +59,17 @@ pub(super) async fn probe_loop(sup: Arc<Mutex<Sup>>) {
                 .collect()
         };
         let results = futures::future::join_all(probes.into_iter().map(|(name, url)| async move {
-            let ok = crate::local::http::get(&url, Duration::from_millis(800))
+            let ok = match url.strip_prefix("tcp://") {
+                Some(addr) => tokio::time::timeout(
+                    Duration::from_millis(800),
+                    tokio::net::TcpStream::connect(addr.to_string()),
+                )
                 .await
-                .is_ok_and(|(code, _)| code == 200);
+                .is_ok_and(|c| c.is_ok()),
+                None => crate::local::http::get(&url, Duration::from_millis(800))
+                    .await
+                    .is_ok_and(|(code, _)| code == 200),
+            };
             (name, ok)
         }))
         .await;

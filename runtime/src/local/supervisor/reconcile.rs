@@ -36,6 +36,12 @@ pub(crate) enum Kind {
     Rank(u32),
     /// A foreign job (a job of another team), by its id in the spec.
     Job(u32),
+    /// The database's primary (`db-0`).
+    DbPrimary,
+    /// The database's standby (`db-1`).
+    DbStandby,
+    /// The application committing to the database (`lab-writer`).
+    Writer,
 }
 
 /// The instance's name: its key, its log file and its process record.
@@ -47,6 +53,9 @@ pub(crate) fn inst_name(kind: Kind) -> String {
         Kind::Seeder => "seeder".to_string(),
         Kind::Rank(r) => names::rank(r),
         Kind::Job(id) => format!("job-{id}"),
+        Kind::DbPrimary => lab_model::db::PRIMARY.to_string(),
+        Kind::DbStandby => lab_model::db::STANDBY.to_string(),
+        Kind::Writer => lab_model::db::WRITER.to_string(),
     }
 }
 
@@ -309,6 +318,14 @@ impl Sup {
                 Response::Ok
             }
             Request::SetStorageCpu { server, cpu } => self.set_storage_cpu(server, cpu),
+            Request::DbTemplate { node_selector } => match self.set_db_template(node_selector) {
+                Ok(()) => Response::Ok,
+                Err(m) => err(m),
+            },
+            Request::DeletePod { name } => match self.delete_pod(&name, now) {
+                Ok(()) => Response::Ok,
+                Err(m) => err(m),
+            },
             Request::SetDelay { .. } | Request::Shutdown => err("handled elsewhere".into()),
         }
     }
@@ -483,6 +500,7 @@ impl Sup {
         if storage_ready {
             wanted.extend(self.spec.foreign_jobs.values().map(|j| Kind::Job(j.id)));
         }
+        self.want_database(&mut wanted);
 
         // Stop what is no longer wanted, or was started under an older configuration: every such rank at
         // once, or during a rolling change the one whose turn it is.
@@ -518,7 +536,12 @@ impl Sup {
         self.insts.retain(|_, i| {
             i.running.is_some()
                 || i.kind == Kind::Seeder && i.succeeded
-                || wanted.contains(&i.kind) && !(i.replace && matches!(i.kind, Kind::Rank(_) | Kind::Job(_)))
+                || wanted.contains(&i.kind)
+                    && !(i.replace
+                        && matches!(
+                            i.kind,
+                            Kind::Rank(_) | Kind::Job(_) | Kind::DbPrimary | Kind::DbStandby
+                        ))
         });
 
         for kind in wanted {

@@ -154,6 +154,7 @@ impl Sup {
             }
             pods.push(p);
         }
+        let database = self.database_pods(&mut pods, &mut targets, &pod_of);
         for (i, p) in cfg.storage.iter().enumerate() {
             targets.push(ScrapeTarget {
                 instance: names::storage(i as u32),
@@ -189,6 +190,7 @@ impl Sup {
             supervisor_pid: std::process::id(),
             foreign_jobs: spec.foreign_jobs.values().map(|j| j.job.clone()).collect(),
             storage_cpu: spec.storage_cpu.iter().map(|(k, v)| (*k, *v)).collect(),
+            database,
         }
     }
 }

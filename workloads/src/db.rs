@@ -1,0 +1,220 @@
+//! The lab's PostgreSQL pods (`lab-db`): prepares a data folder the way a database image's entrypoint
+//! does, then becomes the server (`exec`), so the supervisor watches and signals PostgreSQL itself.
+//!
+//! - `primary`: `initdb` on first start (trust on loopback, replication allowed), then `postgres`.
+//! - `standby`: `pg_basebackup` from the primary on first start (its volume is empty), then `postgres` in
+//!   standby mode, streaming from the primary under its own `application_name` (its pod name, `db-1`):
+//!   the name a primary's `synchronous_standby_names` refers to.
+//!
+//! PostgreSQL refuses to run as root. When the lab runs as root, the servers run as the `postgres` user
+//! (Debian's packages create it) through `setpriv`, keeping one capability, `CAP_DAC_READ_SEARCH`, so they
+//! can reach their data folder inside the lab's folder, which only root may enter.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::{Result, WorkloadError};
+
+/// The user the servers run as when the lab runs as root.
+pub const DB_USER: &str = "postgres";
+
+/// How a server is run.
+#[derive(Debug, Clone)]
+pub struct DbOptions {
+    /// PostgreSQL's programs (`initdb`, `postgres`, `pg_basebackup`).
+    pub pg_bin: PathBuf,
+    /// Its data folder (its volume).
+    pub data: PathBuf,
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+}
+
+fn invalid(what: String) -> WorkloadError {
+    WorkloadError::Database { detail: what }
+}
+
+/// `program` run as the database user: itself when the lab is not root, else through `setpriv`.
+fn as_db_user(program: &Path) -> Command {
+    if !nix::unistd::geteuid().is_root() {
+        return Command::new(program);
+    }
+    let mut c = Command::new("setpriv");
+    c.args([
+        &format!("--reuid={DB_USER}"),
+        &format!("--regid={DB_USER}"),
+        "--clear-groups",
+        "--inh-caps=+dac_read_search",
+        "--ambient-caps=+dac_read_search",
+    ])
+    .arg(program);
+    c
+}
+
+/// Makes `dir` (empty or not) belong to the database user, mode 0700 as PostgreSQL requires.
+fn own(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).map_err(|e| invalid(format!("creating {}: {e}", dir.display())))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| invalid(format!("setting the mode of {}: {e}", dir.display())))?;
+    if nix::unistd::geteuid().is_root() {
+        let user = nix::unistd::User::from_name(DB_USER)
+            .ok()
+            .flatten()
+            .ok_or_else(|| {
+                invalid(format!(
+                    "PostgreSQL refuses to run as root and there is no {DB_USER:?} user to run it as: \
+                     install PostgreSQL's packages (they create it), or run the lab as another user"
+                ))
+            })?;
+        nix::unistd::chown(dir, Some(user.uid), Some(user.gid))
+            .map_err(|e| invalid(format!("giving {} to {DB_USER}: {e}", dir.display())))?;
+    }
+    Ok(())
+}
+
+fn run(mut c: Command, what: &str) -> Result<()> {
+    let out = c
+        .output()
+        .map_err(|e| invalid(format!("{what}: cannot start it: {e}")))?;
+    if !out.status.success() {
+        return Err(invalid(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// The server's settings on the command line: loopback TCP only, no Unix socket, small.
+fn server_args(o: &DbOptions) -> Vec<String> {
+    let mut a = vec![
+        "-D".into(),
+        o.data.display().to_string(),
+        "-p".into(),
+        o.port.to_string(),
+    ];
+    for (k, v) in [
+        ("listen_addresses", "127.0.0.1"),
+        ("unix_socket_directories", ""),
+        // The lab measures waiting for a standby, not the disk: no fsync on a shared test machine.
+        ("fsync", "off"),
+        ("wal_level", "replica"),
+        ("max_wal_senders", "5"),
+        ("wal_keep_size", "256MB"),
+        ("hot_standby", "on"),
+        ("max_connections", "30"),
+        ("shared_buffers", "16MB"),
+    ] {
+        a.push("-c".into());
+        a.push(format!("{k}={v}"));
+    }
+    a
+}
+
+/// Prepares the primary's data folder on first start, then becomes the primary.
+///
+/// # Errors
+/// When `initdb` fails or the server cannot be started.
+pub fn primary(o: &DbOptions) -> Result<()> {
+    if !o.data.join("PG_VERSION").exists() {
+        own(&o.data)?;
+        let mut c = as_db_user(&o.pg_bin.join("initdb"));
+        c.arg("-D").arg(&o.data).args([
+            "-U",
+            DB_USER,
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ]);
+        run(c, "initdb")?;
+    }
+    let mut c = as_db_user(&o.pg_bin.join("postgres"));
+    c.args(server_args(o));
+    Err(invalid(format!("starting postgres: {}", c.exec())))
+}
+
+/// Copies the primary on first start (or after a copy that did not finish), then becomes a standby
+/// streaming from `primary_port` under `name`.
+///
+/// # Errors
+/// When the copy fails or the server cannot be started.
+pub fn standby(o: &DbOptions, primary_port: u16, name: &str) -> Result<()> {
+    // pg_basebackup -R writes standby.signal last: without it the copy did not finish.
+    if !o.data.join("standby.signal").exists() {
+        if o.data.exists() {
+            std::fs::remove_dir_all(&o.data).map_err(|e| {
+                invalid(format!(
+                    "removing an unfinished copy in {}: {e}",
+                    o.data.display()
+                ))
+            })?;
+        }
+        own(&o.data)?;
+        let mut c = as_db_user(&o.pg_bin.join("pg_basebackup"));
+        c.args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &primary_port.to_string(),
+            "-U",
+            DB_USER,
+            "-D",
+        ])
+        .arg(&o.data)
+        .args(["-R", "-X", "stream", "--no-sync", "-c", "fast"]);
+        run(c, "pg_basebackup from the primary")?;
+    }
+    let mut c = as_db_user(&o.pg_bin.join("postgres"));
+    c.args(server_args(o)).args([
+        "-c".to_string(),
+        format!("primary_conninfo=host=127.0.0.1 port={primary_port} user={DB_USER} application_name={name}"),
+    ]);
+    Err(invalid(format!("starting postgres: {}", c.exec())))
+}
+
+/// The folder of PostgreSQL's programs: `$LAB_PG_BIN`, else the newest `/usr/lib/postgresql/<v>/bin`
+/// (Debian's layout), else the folder of `pg_ctl` on the `PATH`.
+pub fn find_pg_bin() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("LAB_PG_BIN").map(PathBuf::from) {
+        return d.join("postgres").exists().then_some(d);
+    }
+    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").exists().then_some((v, bin))
+        })
+        .collect();
+    debian.sort();
+    if let Some((_, bin)) = debian.pop() {
+        return Some(bin);
+    }
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p).find(|d| d.join("postgres").exists() && d.join("initdb").exists())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_listen_on_loopback_only() {
+        let a = server_args(&DbOptions {
+            pg_bin: "/x".into(),
+            data: "/d".into(),
+            port: 5999,
+        });
+        assert!(a.contains(&"listen_addresses=127.0.0.1".to_string()));
+        assert!(a.contains(&"unix_socket_directories=".to_string()));
+        assert!(a.windows(2).any(|w| w[0] == "-p" && w[1] == "5999"));
+    }
+}

@@ -1,0 +1,359 @@
+//! The database writer beside the job (`lab-writer`): small transactions committed on the PostgreSQL
+//! primary at a steady rate, and reads on a connection of their own, with the golden signals of both
+//! exported on `/metrics`: commits per second, commit latency (p50, p99), the age of the commit in flight,
+//! reads per second.
+//!
+//! A commit that waits for a synchronous standby that is not there never answers. The writer waits for it
+//! as long as it takes (that is what an application does) and counts its age in the latency quantiles, so
+//! a hung commit shows as p99 rising and commits per second at zero while reads keep answering.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lab_model::metrics as m;
+
+use crate::error::{Result, WorkloadError};
+use crate::metrics::Registry;
+use crate::pg::PgConn;
+use crate::serve;
+
+/// How far back the rates and quantiles look.
+pub const WINDOW: Duration = Duration::from_secs(10);
+/// The most commits per second `--rate` accepts.
+pub const MAX_RATE: f64 = 1000.0;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+const READ_EVERY: Duration = Duration::from_millis(200);
+const RETRY_AFTER: Duration = Duration::from_millis(500);
+
+/// What the writer is told.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// The primary, `127.0.0.1:PORT`.
+    pub primary: String,
+    /// The database user (trusted on loopback).
+    pub user: String,
+    /// Commits per second it aims for.
+    pub rate: f64,
+    /// Where `/metrics`, `/readyz` and `/healthz` are served.
+    pub metrics_listen: String,
+}
+
+/// Checks the options.
+///
+/// # Errors
+/// [`WorkloadError::Invalid`] saying what is wrong.
+pub fn validate(opts: &WriterOptions) -> Result<()> {
+    if !(opts.rate.is_finite() && opts.rate > 0.0 && opts.rate <= MAX_RATE) {
+        return Err(WorkloadError::invalid(
+            "--rate",
+            format!(
+                "{} must be more than 0 and at most {MAX_RATE} commits/s",
+                opts.rate
+            ),
+        ));
+    }
+    if opts.primary.parse::<std::net::SocketAddr>().is_err() {
+        return Err(WorkloadError::invalid(
+            "--primary",
+            format!("{:?} is not HOST:PORT (e.g. 127.0.0.1:5432)", opts.primary),
+        ));
+    }
+    Ok(())
+}
+
+/// The writer's recent history, from which its gauges are computed when scraped.
+#[derive(Debug, Default)]
+pub struct Window {
+    /// When each recent commit finished, and how long it took.
+    commits: VecDeque<(Instant, Duration)>,
+    /// When each recent read answered.
+    reads: VecDeque<Instant>,
+    /// When the commit in flight was sent.
+    in_flight: Option<Instant>,
+    /// When the writer started (rates never reach back before it).
+    started: Option<Instant>,
+}
+
+/// The writer's signals at one moment.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WriterSignals {
+    pub commits_per_second: f64,
+    pub reads_per_second: f64,
+    pub p50: Duration,
+    pub p99: Duration,
+    /// The age of the commit in flight.
+    pub waiting: Duration,
+}
+
+impl Window {
+    /// A window that starts at `now`.
+    pub fn new(now: Instant) -> Self {
+        Window {
+            started: Some(now),
+            ..Window::default()
+        }
+    }
+
+    pub fn begin_commit(&mut self, now: Instant) {
+        self.in_flight = Some(now);
+    }
+
+    pub fn end_commit(&mut self, now: Instant, ok: bool) {
+        if let Some(t) = self.in_flight.take()
+            && ok
+        {
+            self.commits.push_back((now, now.duration_since(t)));
+        }
+        self.trim(now);
+    }
+
+    pub fn read(&mut self, now: Instant) {
+        self.reads.push_back(now);
+        self.trim(now);
+    }
+
+    fn trim(&mut self, now: Instant) {
+        let old = |t: Instant| now.duration_since(t) > WINDOW;
+        while self.commits.front().is_some_and(|(t, _)| old(*t)) {
+            self.commits.pop_front();
+        }
+        while self.reads.front().is_some_and(|t| old(*t)) {
+            self.reads.pop_front();
+        }
+    }
+
+    /// The signals at `now`: rates over the window (or since the start, when younger), quantiles of the
+    /// commits in it with the waiting commit counted at its age.
+    pub fn signals(&mut self, now: Instant) -> WriterSignals {
+        self.trim(now);
+        let span = self
+            .started
+            .map_or(WINDOW, |s| now.duration_since(s).min(WINDOW))
+            .as_secs_f64()
+            .max(1.0);
+        let waiting = self.in_flight.map_or(Duration::ZERO, |t| now.duration_since(t));
+        let mut lat: Vec<Duration> = self.commits.iter().map(|(_, d)| *d).collect();
+        if !waiting.is_zero() {
+            lat.push(waiting);
+        }
+        lat.sort_unstable();
+        let q = |p: f64| -> Duration {
+            if lat.is_empty() {
+                return Duration::ZERO;
+            }
+            let i = ((lat.len() as f64) * p).ceil() as usize;
+            lat[i.clamp(1, lat.len()) - 1]
+        };
+        WriterSignals {
+            commits_per_second: self.commits.len() as f64 / span,
+            reads_per_second: self.reads.len() as f64 / span,
+            p50: q(0.50),
+            p99: q(0.99),
+            waiting,
+        }
+    }
+}
+
+/// Registers the writer's metrics.
+pub fn register_metrics(r: &Registry) {
+    r.counter(m::WRITER_COMMITS, "Transactions committed on the primary.");
+    r.counter(m::WRITER_COMMIT_ERRORS, "Commits that failed.");
+    r.counter(m::WRITER_READS, "Reads answered by the primary.");
+    r.float_gauge(m::WRITER_COMMIT_RATE, "Commits per second over the last 10 s.");
+    r.float_gauge(m::WRITER_READ_RATE, "Reads per second over the last 10 s.");
+    r.float_gauge(
+        m::WRITER_COMMIT_P50,
+        "Median commit latency over the last 10 s, seconds (a waiting commit counts with its age).",
+    );
+    r.float_gauge(
+        m::WRITER_COMMIT_P99,
+        "99th percentile commit latency over the last 10 s, seconds (a waiting commit counts too).",
+    );
+    r.float_gauge(
+        m::WRITER_COMMIT_WAITING,
+        "Age of the commit in flight, seconds (0: none).",
+    );
+}
+
+/// Runs the writer until it is killed.
+///
+/// # Errors
+/// Bad options, or a metrics address that cannot be bound.
+pub fn run(opts: &WriterOptions) -> Result<()> {
+    validate(opts)?;
+    let registry = Arc::new(Registry::new());
+    register_metrics(&registry);
+    for name in [m::WRITER_COMMITS, m::WRITER_COMMIT_ERRORS, m::WRITER_READS] {
+        registry.touch(name, &[]);
+    }
+    let window = Arc::new(Mutex::new(Window::new(Instant::now())));
+    let w = window.clone();
+    let refresh = Arc::new(move |r: &Registry| {
+        let s = w.lock().expect("writer window").signals(Instant::now());
+        r.set(m::WRITER_COMMIT_RATE, &[], s.commits_per_second);
+        r.set(m::WRITER_READ_RATE, &[], s.reads_per_second);
+        r.set(m::WRITER_COMMIT_P50, &[], s.p50.as_secs_f64());
+        r.set(m::WRITER_COMMIT_P99, &[], s.p99.as_secs_f64());
+        r.set(m::WRITER_COMMIT_WAITING, &[], s.waiting.as_secs_f64());
+    });
+    let addr = serve::spawn(&opts.metrics_listen, registry.clone(), refresh)?;
+    eprintln!(
+        "writer: up: committing {} transactions/s on {}, metrics on http://{addr}/metrics",
+        opts.rate, opts.primary
+    );
+    let (o, r, w) = (opts.clone(), registry.clone(), window.clone());
+    std::thread::Builder::new()
+        .name("reads".into())
+        .spawn(move || read_loop(&o, &r, &w))
+        .map_err(|e| WorkloadError::io("reader thread", "", e, Duration::ZERO))?;
+    commit_loop(opts, &registry, &window);
+    Ok(())
+}
+
+fn connect(opts: &WriterOptions, app: &str) -> Option<PgConn> {
+    match PgConn::connect(&opts.primary, &opts.user, "postgres", app, CONNECT_TIMEOUT) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!("writer: {app}: {e}");
+            std::thread::sleep(RETRY_AFTER);
+            None
+        }
+    }
+}
+
+fn commit_loop(opts: &WriterOptions, registry: &Registry, window: &Mutex<Window>) {
+    let every = Duration::from_secs_f64(1.0 / opts.rate);
+    let mut conn: Option<PgConn> = None;
+    let mut next = Instant::now();
+    loop {
+        let Some(c) = conn.as_mut() else {
+            conn = connect(opts, "lab-writer").and_then(|mut c| {
+                let made = c.query(
+                    "CREATE TABLE IF NOT EXISTS lab_writes \
+                     (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now(), note text)",
+                );
+                // A commit waits for as long as the server takes: that wait is the signal.
+                match made.and_then(|_| c.set_timeout(None)) {
+                    Ok(()) => Some(c),
+                    Err(e) => {
+                        eprintln!("writer: preparing the table: {e}");
+                        std::thread::sleep(RETRY_AFTER);
+                        None
+                    }
+                }
+            });
+            continue;
+        };
+        let now = Instant::now();
+        if now < next {
+            std::thread::sleep(next - now);
+        }
+        next = (next + every).max(Instant::now() - every);
+        window.lock().expect("writer window").begin_commit(Instant::now());
+        let r = c.query("INSERT INTO lab_writes (note) VALUES ('step')");
+        let ok = r.is_ok();
+        window
+            .lock()
+            .expect("writer window")
+            .end_commit(Instant::now(), ok);
+        match r {
+            Ok(_) => registry.inc(m::WRITER_COMMITS, &[], 1.0),
+            Err(e) => {
+                registry.inc(m::WRITER_COMMIT_ERRORS, &[], 1.0);
+                eprintln!("writer: commit: {e}");
+                conn = None;
+            }
+        }
+    }
+}
+
+fn read_loop(opts: &WriterOptions, registry: &Registry, window: &Mutex<Window>) {
+    let mut conn: Option<PgConn> = None;
+    loop {
+        let Some(c) = conn.as_mut() else {
+            conn = connect(opts, "lab-writer-reads")
+                .and_then(|mut c| c.set_timeout(Some(READ_TIMEOUT)).ok().map(|()| c));
+            continue;
+        };
+        match c.query("SELECT count(*) FROM pg_stat_activity") {
+            Ok(_) => {
+                registry.inc(m::WRITER_READS, &[], 1.0);
+                window.lock().expect("writer window").read(Instant::now());
+            }
+            Err(e) => {
+                eprintln!("writer: read: {e}");
+                conn = None;
+            }
+        }
+        std::thread::sleep(READ_EVERY);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_and_quantiles_come_from_the_window() {
+        let t0 = Instant::now();
+        let mut w = Window::new(t0);
+        for i in 0..100u64 {
+            let at = t0 + Duration::from_millis(100 * i);
+            w.begin_commit(at);
+            // 99 commits of 2 ms and one of 500 ms.
+            let took = if i == 50 { 500 } else { 2 };
+            w.end_commit(at + Duration::from_millis(took), true);
+            w.read(at);
+        }
+        let s = w.signals(t0 + Duration::from_millis(10_000));
+        assert!((s.commits_per_second - 10.0).abs() < 0.5, "{s:?}");
+        assert!((s.reads_per_second - 10.0).abs() < 0.5, "{s:?}");
+        assert_eq!(s.p50, Duration::from_millis(2));
+        assert_eq!(s.p99, Duration::from_millis(2));
+        assert_eq!(s.waiting, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_commit_that_hangs_empties_the_rate_and_raises_p99_while_reads_go_on() {
+        let t0 = Instant::now();
+        let mut w = Window::new(t0);
+        w.begin_commit(t0);
+        w.end_commit(t0 + Duration::from_millis(3), true);
+        w.begin_commit(t0 + Duration::from_secs(1));
+        for i in 0..100u64 {
+            w.read(t0 + Duration::from_millis(1000 + 100 * i));
+        }
+        let s = w.signals(t0 + Duration::from_secs(12));
+        assert_eq!(s.commits_per_second, 0.0);
+        assert_eq!(s.waiting, Duration::from_secs(11));
+        assert_eq!(s.p99, Duration::from_secs(11));
+        assert!(s.reads_per_second > 8.0, "reads in the last 10 s go on: {s:?}");
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        let ok = WriterOptions {
+            primary: "127.0.0.1:5432".into(),
+            user: "postgres".into(),
+            rate: 20.0,
+            metrics_listen: "127.0.0.1:0".into(),
+        };
+        assert!(validate(&ok).is_ok());
+        assert!(
+            validate(&WriterOptions {
+                rate: 0.0,
+                ..ok.clone()
+            })
+            .is_err()
+        );
+        assert!(
+            validate(&WriterOptions {
+                primary: "db".into(),
+                ..ok
+            })
+            .is_err()
+        );
+    }
+}
