@@ -7,6 +7,7 @@
 //! too: they are the same actions, written into the same ledger as changes a person or an agent made.
 
 pub mod catalog;
+pub mod checkpoint;
 pub mod engine;
 pub mod error;
 pub mod jobs;

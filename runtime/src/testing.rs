@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lab_model::checkpoint::{CheckpointState, SavedCheckpoint};
 use lab_model::status::{LabStatus, Phase, PodStatus, Role, RuntimeKind};
 use lab_model::{Millicores, metrics, names};
 
@@ -52,6 +53,9 @@ pub struct FakeLab {
     /// Restarts of each rank; a rank with `LAB_DEVICE_FAULT_AFTER` set counts one more at every status read
     /// (it crashes in a loop).
     pub restarts: BTreeMap<u32, u32>,
+    /// Rank 0's checkpoint control: a request is answered at the next read while rank 0 runs unfrozen
+    /// (between two steps), with the step it is at.
+    pub checkpoint: CheckpointState,
 }
 
 impl Default for FakeLab {
@@ -74,6 +78,7 @@ impl Default for FakeLab {
             steps: BTreeMap::new(),
             rank_env: BTreeMap::new(),
             restarts: BTreeMap::new(),
+            checkpoint: CheckpointState::default(),
         }
     }
 }
@@ -455,6 +460,29 @@ impl Runtime for FakeRuntime {
         lab.next_pid += 1;
         lab.beside.entry(rank).or_default().push(pid);
         Ok(pid)
+    }
+
+    async fn checkpoint(&self, save: bool, _timeout: Duration) -> Result<CheckpointState> {
+        self.call("checkpoint", save.to_string()).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, 0) {
+            return Err(RuntimeError::InvalidInput("rank-0 is not running".into()));
+        }
+        let step = lab.steps.get(&0).copied().unwrap_or(0);
+        let frozen = lab.frozen.contains(&0);
+        let c = &mut lab.checkpoint;
+        c.step = step;
+        c.training = !frozen;
+        if save {
+            c.requested += 1;
+        } else if !frozen && c.requested > c.last.map_or(0, |l| l.request) {
+            c.last = Some(SavedCheckpoint {
+                step,
+                at_ms: crate::state::now_ms(),
+                request: c.requested,
+            });
+        }
+        Ok(c.clone())
     }
 
     async fn rank_env(&self, rank: u32) -> Result<BTreeMap<String, String>> {

@@ -8,6 +8,7 @@
 pub mod allreduce;
 pub mod cgroup;
 pub mod checkpoint;
+pub mod control;
 pub mod dataset;
 pub mod error;
 pub mod http;
