@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use lab_model::ChangeRecord;
 use lab_model::change::ChangeSource;
 use lab_model::checkpoint::{self as ckpt, CheckpointState, SavedCheckpoint};
-use lab_model::ChangeRecord;
 use lab_runtime::{Runtime, state::now_ms};
 use serde::Serialize;
 
@@ -99,9 +99,10 @@ pub async fn checkpoint(
                 source: ChangeSource::Remediation,
                 target: ckpt::CHANGE_TARGET.into(),
                 what: ckpt::CHANGE_WHAT.into(),
-                before: before
-                    .last
-                    .map_or_else(|| "none since rank-0 started".into(), |p| format!("step {}", p.step)),
+                before: before.last.map_or_else(
+                    || "none since rank-0 started".into(),
+                    |p| format!("step {}", p.step),
+                ),
                 after: format!("step {}", c.step),
                 note: Some(format!("saved at {}", rfc3339(c.at_ms))),
                 fault_id: None,
@@ -187,7 +188,13 @@ mod tests {
         assert_eq!(changes.len(), 1);
         assert!(ckpt::is_checkpoint(&changes[0]));
         assert_eq!(changes[0].source, ChangeSource::Remediation);
-        assert_eq!(changes[0].line(), format!("training job checkpoint none since rank-0 started → step 412; saved at {}", s.at));
+        assert_eq!(
+            changes[0].line(),
+            format!(
+                "training job checkpoint none since rank-0 started → step 412; saved at {}",
+                s.at
+            )
+        );
     }
 
     #[tokio::test]

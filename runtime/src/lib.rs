@@ -248,7 +248,8 @@ pub(crate) fn rank0_target(targets: Vec<ScrapeTarget>) -> Result<ScrapeTarget> {
         .find(|t| t.kind == TargetKind::Rank && t.index == 0)
         .ok_or_else(|| {
             RuntimeError::InvalidInput(
-                "rank-0 is not running, so the job cannot save a checkpoint now: `lab status` shows why".into(),
+                "rank-0 is not running, so the job cannot save a checkpoint now: `lab status` shows why"
+                    .into(),
             )
         })
 }

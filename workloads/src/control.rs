@@ -98,7 +98,11 @@ mod tests {
         let s = c.request();
         assert_eq!((s.requested, s.started_ms), (1, 5));
         c.request();
-        assert_eq!(c.take(), Some(2), "two requests before a step: one checkpoint answers both");
+        assert_eq!(
+            c.take(),
+            Some(2),
+            "two requests before a step: one checkpoint answers both"
+        );
         assert_eq!(c.take(), None);
         c.saved(100, 10, 0);
         assert_eq!(c.state().answer(2), None);
@@ -109,6 +113,10 @@ mod tests {
         let r = c.request().requested;
         assert_eq!(c.take(), Some(r));
         c.untake(r);
-        assert_eq!(c.take(), Some(r), "a request the writer could not take is taken again");
+        assert_eq!(
+            c.take(),
+            Some(r),
+            "a request the writer could not take is taken again"
+        );
     }
 }

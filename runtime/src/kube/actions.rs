@@ -665,7 +665,11 @@ impl Runtime for KubeRuntime {
         )))
     }
 
-    async fn checkpoint(&self, save: bool, timeout: Duration) -> Result<lab_model::checkpoint::CheckpointState> {
+    async fn checkpoint(
+        &self,
+        save: bool,
+        timeout: Duration,
+    ) -> Result<lab_model::checkpoint::CheckpointState> {
         // The same control as on the local runtime, reached through the API server's pod proxy.
         let target = crate::rank0_target(self.targets().await?)?;
         let address = crate::checkpoint_address(&target.address);
