@@ -125,6 +125,7 @@ pub fn healthy_sized(ranks: u32, servers: u32) -> Snapshot {
             loss: Some(0.0132),
             steps_lost: 0,
             checkpoint_step: Some(4_800),
+            checkpoint_at_ms: Some(AT - 4_000),
             world_size: Some(ranks),
         },
         ranks: (0..ranks)

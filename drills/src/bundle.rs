@@ -98,6 +98,9 @@ pub struct TrainingView {
     pub step: u64,
     pub steps_lost: u64,
     pub checkpoint_step: Option<u64>,
+    /// When the job last wrote a checkpoint (RFC 3339, UTC) and in ms since the Unix epoch.
+    pub checkpoint_at: Option<String>,
+    pub checkpoint_at_ms: Option<u64>,
     /// The world size the ranks report, against the job's configuration and the replicas asked for.
     pub world_size_reported: Option<u32>,
     pub world_size_configured: u32,
@@ -232,6 +235,19 @@ fn evidence_only(s: &str) -> Option<String> {
 }
 
 /// RFC 3339 in UTC with milliseconds, from ms since the Unix epoch.
+/// `step 4800 at 2026-…Z (4 s ago)`, or what is known of it.
+fn checkpoint_line(t: &TrainingView, now_ms: u64) -> String {
+    match (t.checkpoint_step, t.checkpoint_at_ms) {
+        (Some(s), Some(at)) => format!(
+            "step {s} at {} ({} ago)",
+            rfc3339(at),
+            fmt_s(now_ms.saturating_sub(at) as f64 / 1000.0)
+        ),
+        (Some(s), None) => format!("step {s} (resumed from; not written since rank-0 started)"),
+        _ => "none reported".into(),
+    }
+}
+
 pub fn rfc3339(ms: u64) -> String {
     let nanos = i128::from(ms) * 1_000_000;
     time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
@@ -291,6 +307,8 @@ impl Bundle {
             step: t.step,
             steps_lost: t.steps_lost,
             checkpoint_step: t.checkpoint_step,
+            checkpoint_at: t.checkpoint_at_ms.map(rfc3339),
+            checkpoint_at_ms: t.checkpoint_at_ms,
             world_size_reported: t.world_size,
             world_size_configured: st.world_size,
             ranks_desired: st.ranks_desired,
@@ -538,6 +556,11 @@ impl Bundle {
             t.world_size_configured,
             t.ranks_desired,
             t.steps_lost
+        );
+        let _ = writeln!(
+            o,
+            "  last checkpoint: {}",
+            checkpoint_line(t, self.generated_at_ms)
         );
         let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.0}%", v * 100.0));
         let _ = writeln!(

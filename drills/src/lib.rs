@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod builtin;
 pub mod bundle;
+pub mod checkpoint_first;
 pub mod command;
 pub mod engine;
 pub mod error;

@@ -150,6 +150,9 @@ pub struct Remediate {
     /// How long the command may run before it is stopped (and the drill fails).
     #[serde(with = "secs")]
     pub timeout: Duration,
+    /// The remediation must save the run first: it fails unless a checkpoint was saved on request
+    /// (`lab checkpoint`) after the fault was detected and before its first change to the lab.
+    pub checkpoint_before_fix: bool,
 }
 
 /// What "recovered" means: the job's own signals, never Ready and never the fault being gone.
@@ -508,6 +511,8 @@ struct RawRemediate {
     command: Option<String>,
     #[serde(default, deserialize_with = "opt_duration")]
     timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "flag")]
+    checkpoint_before_fix: bool,
 }
 
 impl Check for RawRemediate {
@@ -523,6 +528,7 @@ impl Check for RawRemediate {
         Ok(Remediate {
             command: self.command,
             timeout,
+            checkpoint_before_fix: self.checkpoint_before_fix,
         })
     }
 }
@@ -591,6 +597,7 @@ impl<'de> Visitor<'de> for StepSeed<'_> {
                 Remediate {
                     command: None,
                     timeout: defaults::REMEDIATE_TIMEOUT,
+                    checkpoint_before_fix: false,
                 },
                 |c| c.0,
             )),
@@ -738,6 +745,35 @@ fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::
     d.deserialize_any(V).map(Some)
 }
 
+fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("true or false")
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<bool, E> {
+            Ok(v)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+            Err(E::custom(format!("{v:?} is not true or false")))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<bool, E> {
+            Err(E::custom(format!("{v} is not true or false")))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<bool, E> {
+            Err(E::custom(format!("{v} is not true or false")))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<bool, E> {
+            Err(E::custom(format!("{v} is not true or false")))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+            Err(E::custom("no value: write true or false"))
+        }
+    }
+    d.deserialize_any(V)
+}
+
 fn opt_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Millicores>, D::Error> {
     struct V;
     impl Visitor<'_> for V {
@@ -830,7 +866,8 @@ steps:
             d.steps[1],
             Step::Remediate(Remediate {
                 command: None,
-                timeout: defaults::REMEDIATE_TIMEOUT
+                timeout: defaults::REMEDIATE_TIMEOUT,
+                checkpoint_before_fix: false,
             })
         );
     }

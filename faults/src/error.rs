@@ -31,6 +31,9 @@ pub enum FaultError {
         #[source]
         source: RuntimeError,
     },
+    /// The job did not do what it was asked in time (a checkpoint); nothing was changed.
+    #[error("{0}")]
+    NotAnswered(String),
     /// The ledger could not be read or written.
     #[error("fault ledger {path}: {what}")]
     Ledger { path: String, what: String },

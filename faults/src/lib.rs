@@ -9,6 +9,7 @@
 pub mod catalog;
 pub mod drain;
 pub mod db;
+pub mod checkpoint;
 pub mod engine;
 pub mod error;
 pub mod jobs;

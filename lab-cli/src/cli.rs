@@ -64,6 +64,20 @@ pub enum Command {
     /// The database beside the job (`lab up --database`): its pods, the standby's template, delete a pod.
     #[command(subcommand)]
     Db(DbCmd),
+    /// Ask the training job to save a checkpoint now, and wait until it has: the run is safe before a fix.
+    ///
+    /// Rank 0 saves the model after the step it is in (to SeaweedFS, where a restarted job resumes from)
+    /// and reports the step; the command prints that step and when it was written, and records the action
+    /// in the change log (`lab incident` shows it). It changes nothing else. It fails, and records nothing,
+    /// when the job is not training (rank 0 waits for its peers), when the job does not save within
+    /// --timeout (stalled: no step finishes), or when rank 0 cannot be reached (the lab is down).
+    ///
+    /// Examples:
+    ///   lab checkpoint                          # e.g. "checkpoint saved: step 1412 at 2026-…Z (0.3 s)"
+    ///   lab checkpoint && lab fault clear --all # save the run first, then fix
+    ///   lab checkpoint --json --timeout 2m
+    #[command(verbatim_doc_comment)]
+    Checkpoint(CheckpointArgs),
     /// The live console: per-storage-server latency against pod Ready.
     Console,
     /// Run and check fault drills.
@@ -191,6 +205,16 @@ pub struct UpArgs {
     #[arg(long, default_value = "180s", value_parser = parse_duration)]
     pub baseline_timeout: std::time::Duration,
     /// Print the result as JSON on stdout (progress still goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    /// How long to wait for the job to save it (e.g. 30s, 2m).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Print the checkpoint saved as JSON on stdout (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,
 }

@@ -6,6 +6,7 @@
 
 pub mod actions;
 pub mod change;
+pub mod checkpoint;
 pub mod clock;
 pub mod db;
 pub mod error;

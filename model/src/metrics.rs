@@ -45,6 +45,8 @@ pub const RENDEZVOUS_WAITING: &str = "lab_rendezvous_waiting";
 pub const LOSS: &str = "lab_loss";
 /// Gauge: the step of the last checkpoint written (rank 0) or resumed from.
 pub const CHECKPOINT_STEP: &str = "lab_checkpoint_step";
+/// Gauge: when rank 0 last wrote a checkpoint, seconds since the Unix epoch (absent before its first).
+pub const CHECKPOINT_TIME: &str = "lab_checkpoint_timestamp_seconds";
 /// Counter: times this rank's job resumed from a checkpoint after a failure.
 pub const RESUMES: &str = "lab_resumes_total";
 /// Counter: steps lost, i.e. the steps done since the last checkpoint before a failure, redone after it.

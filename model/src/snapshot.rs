@@ -81,6 +81,10 @@ pub struct Training {
     pub steps_lost: u64,
     /// The step of the last checkpoint.
     pub checkpoint_step: Option<u64>,
+    /// When rank 0 last wrote a checkpoint, ms since the Unix epoch (periodic or asked for; absent before
+    /// its first since it started).
+    #[serde(default)]
+    pub checkpoint_at_ms: Option<u64>,
     /// The world size the ranks report.
     pub world_size: Option<u32>,
 }

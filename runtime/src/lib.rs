@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lab_model::Millicores;
+use lab_model::checkpoint::CheckpointState;
 use lab_model::jobs::ForeignJob;
 use lab_model::status::{LabStatus, RuntimeKind};
 
@@ -194,6 +195,20 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// [`RuntimeError::InvalidInput`] for an unknown rank or a name that is not a `LAB_*` setting; the
     /// runtime's error, or why it has no per-rank settings.
     async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()>;
+    /// Rank 0's checkpoint state, read from its own endpoint; with `save`, rank 0 is first asked to save
+    /// a checkpoint after the step it is in (this returns as soon as it counted the request; the state's
+    /// `requested` is the request's number, which the checkpoint that answers it carries).
+    ///
+    /// # Errors
+    /// When rank 0 is not running or does not answer within `timeout`, or the runtime cannot reach it.
+    async fn checkpoint(&self, save: bool, timeout: Duration) -> Result<CheckpointState> {
+        let _ = (save, timeout);
+        Err(RuntimeError::InvalidInput(format!(
+            "the {} runtime cannot reach rank 0's checkpoint control",
+            self.kind()
+        )))
+    }
+
     /// The jobs of other teams running on the lab's storage (never the training job).
     ///
     /// # Errors
@@ -334,4 +349,39 @@ pub fn unsupported(kind: RuntimeKind, what: &str) -> RuntimeError {
     RuntimeError::InvalidInput(format!(
         "{what} is not available on the {kind} runtime yet: use --runtime local"
     ))
+}
+
+/// Rank 0's metrics target, the endpoint its checkpoint control is on.
+///
+/// # Errors
+/// [`RuntimeError::InvalidInput`] when rank 0 has no endpoint now (it is not running).
+pub(crate) fn rank0_target(targets: Vec<ScrapeTarget>) -> Result<ScrapeTarget> {
+    targets
+        .into_iter()
+        .find(|t| t.kind == TargetKind::Rank && t.index == 0)
+        .ok_or_else(|| {
+            RuntimeError::InvalidInput(
+                "rank-0 is not running, so the job cannot save a checkpoint now: `lab status` shows why"
+                    .into(),
+            )
+        })
+}
+
+/// The checkpoint control's address beside a metrics address (`…/metrics` → `…/checkpoint`).
+pub(crate) fn checkpoint_address(metrics: &str) -> String {
+    let base = metrics.strip_suffix("/metrics").unwrap_or(metrics);
+    format!("{base}{}", lab_model::checkpoint::PATH)
+}
+
+/// Reads rank 0's answer.
+///
+/// # Errors
+/// [`RuntimeError::Other`] when it is not a checkpoint state.
+pub(crate) fn parse_checkpoint(body: &str) -> Result<CheckpointState> {
+    serde_json::from_str(body).map_err(|e| {
+        RuntimeError::Other(format!(
+            "rank-0's checkpoint control answered something else ({e}): {}",
+            body.trim().chars().take(200).collect::<String>()
+        ))
+    })
 }

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lab_model::checkpoint::{CheckpointState, SavedCheckpoint};
 use lab_model::status::{LabStatus, Phase, PodStatus, Role, RuntimeKind};
 use lab_model::{Millicores, metrics, names};
 
@@ -56,6 +57,9 @@ pub struct FakeLab {
     pub storage_cpu: BTreeMap<u32, Millicores>,
     /// The volumes each storage server holds.
     pub volumes: BTreeMap<u32, Vec<u32>>,
+    /// Rank 0's checkpoint control: a request is answered at the next read while rank 0 runs unfrozen
+    /// (between two steps), with the step it is at.
+    pub checkpoint: CheckpointState,
 }
 
 impl Default for FakeLab {
@@ -80,6 +84,7 @@ impl Default for FakeLab {
             restarts: BTreeMap::new(),
             storage_cpu: BTreeMap::new(),
             volumes: (0..3).map(|s| (s, vec![2 * s + 1, 2 * s + 2])).collect(),
+            checkpoint: CheckpointState::default(),
         }
     }
 }
@@ -468,6 +473,29 @@ impl Runtime for FakeRuntime {
         lab.next_pid += 1;
         lab.beside.entry(rank).or_default().push(pid);
         Ok(pid)
+    }
+
+    async fn checkpoint(&self, save: bool, _timeout: Duration) -> Result<CheckpointState> {
+        self.call("checkpoint", save.to_string()).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, 0) {
+            return Err(RuntimeError::InvalidInput("rank-0 is not running".into()));
+        }
+        let step = lab.steps.get(&0).copied().unwrap_or(0);
+        let frozen = lab.frozen.contains(&0);
+        let c = &mut lab.checkpoint;
+        c.step = step;
+        c.training = !frozen;
+        if save {
+            c.requested += 1;
+        } else if !frozen && c.requested > c.last.map_or(0, |l| l.request) {
+            c.last = Some(SavedCheckpoint {
+                step,
+                at_ms: crate::state::now_ms(),
+                request: c.requested,
+            });
+        }
+        Ok(c.clone())
     }
 
     async fn rank_env(&self, rank: u32) -> Result<BTreeMap<String, String>> {

@@ -27,6 +27,7 @@ fn command(cmd: &str) -> Remediate {
     Remediate {
         command: Some(cmd.to_string()),
         timeout: Duration::from_secs(180),
+        checkpoint_before_fix: false,
     }
 }
 
@@ -56,6 +57,7 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
         FaultKind::SlowStorage => vec![Step::Remediate(Remediate {
             command: None,
             timeout: Duration::from_secs(120),
+            checkpoint_before_fix: false,
         })],
         FaultKind::ThrottledRank | FaultKind::RankHang => {
             vec![Step::Remediate(command("lab restart rank 1"))]
@@ -63,6 +65,7 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
         FaultKind::SlowCompute | FaultKind::RankCrash => vec![Step::Remediate(Remediate {
             command: None,
             timeout: Duration::from_secs(120),
+            checkpoint_before_fix: false,
         })],
         // The seed's two fixes in turn: scaling back alone, then the configuration.
         FaultKind::UnplaceableRank | FaultKind::StuckRollout => vec![

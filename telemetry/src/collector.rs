@@ -249,6 +249,7 @@ impl Collector {
             loss,
             steps_lost: max_of(|r| r.steps_lost).map_or(0, as_u64),
             checkpoint_step: max_of(|r| r.checkpoint_step).map(as_u64),
+            checkpoint_at_ms: max_of(|r| r.checkpoint_time).map(|t| as_u64(t * 1000.0)),
             world_size: max_of(|r| r.world_size)
                 .map(|v| as_u64(v) as u32)
                 .or(Some(status.world_size)),

@@ -71,6 +71,8 @@ pub struct RankSignals {
     pub world_size: Option<f64>,
     pub loss: Option<f64>,
     pub checkpoint_step: Option<f64>,
+    /// `lab_checkpoint_timestamp_seconds` (rank 0).
+    pub checkpoint_time: Option<f64>,
     pub steps_lost: Option<f64>,
     /// The storage server it reads from (the `server` label of its info or read metrics).
     pub server: Option<String>,
@@ -257,12 +259,13 @@ impl Signals {
                 s.ranks_waiting_for_peers.push(rank_of(&l));
             }
         }
-        let gauges: [(&str, GaugeField); 6] = [
+        let gauges: [(&str, GaugeField); 7] = [
             (m::CPU_LIMIT_CORES, |r| &mut r.cpu_limit_cores),
             (m::STEP, |r| &mut r.step),
             (m::WORLD_SIZE, |r| &mut r.world_size),
             (m::LOSS, |r| &mut r.loss),
             (m::CHECKPOINT_STEP, |r| &mut r.checkpoint_step),
+            (m::CHECKPOINT_TIME, |r| &mut r.checkpoint_time),
             (m::STEPS_LOST, |r| &mut r.steps_lost),
         ];
         for (name, field) in gauges {

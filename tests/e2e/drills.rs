@@ -418,6 +418,8 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     // Interrupted mid-drill, a drill clears what it injected.
     interrupted_drill_clears_its_fault(&lab);
 
+    checkpoint_first(&lab, dir.path());
+
     // `lab incident` on the lab as it is now.
     let t = lab.ok(&["incident"]);
     for part in [
@@ -435,6 +437,73 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     lab.down();
     let left = lab.leftovers(&ports);
     assert!(left.is_empty(), "left behind after lab down: {left:?}");
+}
+
+/// `lab checkpoint` saves the run now and the change log shows it, and `checkpoint_before_fix` passes a
+/// fix that saved the run first.
+fn checkpoint_first(lab: &Lab, dir: &Path) {
+    let started = std::time::Instant::now();
+    let before = lab.snapshot().training.checkpoint_step.unwrap_or(0);
+    let saved: Value = serde_json::from_str(&lab.ok(&["checkpoint", "--json"])).unwrap();
+    let step = saved["step"].as_u64().unwrap();
+    assert!(
+        step >= before,
+        "saved step {step}, the job's last checkpoint was {before}: {saved:#}"
+    );
+    assert_eq!(saved["change"]["after"], format!("step {step}"), "{saved:#}");
+    // `lab incident` reads the snapshot the lab's watcher keeps, taken up to a second ago.
+    let shows = |t: &str| {
+        t.lines().skip_while(|l| !l.starts_with("CHANGES")).any(|l| {
+            l.contains("operator")
+                && l.contains("training job")
+                && l.contains("checkpoint")
+                && l.contains(&format!("→ step {step}"))
+        })
+    };
+    let mut incident = lab.ok(&["incident"]);
+    for _ in 0..10 {
+        if shows(&incident) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        incident = lab.ok(&["incident"]);
+    }
+    assert!(
+        shows(&incident),
+        "the change log shows the checkpoint:\n{incident}"
+    );
+    assert!(incident.contains("last checkpoint: step "), "{incident}");
+
+    let file = fixtures().join("valid").join("checkpoint-first.yaml");
+    let file = file.to_str().unwrap();
+    let pass = dir.join("checkpoint-first.json");
+    let out = drill(lab, &[file, "--report", pass.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "saved first, then fixed: must pass:\n{}",
+        text(&out)
+    );
+    let d = &report(&pass)["drills"][0];
+    let remediate = d["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == "remediate")
+        .unwrap();
+    assert!(
+        remediate["evidence"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("checkpoint saved first: step "),
+        "{remediate:#}"
+    );
+    // The same drill failing a fix without the checkpoint is a unit test on the fake runtime
+    // (`lab-drills`, session_tests): a second drill run here would cost the suite another 40 s.
+    eprintln!(
+        "checkpoint: step {step} in {} s; checkpoint-first passed; {:.1} s in all",
+        saved["waited_s"],
+        started.elapsed().as_secs_f64()
+    );
 }
 
 fn interrupted_drill_clears_its_fault(lab: &Lab) {

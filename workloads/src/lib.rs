@@ -9,6 +9,7 @@
 pub mod allreduce;
 pub mod cgroup;
 pub mod checkpoint;
+pub mod control;
 pub mod dataset;
 pub mod db;
 pub mod error;

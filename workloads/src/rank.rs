@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::allreduce::{self, Ring, RingOptions, RingSpec};
 use crate::cgroup::CpuCgroup;
 use crate::checkpoint::{self, Checkpoint, JobStore, Progress};
+use crate::control::CheckpointControl;
 use crate::dataset::{self, Manifest, ShardEntry};
 use crate::error::{Result, WorkloadError};
 use crate::metrics::Registry;
@@ -226,6 +227,10 @@ pub fn register_metrics(r: &Registry) {
         m::CHECKPOINT_STEP,
         "The step of the last checkpoint written (rank 0) or resumed from.",
     );
+    r.float_gauge(
+        m::CHECKPOINT_TIME,
+        "When rank 0 last wrote a checkpoint, seconds since the Unix epoch.",
+    );
     r.counter(
         m::CHECKPOINT_WRITE_ERRORS,
         "Checkpoint or progress writes that failed (rank 0).",
@@ -319,8 +324,15 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
     register_metrics(&registry);
     start_series(&registry, opts.world_size);
     refresh(&registry);
+    // Rank 0 takes checkpoint requests on its endpoint from the start; it answers them once it trains.
+    let control = (rank == 0).then(|| Arc::new(CheckpointControl::new(unix_ms())));
     // The endpoint comes first and answers /readyz from now on, whatever happens next.
-    let metrics_addr = serve::spawn(&opts.metrics_listen, registry.clone(), Arc::new(refresh))?;
+    let metrics_addr = serve::spawn(
+        &opts.metrics_listen,
+        registry.clone(),
+        Arc::new(refresh),
+        control.clone(),
+    )?;
     let ring_listener = TcpListener::bind(&opts.listen).map_err(|source| WorkloadError::Connect {
         what: "ring listen address (bind)".into(),
         addr: opts.listen.clone(),
@@ -401,7 +413,7 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
         eprintln!("rank {rank}: {why}");
     })
     .inspect_err(|_| registry.inc(m::COLLECTIVE_ERRORS, &[("kind", "timeout")], 1.0))?;
-    let writer = (rank == 0).then(|| JobWriter::spawn(opts, &resume, registry.clone()));
+    let writer = (rank == 0).then(|| JobWriter::spawn(opts, &resume, registry.clone(), control.clone()));
     let mut trainer = Trainer {
         opts,
         registry: &registry,
@@ -412,6 +424,7 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
         ring,
         model,
         writer,
+        control,
         main_server,
         batches_per_shard: u64::from(manifest.samples_per_shard / opts.batch_size),
         step: resume.start_step,
@@ -629,7 +642,8 @@ fn unix_ms() -> u64 {
 
 /// What rank 0's writer thread is asked to store.
 enum JobWrite {
-    Checkpoint(Checkpoint),
+    /// A checkpoint, and the request it answers (0: a periodic one).
+    Checkpoint(Checkpoint, u64),
     Progress(u64),
     /// Store this step as the furthest reached, then acknowledge.
     Final(u64, mpsc::Sender<()>),
@@ -641,7 +655,12 @@ struct JobWriter {
 }
 
 impl JobWriter {
-    fn spawn(opts: &RankOptions, resume: &Resume, registry: Arc<Registry>) -> JobWriter {
+    fn spawn(
+        opts: &RankOptions,
+        resume: &Resume,
+        registry: Arc<Registry>,
+        control: Option<Arc<CheckpointControl>>,
+    ) -> JobWriter {
         let (tx, rx) = mpsc::sync_channel(4);
         let store = JobStore::new(&opts.master, &opts.dataset, opts.storage_timeout);
         let progress = Progress {
@@ -654,7 +673,7 @@ impl JobWriter {
         };
         let spawned = std::thread::Builder::new()
             .name("job-writer".into())
-            .spawn(move || writer_loop(store, progress, &rx, &registry));
+            .spawn(move || writer_loop(store, progress, &rx, &registry, control.as_deref()));
         if let Err(e) = spawned {
             eprintln!(
                 "rank 0: cannot start the checkpoint writer: {e}; training goes on without checkpoints"
@@ -664,24 +683,36 @@ impl JobWriter {
     }
 }
 
-fn writer_loop(mut store: JobStore, mut progress: Progress, rx: &Receiver<JobWrite>, registry: &Registry) {
+fn writer_loop(
+    mut store: JobStore,
+    mut progress: Progress,
+    rx: &Receiver<JobWrite>,
+    registry: &Registry,
+    control: Option<&CheckpointControl>,
+) {
     let fail = |what: &str, e: &WorkloadError| {
         registry.inc(m::CHECKPOINT_WRITE_ERRORS, &[], 1.0);
         eprintln!("rank 0: {what} failed: {}", error_chain(e));
     };
     while let Ok(msg) = rx.recv() {
         match msg {
-            JobWrite::Checkpoint(c) => {
+            JobWrite::Checkpoint(c, request) => {
                 let t = Instant::now();
                 match store.save_checkpoint(&c) {
                     Ok(()) => {
+                        let at_ms = unix_ms();
                         progress.checkpoint_step = c.step;
                         progress.step = progress.step.max(c.step);
                         registry.set(m::CHECKPOINT_STEP, &[], c.step as f64);
+                        registry.set(m::CHECKPOINT_TIME, &[], at_ms as f64 / 1000.0);
+                        if let Some(control) = control {
+                            control.saved(c.step, at_ms, request);
+                        }
                         eprintln!(
-                            "rank 0: checkpoint at step {} written ({:.1} ms)",
+                            "rank 0: checkpoint at step {} written ({:.1} ms){}",
                             c.step,
-                            t.elapsed().as_secs_f64() * 1e3
+                            t.elapsed().as_secs_f64() * 1e3,
+                            if request > 0 { ", as asked" } else { "" }
                         );
                     }
                     Err(e) => fail(&format!("checkpoint at step {}", c.step), &e),
@@ -716,6 +747,8 @@ struct Trainer<'a> {
     ring: Ring,
     model: Model,
     writer: Option<JobWriter>,
+    /// Rank 0's checkpoint requests, taken between steps.
+    control: Option<Arc<CheckpointControl>>,
     main_server: String,
     batches_per_shard: u64,
     /// Steps the job has completed.
@@ -755,6 +788,9 @@ impl Trainer<'_> {
         let sched_start = schedstat();
         let mut ran = 0u64;
         let batch_label = f64::from(opts.batch_size);
+        if let Some(c) = &self.control {
+            c.progress(self.step, true);
+        }
 
         while opts.max_steps == 0 || ran < opts.max_steps {
             let t0 = Instant::now();
@@ -821,15 +857,33 @@ impl Trainer<'_> {
             reg.set(m::MODEL_CHECKSUM, &[], f64::from(crc));
             losses.push(loss);
 
-            if let Some(w) = &self.writer {
-                if opts.checkpoint_every > 0 && self.step.is_multiple_of(opts.checkpoint_every) {
+            let periodic = opts.checkpoint_every > 0 && self.step.is_multiple_of(opts.checkpoint_every);
+            let asked = if let Some(w) = &self.writer {
+                let asked = self.control.as_ref().and_then(|c| {
+                    c.progress(self.step, true);
+                    c.take()
+                });
+                if let Some(request) = asked {
                     let c = Checkpoint {
                         step: self.step,
                         seed: self.seed,
                         features: self.features,
                         params: self.model.theta.clone(),
                     };
-                    match w.tx.try_send(JobWrite::Checkpoint(c)) {
+                    // Asked for: waits for room rather than skip it; a writer that is gone puts it back.
+                    if w.tx.send(JobWrite::Checkpoint(c, request)).is_err()
+                        && let Some(control) = &self.control
+                    {
+                        control.untake(request);
+                    }
+                } else if periodic {
+                    let c = Checkpoint {
+                        step: self.step,
+                        seed: self.seed,
+                        features: self.features,
+                        params: self.model.theta.clone(),
+                    };
+                    match w.tx.try_send(JobWrite::Checkpoint(c, 0)) {
                         Ok(()) => {}
                         Err(TrySendError::Full(_)) => {
                             eprintln!(
@@ -844,8 +898,11 @@ impl Trainer<'_> {
                     let _ = w.tx.try_send(JobWrite::Progress(self.step));
                     last_progress = Instant::now();
                 }
-            }
-            if opts.checkpoint_every > 0 && self.step.is_multiple_of(opts.checkpoint_every) {
+                asked
+            } else {
+                None
+            };
+            if periodic || asked.is_some() {
                 self.last_checkpoint = self.step;
             }
 

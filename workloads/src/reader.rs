@@ -142,6 +142,7 @@ pub fn run(opts: &ReaderOptions) -> Result<()> {
         &opts.metrics_listen,
         registry.clone(),
         Arc::new(|_: &Registry| {}),
+        None,
     )?;
     eprintln!(
         "reader: up: reading {} from {} with {} threads at {}, metrics on http://{addr}/metrics",

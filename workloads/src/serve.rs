@@ -1,4 +1,6 @@
-//! The rank's HTTP endpoint: `/metrics` (Prometheus text), `/readyz` and `/healthz`.
+//! The rank's HTTP endpoint: `/metrics` (Prometheus text), `/readyz` and `/healthz`, and on rank 0
+//! `/checkpoint` (`GET` its checkpoint state as JSON, `POST` to ask for a checkpoint now; see
+//! [`crate::control`]).
 //!
 //! It starts before anything else the rank does and answers `/readyz` with 200 from then on, whatever the
 //! training is doing: readiness means "the process is up", exactly what hides a stalled job from
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::control::CheckpointControl;
 use crate::error::{Result, WorkloadError};
 use crate::metrics::Registry;
 
@@ -19,11 +22,17 @@ pub type Refresh = Arc<dyn Fn(&Registry) + Send + Sync>;
 
 const MAX_CONNECTIONS: usize = 32;
 
-/// Binds `addr` and serves the endpoints on a background thread for the life of the process.
+/// Binds `addr` and serves the endpoints on a background thread for the life of the process;
+/// `/checkpoint` when `control` is given (rank 0).
 ///
 /// # Errors
 /// [`WorkloadError::Connect`] when the address cannot be bound (in use, or not an address of this host).
-pub fn spawn(addr: &str, registry: Arc<Registry>, refresh: Refresh) -> Result<SocketAddr> {
+pub fn spawn(
+    addr: &str,
+    registry: Arc<Registry>,
+    refresh: Refresh,
+    control: Option<Arc<CheckpointControl>>,
+) -> Result<SocketAddr> {
     let listener = TcpListener::bind(addr).map_err(|source| WorkloadError::Connect {
         what: "metrics listen address (bind)".into(),
         addr: addr.to_string(),
@@ -44,10 +53,11 @@ pub fn spawn(addr: &str, registry: Arc<Registry>, refresh: Refresh) -> Result<So
                 }
                 open.fetch_add(1, Ordering::Relaxed);
                 let (registry, refresh, open) = (registry.clone(), refresh.clone(), open.clone());
+                let control = control.clone();
                 let spawned = std::thread::Builder::new()
                     .name("metrics-conn".into())
                     .spawn(move || {
-                        let _ = handle(stream, &registry, &refresh);
+                        let _ = handle(stream, &registry, &refresh, control.as_deref());
                         open.fetch_sub(1, Ordering::Relaxed);
                     });
                 if spawned.is_err() {
@@ -59,7 +69,12 @@ pub fn spawn(addr: &str, registry: Arc<Registry>, refresh: Refresh) -> Result<So
     Ok(local)
 }
 
-fn handle(stream: TcpStream, registry: &Registry, refresh: &Refresh) -> std::io::Result<()> {
+fn handle(
+    stream: TcpStream,
+    registry: &Registry,
+    refresh: &Refresh,
+    control: Option<&CheckpointControl>,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
@@ -84,15 +99,16 @@ fn handle(stream: TcpStream, registry: &Registry, refresh: &Refresh) -> std::io:
         ("GET" | "HEAD", "/readyz" | "/healthz") => {
             ("200 OK", "text/plain; charset=utf-8", "ok\n".to_string())
         }
+        (_, lab_model::checkpoint::PATH) => checkpoint(method, control),
         ("GET" | "HEAD", _) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
-            "not found: try /metrics, /readyz or /healthz\n".into(),
+            "not found: try /metrics, /readyz, /healthz or /checkpoint\n".into(),
         ),
         _ => (
             "405 Method Not Allowed",
             "text/plain; charset=utf-8",
-            "only GET and HEAD\n".to_string(),
+            "only GET and HEAD (and POST /checkpoint)\n".to_string(),
         ),
     };
     let mut out = stream;
@@ -105,4 +121,30 @@ fn handle(stream: TcpStream, registry: &Registry, refresh: &Refresh) -> std::io:
         out.write_all(body.as_bytes())?;
     }
     out.flush()
+}
+
+/// `GET /checkpoint`: the state; `POST /checkpoint`: a request counted, answered with the state (202: the
+/// job saves it after the step it is in).
+fn checkpoint(method: &str, control: Option<&CheckpointControl>) -> (&'static str, &'static str, String) {
+    const JSON: &str = "application/json";
+    let Some(c) = control else {
+        return (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "this process saves no checkpoints: rank 0 does\n".into(),
+        );
+    };
+    let (status, state) = match method {
+        "GET" | "HEAD" => ("200 OK", c.state()),
+        "POST" => ("202 Accepted", c.request()),
+        _ => {
+            return (
+                "405 Method Not Allowed",
+                "text/plain; charset=utf-8",
+                "GET or POST /checkpoint\n".into(),
+            );
+        }
+    };
+    let body = serde_json::to_string(&state).unwrap_or_default() + "\n";
+    (status, JSON, body)
 }

@@ -27,7 +27,7 @@ pub const CAUSES: [&str; 11] = [
 ];
 
 /// The `lab` subcommands a plan may run, as argv prefixes after `lab`.
-pub const ALLOWED: [&[&str]; 15] = [
+pub const ALLOWED: [&[&str]; 16] = [
     &["scale", "ranks"],
     &["config", "world-size"],
     &["resize", "rank"],
@@ -43,6 +43,7 @@ pub const ALLOWED: [&[&str]; 15] = [
     &["job", "stop"],
     &["storage", "drain"],
     &["storage", "undrain"],
+    &["checkpoint"],
 ];
 
 /// One proposed command.
@@ -188,6 +189,13 @@ mod tests {
         .unwrap();
         assert_eq!(p.commands.len(), 2);
         assert_eq!(p.commands[0].line(), "lab scale ranks 4");
+        // Checkpoint first: saving the run is a step a plan may take before its fix.
+        let p = parse(&plan(&[
+            &["lab", "checkpoint", "--timeout", "30s"],
+            &["lab", "fault", "clear", "--all"],
+        ]))
+        .unwrap();
+        assert_eq!(p.commands[0].line(), "lab checkpoint --timeout 30s");
     }
 
     #[test]

@@ -15,10 +15,16 @@ use crate::report::{RemediationReport, StepName, StepReport, Verdict};
 
 impl<S: SnapshotSource> Session<'_, S> {
     /// Asks the agent for a plan and runs it as approved.
-    pub(super) async fn remediate_with_agent(&mut self, agent: &AgentOptions) -> StepReport {
+    /// With `checkpoint_first`, the plan must save a checkpoint (`lab checkpoint`) before its first change.
+    pub(super) async fn remediate_with_agent(
+        &mut self,
+        agent: &AgentOptions,
+        checkpoint_first: bool,
+    ) -> StepReport {
         let what = format!("ask `{}` for a plan ({} evidence)", agent.command, agent.evidence);
         let started = self.start(StepName::Remediate, &what);
         self.remediation_start_ms = Some(started);
+        let last_checkpoint = self.last_checkpoint();
         let bundle = match self.write_bundle(agent.evidence) {
             Ok(p) => p,
             Err(e) => {
@@ -110,10 +116,20 @@ impl<S: SnapshotSource> Session<'_, S> {
                 }
             }
         };
+        let end = now_ms();
+        let mut saved = None;
+        let (ok, summary, verdict) =
+            match self.checkpoint_first(ok && checkpoint_first, started, end, last_checkpoint) {
+                Some(Ok(s)) => {
+                    saved = Some(s);
+                    (ok, summary, verdict)
+                }
+                Some(Err(why)) => (false, format!("the agent's plan: {why}"), Verdict::Fail),
+                None => (ok, summary, verdict),
+            };
         if !ok {
             report.problem = Some(summary.clone());
         }
-        let end = now_ms();
         self.fixes.push(crate::bundle::FixWindow {
             from_ms: started,
             to_ms: end,
@@ -121,7 +137,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         });
         let changes = self.changes_between(started, end);
         self.mitigated_ms = Some(end);
-        let mut ev = changes.clone();
+        let mut ev: Vec<String> = saved.into_iter().chain(changes.iter().cloned()).collect();
         ev.push(format!(
             "incident bundle ({} evidence): {}",
             agent.evidence,

@@ -11,6 +11,7 @@ use super::guard::clear_ours;
 use super::{Event, Session, SnapshotSource};
 use crate::agent::EvidenceLevel;
 use crate::bundle::Bundle;
+use crate::checkpoint_first::LastCheckpoint;
 use crate::command::{self, CommandSpec};
 use crate::report::{RemediationReport, StepName, StepReport, Verdict};
 use crate::spec::Remediate;
@@ -60,10 +61,13 @@ impl<S: SnapshotSource> Session<'_, S> {
             .or_else(|| spec.command.clone());
         let what = command.clone().unwrap_or_else(|| "the lab's own clear".into());
         if let Some(agent) = self.options.agent.clone() {
-            return self.remediate_with_agent(&agent).await;
+            return self
+                .remediate_with_agent(&agent, spec.checkpoint_before_fix)
+                .await;
         }
         let started = self.start(StepName::Remediate, &what);
         self.remediation_start_ms = Some(started);
+        let last_checkpoint = self.last_checkpoint();
         let bundle = match self.write_bundle(EvidenceLevel::Full) {
             Ok(p) => Some(p),
             Err(e) => {
@@ -190,11 +194,71 @@ impl<S: SnapshotSource> Session<'_, S> {
         }
         self.mitigated_ms = Some(end);
         let mut ev = report.changes.clone();
+        let (ok, summary) = match self.checkpoint_first(
+            ok && spec.checkpoint_before_fix,
+            started,
+            end,
+            last_checkpoint,
+        ) {
+            Some(Ok(saved)) => {
+                ev.insert(0, saved);
+                (ok, summary)
+            }
+            Some(Err(why)) if report.command.is_none() => (
+                false,
+                format!(
+                    "{why} (the lab's own clear saves none: give the step a command, or run the drill with \
+                     --remediate or --agent)"
+                ),
+            ),
+            Some(Err(why)) => (false, why),
+            None => (ok, summary),
+        };
         if let Some(b) = &report.bundle {
             ev.push(format!("incident bundle: {b}"));
         }
         self.remediations.push(report);
         self.finish(StepName::Remediate, started, ok, summary, ev, Verdict::Fail)
+    }
+
+    /// The job's last checkpoint as the latest snapshot reports it.
+    pub(super) fn last_checkpoint(&self) -> LastCheckpoint {
+        let t = self.last.as_ref().map(|s| &s.training);
+        LastCheckpoint {
+            step: t.and_then(|t| t.checkpoint_step),
+            at_ms: t.and_then(|t| t.checkpoint_at_ms),
+        }
+    }
+
+    /// When `required`, whether a checkpoint was saved on request after the fault was detected and before
+    /// the first change of the remediation that ran from `started` to `end` (`Ok`: which one).
+    pub(super) fn checkpoint_first(
+        &self,
+        required: bool,
+        started: u64,
+        end: u64,
+        last: LastCheckpoint,
+    ) -> Option<Result<String, String>> {
+        if !required {
+            return None;
+        }
+        let detected = self
+            .detection
+            .as_ref()
+            .map(|d| d.at_ms)
+            .or(self.inject_ms)
+            .unwrap_or(self.started_ms)
+            // Snapshots are stamped when taken; the remediation cannot start before what it answers.
+            .min(started);
+        let changes: Vec<lab_model::ChangeRecord> = match self.lab.ledger.read() {
+            Ok(d) => d
+                .changes
+                .into_iter()
+                .filter(|c| c.at_ms >= detected && c.at_ms <= end)
+                .collect(),
+            Err(e) => return Some(Err(format!("cannot read the change log: {e}"))),
+        };
+        Some(crate::checkpoint_first::judge(detected, started, &changes, last))
     }
 
     pub(super) fn changes_between(&self, from: u64, to: u64) -> Vec<String> {

@@ -588,3 +588,35 @@ async fn a_lab_already_watched_steady_for_the_window_needs_no_new_wait() {
         job.ticks
     );
 }
+#[tokio::test(start_paused = true)]
+async fn checkpoint_first_fails_a_fix_that_did_not_save_the_run() {
+    let rt = FakeRuntime::new();
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(&rt);
+    let text = SLOW_STORAGE.replace(
+        "  - remediate:\n",
+        "  - remediate:\n      checkpoint_before_fix: true\n",
+    );
+    let r = run(&rt, dir.path(), &mut job, &text).await;
+    assert_eq!(r.verdict, Verdict::Fail, "{}", r.reason);
+    assert!(
+        r.reason.starts_with(
+            "remediate: no checkpoint saved before the fix: the job reported no checkpoint at all"
+        ),
+        "{}",
+        r.reason
+    );
+    assert!(
+        r.reason.contains("the first change was `storage-1"),
+        "{}",
+        r.reason
+    );
+    assert!(
+        r.reason.contains("the lab's own clear saves none"),
+        "{}",
+        r.reason
+    );
+    // The fix itself ran, and the drill's cleanup leaves nothing injected.
+    assert!(rt.state().delays.is_empty());
+    assert_eq!(Ledger::in_dir(dir.path()).read().unwrap().active().count(), 0);
+}

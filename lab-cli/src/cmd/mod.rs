@@ -1,5 +1,6 @@
 //! One function per command: map the parsed flags onto the library's options, call it, print the result.
 
+mod checkpoint;
 mod console;
 mod db;
 mod demo;
@@ -43,6 +44,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Job(j) => job::run(&name, j).await,
         Command::Storage(c) => remediate::storage(&name, c).await,
         Command::Db(d) => db::run(&name, d).await,
+        Command::Checkpoint(a) => checkpoint::checkpoint(&name, a).await,
         Command::Console => console::console(&name).await,
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,

@@ -665,6 +665,25 @@ impl Runtime for KubeRuntime {
         )))
     }
 
+    async fn checkpoint(
+        &self,
+        save: bool,
+        timeout: Duration,
+    ) -> Result<lab_model::checkpoint::CheckpointState> {
+        // The same control as on the local runtime, reached through the API server's pod proxy.
+        let target = crate::rank0_target(self.targets().await?)?;
+        let address = crate::checkpoint_address(&target.address);
+        let req = if save {
+            http::Request::post(address)
+        } else {
+            http::Request::get(address)
+        }
+        .body(Vec::new())
+        .map_err(|e| RuntimeError::Other(e.to_string()))?;
+        let text = api::request_text(&self.client, req, "rank-0's checkpoint control", timeout).await?;
+        crate::parse_checkpoint(&text)
+    }
+
     async fn rank_env(&self, _rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
         // No rank has settings of its own on this runtime.
         Ok(std::collections::BTreeMap::new())

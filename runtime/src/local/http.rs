@@ -37,6 +37,26 @@ pub async fn get(url: &str, timeout: Duration) -> Result<(u16, String)> {
     }
 }
 
+/// POSTs an empty body to `url` within `timeout`, returning the status code and the body.
+///
+/// # Errors
+/// [`RuntimeError::Other`] when the server does not answer in time or the connection fails.
+pub async fn post(url: &str, timeout: Duration) -> Result<(u16, String)> {
+    let fut = async {
+        let r = client().post(url).send().await?;
+        let code = r.status().as_u16();
+        Ok::<_, reqwest::Error>((code, r.text().await?))
+    };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(RuntimeError::Other(format!("POST {url}: {e}"))),
+        Err(_) => Err(RuntimeError::Timeout {
+            what: format!("POST {url}"),
+            seconds: timeout.as_secs_f64(),
+        }),
+    }
+}
+
 /// PUTs a JSON `body` to `url` within `timeout`; a status other than 2xx is an error carrying the body.
 ///
 /// # Errors

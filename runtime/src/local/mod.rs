@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lab_model::Millicores;
+use lab_model::checkpoint::CheckpointState;
 use lab_model::jobs::ForeignJob;
 use lab_model::status::{LabStatus, Phase, Role, RuntimeKind};
 
@@ -765,6 +766,23 @@ impl Runtime for LocalRuntime {
 
     async fn foreign_jobs(&self) -> Result<Vec<ForeignJob>> {
         Ok(self.local_status().await?.foreign_jobs)
+    }
+
+    async fn checkpoint(&self, save: bool, timeout: Duration) -> Result<CheckpointState> {
+        let target = crate::rank0_target(self.scrape_targets().await?)?;
+        let url = crate::checkpoint_address(&target.address);
+        let (code, body) = if save {
+            http::post(&url, timeout).await?
+        } else {
+            http::get(&url, timeout).await?
+        };
+        if !(200..300).contains(&code) {
+            return Err(RuntimeError::Other(format!(
+                "rank-0's checkpoint control answered {code}: {}",
+                body.trim()
+            )));
+        }
+        crate::parse_checkpoint(&body)
     }
 
     async fn run_foreign_job(&self, job: &ForeignJob) -> Result<()> {
