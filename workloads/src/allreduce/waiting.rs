@@ -65,7 +65,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         beat();
         let s = seconds();
-        assert!(s >= 0.02 && s < 1.0, "{s}");
+        assert!((0.02..1.0).contains(&s), "{s}");
         clear();
         assert_eq!(seconds(), 0.0);
         // A stale beat: the waiter is stuck, not waiting.
