@@ -7,9 +7,9 @@
 //! too: they are the same actions, written into the same ledger as changes a person or an agent made.
 
 pub mod catalog;
-pub mod drain;
-pub mod db;
 pub mod checkpoint;
+pub mod db;
+pub mod drain;
 pub mod engine;
 pub mod error;
 pub mod jobs;

@@ -225,7 +225,7 @@ impl Observer for Story {
                         lab_faults::FaultKind::UnplaceableRank
                         | lab_faults::FaultKind::StuckRollout
                         | lab_faults::FaultKind::CompetingJob
-                        | lab_faults::FaultKind::SlowDisk => {}
+                        | lab_faults::FaultKind::SlowDisk
                         | lab_faults::FaultKind::SyncReplica => {}
                         lab_faults::FaultKind::RankHang => t.fix = "lab restart rank 1".into(),
                         lab_faults::FaultKind::RankCrash => {
