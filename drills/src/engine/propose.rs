@@ -117,6 +117,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             }
         };
         let end = now_ms();
+        super::session::past_ms(end);
         let mut saved = None;
         let (ok, summary, verdict) =
             match self.checkpoint_first(ok && checkpoint_first, started, end, last_checkpoint) {

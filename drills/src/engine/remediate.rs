@@ -183,6 +183,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             }
         };
         let end = now_ms();
+        super::session::past_ms(end);
         self.fixes.push(crate::bundle::FixWindow {
             from_ms: started,
             to_ms: end,

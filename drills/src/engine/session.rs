@@ -193,6 +193,8 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
 
     pub(super) fn start(&self, step: StepName, what: &str) -> u64 {
         self.observer.event(&Event::StepStarted { step, what });
+        let t = now_ms();
+        past_ms(t);
         now_ms()
     }
 
@@ -348,4 +350,13 @@ fn median(v: &[f64]) -> Option<f64> {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     Some(v[v.len() / 2])
+}
+
+/// Waits (at most a millisecond) until the wall clock has passed `t`, so that what is recorded from now on
+/// never shares a millisecond with what was recorded until `t`: a fix's window (its start to its end, in
+/// ms) then holds the fix's own changes, never one recorded just before or just after it.
+pub(super) fn past_ms(t: u64) {
+    while now_ms() <= t {
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
 }
