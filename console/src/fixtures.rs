@@ -144,6 +144,7 @@ pub fn healthy_sized(ranks: u32, servers: u32) -> Snapshot {
             after: "up".into(),
             note: Some("local runtime".into()),
             fault_id: None,
+            by: None,
         }],
         faults: Vec::new(),
         scrape_errors: Vec::new(),
@@ -174,6 +175,7 @@ fn change(
         after: after.into(),
         note: note.map(Into::into),
         fault_id: Some(id.into()),
+        by: None,
     }
 }
 

@@ -192,6 +192,9 @@ pub struct AuditEntry {
     /// change and over the window after it, and the same as a percentage of the job's normal.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effect: Option<Effect>,
+    /// On whose behalf the change record says it was made (`remediation 1`, a person's name), if it says.
+    #[serde(skip)]
+    pub by: Option<String>,
 }
 
 /// The job's throughput around one change (see [`Bundle::annotate_changes`]).
@@ -210,6 +213,30 @@ pub enum FixBy {
     Remediation,
     /// An agent's approved plan (`--agent`).
     Agent,
+}
+
+impl FixBy {
+    /// Its word in a bundle's change log: `remediation` or `agent`.
+    pub fn word(self) -> &'static str {
+        match self {
+            FixBy::Remediation => "remediation",
+            FixBy::Agent => "agent",
+        }
+    }
+
+    /// What the `nth` remediation's changes carry in their `by` (1-based): `remediation 2`, `agent 1`.
+    pub fn tag(self, nth: usize) -> String {
+        format!("{} {nth}", self.word())
+    }
+
+    /// The remediation a recorded `by` names (the reverse of [`FixBy::tag`]), if it names one.
+    pub fn parse(by: &str) -> Option<(FixBy, usize)> {
+        let (word, n) = by.split_once(' ')?;
+        let who = [FixBy::Remediation, FixBy::Agent]
+            .into_iter()
+            .find(|f| f.word() == word)?;
+        Some((who, n.parse().ok().filter(|&n| n > 0)?))
+    }
 }
 
 /// One remediation of a drill: from when to when it ran, and who ran it.
@@ -385,9 +412,12 @@ impl Bundle {
             .map(|c| AuditEntry {
                 time: rfc3339(c.at_ms),
                 at_ms: c.at_ms,
-                who: match c.source {
-                    ChangeSource::Lifecycle => "lab-lifecycle".into(),
-                    ChangeSource::Fault | ChangeSource::Remediation => "operator".into(),
+                // Who the change says made it; a remediation of this drill is marked by
+                // `annotate_changes`, which knows the drill's numbering.
+                who: match (c.source, c.by.as_deref()) {
+                    (ChangeSource::Lifecycle, _) => "lab-lifecycle".into(),
+                    (_, Some(by)) if FixBy::parse(by).is_none() => by.to_string(),
+                    _ => "operator".into(),
                 },
                 target: c.target.clone(),
                 what: c.what.clone(),
@@ -396,6 +426,7 @@ impl Bundle {
                 detail: c.note.as_deref().and_then(evidence_only),
                 remediation: None,
                 effect: None,
+                by: c.by.clone(),
             })
             .collect();
         changes.sort_by_key(|c| c.at_ms);
@@ -446,16 +477,16 @@ impl Bundle {
         let now = self.generated_at_ms;
         let starts: Vec<u64> = self.changes.iter().map(|c| c.at_ms).collect();
         for c in &mut self.changes {
-            if let Some((n, f)) = fixes
-                .iter()
-                .enumerate()
-                .find(|(_, f)| c.at_ms >= f.from_ms && c.at_ms <= f.to_ms)
-            {
-                c.remediation = Some(n + 1);
-                c.who = match f.by {
-                    FixBy::Remediation => "remediation".into(),
-                    FixBy::Agent => "agent".into(),
-                };
+            // A change is a remediation's when it says so (its `by`, from the command's environment or
+            // the lab's own clear), and this drill ran that remediation: never by its time alone, so a
+            // fault injected in the fix's millisecond is not taken for the fix.
+            let fix =
+                c.by.as_deref()
+                    .and_then(FixBy::parse)
+                    .filter(|&(who, n)| fixes.get(n - 1).is_some_and(|f| f.by == who));
+            if let Some((who, n)) = fix {
+                c.remediation = Some(n);
+                c.who = who.word().into();
             }
             // Changes made together (one command's records) share their window.
             let next = starts.iter().copied().filter(|&t| t > c.at_ms + 1_000).min();
@@ -819,6 +850,7 @@ mod tests {
             after: after.into(),
             note: Some(note.into()),
             fault_id: Some("slow-storage-3".into()),
+            by: None,
         };
         s.changes = vec![
             change(30_000, ChangeSource::Fault, "via latency proxy", "300 ms"),
@@ -894,6 +926,56 @@ mod tests {
     /// remediation, then rank-1's limit cut in place (fault 2). The newest change before the incident is
     /// the fix; the change log must say so, and show what each change did to the job.
     #[test]
+    fn a_change_that_says_who_made_it_is_theirs_whatever_its_time() {
+        let mut s = slow_storage();
+        let t0 = s.at_ms - 100_000;
+        let record = |at: u64, after: &str, by: Option<&str>| ChangeRecord {
+            at_ms: t0 + at,
+            source: ChangeSource::Fault,
+            target: "storage-1".into(),
+            what: "added delay".into(),
+            before: "0 ms".into(),
+            after: after.into(),
+            note: None,
+            fault_id: Some("x".into()),
+            by: by.map(str::to_string),
+        };
+        // The injection shares the fix's first millisecond but says nothing: it is not the fix's. The
+        // fix's own change came after its window closed (a slow clock, a late write) and still is. A
+        // person's name is kept; a remediation this drill never ran is nobody's remediation.
+        s.changes = vec![
+            record(39_500, "300 ms", None),
+            record(45_000, "0 ms", Some("remediation 1")),
+            record(60_000, "5 ms", Some("alice")),
+            record(70_000, "9 ms", Some("remediation 4")),
+        ];
+        let fixes = [FixWindow {
+            from_ms: t0 + 39_500,
+            to_ms: t0 + 41_000,
+            by: FixBy::Remediation,
+        }];
+        let mut b = Bundle::from_snapshot(&s);
+        b.annotate_changes(&fixes, &[], None);
+        let who: Vec<(&str, Option<usize>)> = b
+            .changes
+            .iter()
+            .map(|c| (c.who.as_str(), c.remediation))
+            .collect();
+        assert_eq!(
+            who,
+            [
+                ("operator", None),
+                ("remediation", Some(1)),
+                ("alice", None),
+                ("operator", None)
+            ]
+        );
+        assert_eq!(FixBy::parse(&FixBy::Agent.tag(2)), Some((FixBy::Agent, 2)));
+        assert_eq!(FixBy::parse("remediation 0"), None);
+        assert_eq!(FixBy::parse("remediation"), None);
+    }
+
+    #[test]
     fn the_change_log_tells_an_earlier_fix_from_the_new_cause() {
         let mut s = slow_storage();
         let t0 = s.at_ms - 100_000;
@@ -906,10 +988,18 @@ mod tests {
             after: after.into(),
             note: None,
             fault_id: Some("x".into()),
+            by: None,
+        };
+        let by = |by: &str, c: ChangeRecord| ChangeRecord {
+            by: Some(by.into()),
+            ..c
         };
         s.changes = vec![
             record(10_000, "storage-1", "added delay", "0 ms", "300 ms"),
-            record(40_000, "storage-1", "added delay", "300 ms", "0 ms"),
+            by(
+                "remediation 1",
+                record(40_000, "storage-1", "added delay", "300 ms", "0 ms"),
+            ),
             record(70_000, "rank-1", "cpu limit", "400m", "150m"),
         ];
         // 1000 samples/s before fault 1, 90 while it holds, 1000 after its fix, 700 after fault 2.
@@ -972,6 +1062,7 @@ mod tests {
             by: FixBy::Agent,
             ..fixes[0]
         }];
+        s.changes[1].by = Some(FixBy::Agent.tag(1));
         let mut b = Bundle::from_snapshot(&s);
         b.annotate_changes(&agent, &series[30..], None);
         assert_eq!(b.changes[1].who, "agent");

@@ -130,6 +130,7 @@ mod tests {
             after: after.into(),
             note: None,
             fault_id: None,
+            by: None,
         }
     }
 

@@ -106,6 +106,7 @@ pub async fn checkpoint(
                 after: format!("step {}", c.step),
                 note: Some(format!("saved at {}", rfc3339(c.at_ms))),
                 fault_id: None,
+                by: None,
             };
             ledger.record(vec![change.clone()])?;
             return Ok(Saved {

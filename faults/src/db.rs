@@ -27,6 +27,7 @@ fn record(
         after,
         note: None,
         fault_id: None,
+        by: None,
     };
     ledger.record(vec![c.clone()])?;
     Ok(c)

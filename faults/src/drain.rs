@@ -81,6 +81,7 @@ fn change(target: String, before: String, after: String, note: String) -> Change
         after,
         note: Some(note),
         fault_id: None,
+        by: None,
     }
 }
 

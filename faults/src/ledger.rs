@@ -130,6 +130,8 @@ impl LedgerData {
 pub struct Ledger {
     path: PathBuf,
     lock: PathBuf,
+    /// On whose behalf this handle's changes are made; see [`Ledger::acting_for`].
+    by: Option<String>,
 }
 
 impl Ledger {
@@ -138,7 +140,28 @@ impl Ledger {
         Ledger {
             path: dir.join("ledger.json"),
             lock: dir.join("ledger.lock"),
+            by: None,
         }
+    }
+
+    /// This ledger, with every change record made through it said to be made on behalf of `by` (e.g.
+    /// `remediation 1`). A handle without one takes [`lab_model::change::CHANGE_BY_ENV`] from the
+    /// environment, so a `lab` command run by a drill's remediation marks its changes as that
+    /// remediation's.
+    #[must_use]
+    pub fn acting_for(mut self, by: impl Into<String>) -> Ledger {
+        self.by = Some(by.into());
+        self
+    }
+
+    /// On whose behalf changes made through this handle are made, if anyone said.
+    fn by(&self) -> Option<String> {
+        self.by.clone().or_else(|| {
+            std::env::var(lab_model::change::CHANGE_BY_ENV)
+                .ok()
+                .map(|v| v.trim().chars().take(64).collect::<String>())
+                .filter(|v| !v.is_empty())
+        })
     }
 
     /// The ledger of lab `name`.
@@ -192,7 +215,14 @@ impl Ledger {
         let _guard: Flock<File> = Flock::lock(file, FlockArg::LockExclusive)
             .map_err(|(_, e)| self.err(format!("cannot lock: {e}")))?;
         let mut data = self.read()?;
+        let known = data.changes.len();
         let out = f(&mut data)?;
+        // Records are only ever appended: the new ones are those past the ones read.
+        if let Some(by) = self.by() {
+            for c in data.changes.iter_mut().skip(known).filter(|c| c.by.is_none()) {
+                c.by = Some(by.clone());
+            }
+        }
         data.trim();
         let bytes = serde_json::to_vec_pretty(&data).map_err(|e| self.err(e.to_string()))?;
         lab_runtime::state::write_atomic(&self.path, &bytes).map_err(|e| self.err(e.to_string()))?;
@@ -232,6 +262,34 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_handle_acting_for_someone_marks_the_changes_it_adds_and_only_those() {
+        let t = tempfile::tempdir().unwrap();
+        let change = |after: &str| ChangeRecord {
+            at_ms: 1,
+            source: lab_model::change::ChangeSource::Remediation,
+            target: "ranks".into(),
+            what: "replicas".into(),
+            before: "5".into(),
+            after: after.into(),
+            note: None,
+            fault_id: None,
+            by: None,
+        };
+        Ledger::in_dir(t.path()).record(vec![change("4")]).unwrap();
+        let fix = Ledger::in_dir(t.path()).acting_for("remediation 1");
+        fix.record(vec![change("5")]).unwrap();
+        let by: Vec<Option<String>> = fix.read().unwrap().changes.into_iter().map(|c| c.by).collect();
+        assert_eq!(by, [None, Some("remediation 1".to_string())]);
+        // What a record already says is kept.
+        fix.record(vec![ChangeRecord {
+            by: Some("alice".into()),
+            ..change("6")
+        }])
+        .unwrap();
+        assert_eq!(fix.read().unwrap().changes[2].by.as_deref(), Some("alice"));
+    }
 
     #[test]
     fn update_is_atomic_and_failed_updates_write_nothing() {

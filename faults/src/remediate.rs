@@ -27,6 +27,7 @@ fn record(
         after,
         note,
         fault_id: None,
+        by: None,
     };
     ledger.record(vec![c.clone()])?;
     Ok(c)

@@ -17,6 +17,12 @@ pub enum ChangeSource {
     Lifecycle,
 }
 
+/// The environment variable that says on whose behalf a `lab` command changes the lab: a drill sets
+/// `remediation 1` for the command of its first remediation, `agent 2` for the commands of an agent's
+/// second plan. Every change record the command makes carries it in [`ChangeRecord::by`], so an incident's
+/// change log tells a fix from the fault beside it by who made it, not by when.
+pub const CHANGE_BY_ENV: &str = "LAB_CHANGE_BY";
+
 /// One change to the running lab.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangeRecord {
@@ -33,6 +39,9 @@ pub struct ChangeRecord {
     pub note: Option<String>,
     /// The fault this change belongs to, if any.
     pub fault_id: Option<String>,
+    /// On whose behalf it was made (see [`CHANGE_BY_ENV`]), e.g. `remediation 1`; `None` when nobody said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 impl ChangeRecord {
@@ -62,6 +71,7 @@ mod tests {
             after: "150m".into(),
             note: Some("spec 400m".into()),
             fault_id: Some("f1".into()),
+            by: None,
         };
         assert_eq!(c.line(), "rank-1 cpu limit 400m → 150m; spec 400m");
     }

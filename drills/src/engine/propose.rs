@@ -217,6 +217,10 @@ impl<S: SnapshotSource> Session<'_, S> {
             }
             let mut one = spec.clone();
             one.command = c.line();
+            one.env.push((
+                lab_model::change::CHANGE_BY_ENV.into(),
+                crate::bundle::FixBy::Agent.tag(self.fixes.len() + 1),
+            ));
             let group = self.guard.group.clone();
             let argv = c.argv.clone();
             let quiet: command::LineSink = Arc::new(|_: &str, _| {});

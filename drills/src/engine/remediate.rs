@@ -95,6 +95,11 @@ impl<S: SnapshotSource> Session<'_, S> {
         let (ok, summary) = match command {
             Some(cmd) => {
                 let mut env = self.options.command_env.clone();
+                // Its changes carry who made them, so the next bundle tells them from a fault's.
+                env.push((
+                    lab_model::change::CHANGE_BY_ENV.into(),
+                    crate::bundle::FixBy::Remediation.tag(nth + 1),
+                ));
                 if let Some(b) = &bundle {
                     env.push(("LAB_INCIDENT_BUNDLE".into(), b.display().to_string()));
                 }
@@ -172,7 +177,10 @@ impl<S: SnapshotSource> Session<'_, S> {
                 }
             }
             None => {
-                let lab = self.lab.clone();
+                let mut lab = self.lab.clone();
+                lab.ledger = lab
+                    .ledger
+                    .acting_for(crate::bundle::FixBy::Remediation.tag(nth + 1));
                 let since = self.started_ms;
                 let result = self.during(async move { clear_ours(&lab, since).await }).await;
                 match result {

@@ -80,6 +80,7 @@ impl Cx<'_> {
             after,
             note,
             fault_id: Some(self.id.to_string()),
+            by: None,
         }
     }
 }
