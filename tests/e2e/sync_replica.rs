@@ -90,7 +90,7 @@ fn step<'a>(d: &'a Value, name: &str) -> &'a Value {
 fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alone() {
     let _one = serial();
     let start = Instant::now();
-    let mut lab = Lab::up("sync5-sync-replica", &["--database"]);
+    let mut lab = Lab::up("sync5-db-drills", &["--database"]);
     eprintln!(
         "figure: lab up --database: {:.0} s",
         start.elapsed().as_secs_f64()
