@@ -7,7 +7,7 @@ use crate::error::DrillError;
 use crate::spec::{self, Drill};
 
 /// `(name, text)` of every built-in drill, in the seed story's order.
-pub const BUILTIN: [(&str, &str); 9] = [
+pub const BUILTIN: [(&str, &str); 10] = [
     ("slow-storage", include_str!("../builtin/slow-storage.yaml")),
     ("throttled-rank", include_str!("../builtin/throttled-rank.yaml")),
     (
@@ -21,6 +21,8 @@ pub const BUILTIN: [(&str, &str); 9] = [
     // Not a chapter of the seed story: one of the four causes of its Figure 4.
     ("competing-job", include_str!("../builtin/competing-job.yaml")),
     ("slow-disk", include_str!("../builtin/slow-disk.yaml")),
+    // The seed's general version: a synchronous database replica that cannot be scheduled.
+    ("sync-replica", include_str!("../builtin/sync-replica.yaml")),
 ];
 
 /// `(name, text)` of the built-in drills that chain several faults, after the one-fault drills.
@@ -116,12 +118,7 @@ mod tests {
     #[test]
     fn every_builtin_parses_and_injects_its_own_fault() {
         let all = all().unwrap();
-        // sync-replica has no built-in drill yet: no rule reads the database writer's signals, so no
-        // expect step could detect it (docs/sync-replica.md).
-        let kinds: Vec<FaultKind> = FaultKind::ALL
-            .into_iter()
-            .filter(|k| *k != FaultKind::SyncReplica)
-            .collect();
+        let kinds = FaultKind::ALL;
         assert_eq!(all.len(), kinds.len() + CHAINED.len());
         for (l, kind) in all.iter().zip(kinds) {
             assert_eq!(l.drill.name, kind.name());
@@ -166,6 +163,23 @@ mod tests {
             .collect();
         assert_eq!(kinds, [FaultKind::SlowStorage, FaultKind::ThrottledRank]);
         assert!(all().unwrap().iter().any(|d| d.drill.name == "chained-week"));
+    }
+
+    /// The database drill judges the writer, the job it is about: the training job beside it never
+    /// noticed the fault, so its throughput would pass the trap.
+    #[test]
+    fn the_sync_replica_drill_needs_the_database_and_verifies_the_writer() {
+        let d = builtin("sync-replica").unwrap().drill;
+        assert!(d.runtime.database);
+        let Some(Step::Verify(v)) = d.steps.last() else {
+            panic!("no verify step")
+        };
+        assert_eq!(v.job, crate::spec::VerifyJob::Writer);
+        let Some(Step::Expect(e)) = d.steps.get(1) else {
+            panic!("no expect step")
+        };
+        assert_eq!(e.alerts[0].rule, "LabCommitsStalled");
+        assert_eq!(e.alerts[0].target, "lab-writer");
     }
 
     #[test]

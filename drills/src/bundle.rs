@@ -44,6 +44,9 @@ pub struct Bundle {
     pub wiring: Wiring,
     /// Changes to the lab in the last three hours, oldest first.
     pub changes: Vec<AuditEntry>,
+    /// The database beside the job and its writer's signals (`lab up --database`); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<crate::database::DatabaseSection>,
 }
 
 /// A golden-signal alert that is firing.
@@ -256,7 +259,7 @@ pub const EFFECT_SETTLE_MS: u64 = 3_000;
 /// Words that would name an injection rather than show evidence; a detail carrying one is left out.
 const TELLING: [&str; 4] = ["fault", "inject", "cleared", "drill"];
 
-fn evidence_only(s: &str) -> Option<String> {
+pub(crate) fn evidence_only(s: &str) -> Option<String> {
     let l = s.to_lowercase();
     (!TELLING.iter().any(|w| l.contains(w))).then(|| s.to_string())
 }
@@ -466,6 +469,15 @@ impl Bundle {
                 gpu_resource: st.gpu_resource.clone(),
             },
             changes,
+            database: crate::database::DatabaseSection::from_snapshot(s),
+        }
+    }
+
+    /// Adds what the runtime says of the database (its template, the version the standby pod was made
+    /// from, the primary's settings), which a snapshot does not carry. Nothing for a lab without one.
+    pub fn set_database(&mut self, d: &lab_model::db::DbStatus) {
+        if let Some(sec) = &mut self.database {
+            sec.set_status(d);
         }
     }
 
@@ -621,6 +633,9 @@ impl Bundle {
                 r.cpu_limit_cores
                     .map_or("-".into(), |c| format!("{:.0}m", c * 1000.0)),
             );
+        }
+        if let Some(d) = &self.database {
+            d.write_text(&mut o);
         }
         let _ = writeln!(
             o,
@@ -1102,5 +1117,33 @@ mod tests {
         );
         assert_eq!(c.detail.as_deref(), Some("via latency proxy"));
         assert!(c.time.ends_with('Z') && c.time.contains('T'), "{}", c.time);
+        // The database's section: the writer's signals and the standby's drift, and no word of the cause.
+        let (mut s, d) = crate::database::tests::stuck();
+        s.changes = vec![lab_model::ChangeRecord {
+            at_ms: s.at_ms - 20_000,
+            source: ChangeSource::Fault,
+            target: "db-1".into(),
+            what: "pod".into(),
+            before: "Running".into(),
+            after: "deleted; made again from the new template".into(),
+            note: Some("cleared".into()),
+            fault_id: Some("sync-replica-1".into()),
+        }];
+        let mut b = Bundle::from_snapshot(&s);
+        b.set_database(&d);
+        let json = serde_json::to_string(&b).unwrap().to_lowercase();
+        for word in ["fault", "inject", "sync-replica", "cleared"] {
+            assert!(!json.contains(word), "{word:?} in {json}");
+        }
+        let db = b.database.as_ref().unwrap();
+        assert_eq!(db.writer.as_ref().unwrap().commits_per_s, 0.0);
+        assert!(
+            db.pods
+                .iter()
+                .any(|p| p.name == "db-1" && p.differs_from_template)
+        );
+        let text = b.text().to_lowercase();
+        assert!(!text.contains("fault") && !text.contains("inject"), "{text}");
+        assert!(text.contains("database  the writer's own signals"), "{text}");
     }
 }

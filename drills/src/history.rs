@@ -33,6 +33,9 @@ pub struct SteadyPoint {
     pub faults: usize,
     /// The newest change the lab had recorded by then, ms since the Unix epoch.
     pub last_change_ms: Option<u64>,
+    /// The database writer's commits per second, when the lab runs one.
+    #[serde(default)]
+    pub commits_per_s: Option<f64>,
 }
 
 impl SteadyPoint {
@@ -46,6 +49,7 @@ impl SteadyPoint {
             learned: s.training.baseline,
             faults: s.faults.len(),
             last_change_ms: s.changes.iter().map(|c| c.at_ms).max(),
+            commits_per_s: s.database.as_ref().map(|d| d.commits_per_s),
         }
     }
 }
@@ -118,6 +122,7 @@ mod tests {
             learned: None,
             faults,
             last_change_ms: change,
+            commits_per_s: None,
         }
     }
 

@@ -37,6 +37,9 @@ pub struct PreFault {
     /// The baseline the golden-signal rules compared with until then (learned at `lab up`, or the
     /// previous drill's), for comparison.
     pub learned: Option<Baseline>,
+    /// The database writer's mean commits per second over the window, when the lab runs one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commits_per_s: Option<f64>,
 }
 
 impl PreFault {
@@ -53,12 +56,15 @@ impl PreFault {
 /// How far the throughput of a steady window may wander (relative standard deviation).
 pub const STEADY_MAX_VARIATION: f64 = 0.12;
 
+/// One moment in a steady window: when, samples per second, step time, the writer's commits per second.
+type WindowPoint = (u64, Option<f64>, Option<f64>, Option<f64>);
+
 /// Finds a window over which the lab is steady: every rank Running and Ready and training, no golden
 /// signal firing, and throughput that does not wander.
 #[derive(Debug)]
 pub struct SteadyWindow {
     window_ms: u64,
-    points: VecDeque<(u64, Option<f64>, Option<f64>)>,
+    points: VecDeque<WindowPoint>,
 }
 
 impl SteadyWindow {
@@ -78,7 +84,8 @@ impl SteadyWindow {
     /// Adds one moment (a snapshot's, or one the lab's own watch kept); `Done` once the last window was
     /// steady.
     pub fn push_point(&mut self, p: &SteadyPoint) -> Outcome<PreFault> {
-        self.points.push_back((p.at_ms, p.samples_per_s, p.step_seconds));
+        self.points
+            .push_back((p.at_ms, p.samples_per_s, p.step_seconds, p.commits_per_s));
         while self
             .points
             .front()
@@ -119,11 +126,14 @@ impl SteadyWindow {
         }
         // One over the mean rate, not the mean of the step times: the job's mean step over the window.
         let step_seconds = steps.len() as f64 / steps.iter().map(|v| 1.0 / v).sum::<f64>();
+        let commits: Vec<f64> = self.points.iter().filter_map(|p| p.3).collect();
+        let commits_per_s = (!commits.is_empty()).then(|| commits.iter().sum::<f64>() / commits.len() as f64);
         Outcome::Done(PreFault {
             samples_per_s: mean,
             step_seconds,
             window_s: self.window_ms as f64 / 1000.0,
             learned: p.learned,
+            commits_per_s,
         })
     }
 }
@@ -750,6 +760,7 @@ pub(crate) mod tests {
             step_seconds: 0.3,
             window_s: 20.0,
             learned: None,
+            commits_per_s: None,
         }
     }
 
@@ -1034,8 +1045,10 @@ pub(crate) mod tests {
 
     fn verify(pct: f64, steps: u64, deadline: u64) -> Verify {
         Verify {
+            job: crate::spec::VerifyJob::Training,
             within_pct: pct,
             consecutive_steps: steps,
+            hold: crate::spec::defaults::VERIFY_HOLD,
             deadline: Duration::from_secs(deadline),
         }
     }

@@ -13,6 +13,8 @@ pub mod builtin;
 pub mod bundle;
 pub mod checkpoint_first;
 pub mod command;
+pub mod commits;
+pub mod database;
 pub mod engine;
 pub mod error;
 pub mod history;

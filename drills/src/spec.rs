@@ -62,6 +62,9 @@ pub struct Requirements {
     /// Whether ranks' CPU limits must be enforced (cgroups writable).
     #[serde(default)]
     pub cpu_limits: bool,
+    /// Whether the lab must run its optional database and writer (`lab up --database`).
+    #[serde(default)]
+    pub database: bool,
 }
 
 fn all_runtimes() -> Vec<RuntimeKind> {
@@ -76,6 +79,7 @@ impl Default for Requirements {
             storage_servers: None,
             gpus: None,
             cpu_limits: false,
+            database: false,
         }
     }
 }
@@ -158,13 +162,30 @@ pub struct Remediate {
 /// What "recovered" means: the job's own signals, never Ready and never the fault being gone.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verify {
-    /// Throughput at least, and step time at most, this many percent away from the pre-fault baseline.
+    /// Whose signals: the training job's (the default) or the database writer's.
+    pub job: VerifyJob,
+    /// Training: throughput at least, and step time at most, this many percent away from the pre-fault
+    /// baseline. Writer: commits per second at least this many percent under the pre-fault baseline.
     pub within_pct: f64,
-    /// ... for this many training steps in a row.
+    /// Training: ... for this many training steps in a row.
     pub consecutive_steps: u64,
+    /// Writer: ... for this long in a row.
+    #[serde(with = "secs")]
+    pub hold: Duration,
     /// ... reached within this long after the remediation ended.
     #[serde(with = "secs")]
     pub deadline: Duration,
+}
+
+/// The job a verify step judges by its own signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerifyJob {
+    /// The training job: throughput and step time.
+    #[default]
+    Training,
+    /// The database writer beside it (`lab up --database`): commits per second.
+    Writer,
 }
 
 /// Defaults a drill file may leave out.
@@ -178,6 +199,8 @@ pub mod defaults {
     pub const REMEDIATE_TIMEOUT: Duration = Duration::from_secs(300);
     pub const VERIFY_WITHIN_PCT: f64 = 20.0;
     pub const VERIFY_STEPS: u64 = 30;
+    /// How long the writer's commits must stay back (`verify: job: writer`).
+    pub const VERIFY_HOLD: Duration = Duration::from_secs(10);
     pub const VERIFY_DEADLINE: Duration = Duration::from_secs(180);
 }
 
@@ -295,6 +318,17 @@ impl Check for RawDrill {
         }
         if self.runtime.kinds.is_empty() {
             return Err("runtime.kinds: list at least one of local, kind, cluster".into());
+        }
+        let judges_writer = self
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::Verify(v) if v.job == VerifyJob::Writer));
+        if judges_writer && !self.runtime.database {
+            return Err(
+                "a verify step judges the database writer (job: writer): set `runtime.database: true`, so the drill \
+                 refuses a lab started without `--database`"
+                    .into(),
+            );
         }
         Ok(Drill {
             name: self.name,
@@ -536,10 +570,14 @@ impl Check for RawRemediate {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawVerify {
+    #[serde(default)]
+    job: VerifyJob,
     #[serde(default, deserialize_with = "opt_pct")]
     within_pct: Option<f64>,
     #[serde(default)]
     consecutive_steps: Option<u64>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    hold: Option<Duration>,
     #[serde(default, deserialize_with = "opt_duration")]
     deadline: Option<Duration>,
 }
@@ -547,17 +585,38 @@ struct RawVerify {
 impl Check for RawVerify {
     type Out = Verify;
     fn check(self) -> Result<Verify, String> {
+        match self.job {
+            VerifyJob::Writer if self.consecutive_steps.is_some() => {
+                return Err(
+                    "consecutive_steps counts training steps: the writer's commits are held for a time (`hold: 10s`)"
+                        .into(),
+                );
+            }
+            VerifyJob::Training if self.hold.is_some() => {
+                return Err(
+                    "hold is for the writer's commits (job: writer): the training job is held for `consecutive_steps`"
+                        .into(),
+                );
+            }
+            _ => {}
+        }
         let consecutive_steps = self.consecutive_steps.unwrap_or(defaults::VERIFY_STEPS);
         if consecutive_steps == 0 {
             return Err("consecutive_steps: must be at least 1".into());
+        }
+        let hold = self.hold.unwrap_or(defaults::VERIFY_HOLD);
+        if hold.is_zero() {
+            return Err("hold: must be more than 0 (e.g. 10s)".into());
         }
         let deadline = self.deadline.unwrap_or(defaults::VERIFY_DEADLINE);
         if deadline.is_zero() {
             return Err("deadline: must be more than 0 (e.g. 180s)".into());
         }
         Ok(Verify {
+            job: self.job,
             within_pct: self.within_pct.unwrap_or(defaults::VERIFY_WITHIN_PCT),
             consecutive_steps,
+            hold,
             deadline,
         })
     }
@@ -603,8 +662,10 @@ impl<'de> Visitor<'de> for StepSeed<'_> {
             )),
             "verify" => Step::Verify(map.next_value::<Option<Checked<RawVerify>>>()?.map_or(
                 Verify {
+                    job: VerifyJob::Training,
                     within_pct: defaults::VERIFY_WITHIN_PCT,
                     consecutive_steps: defaults::VERIFY_STEPS,
+                    hold: defaults::VERIFY_HOLD,
                     deadline: defaults::VERIFY_DEADLINE,
                 },
                 |c| c.0,

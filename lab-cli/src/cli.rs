@@ -588,7 +588,8 @@ pub enum DrillCmd {
 #[derive(Debug, Args)]
 pub struct DrillRunArgs {
     /// Drill files, or names of built-in drills (`lab drill list`: slow-storage, throttled-rank,
-    /// unplaceable-rank, rank-crash, rank-hang, slow-compute).
+    /// unplaceable-rank, stuck-rollout, rank-crash, rank-hang, slow-compute, competing-job, slow-disk,
+    /// sync-replica (needs `lab up --database`), chained-week).
     #[arg(required = true)]
     pub files: Vec<String>,
     /// A remediation command to run instead of the drill's own (gets LAB_INCIDENT_BUNDLE in its environment).

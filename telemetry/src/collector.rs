@@ -536,6 +536,11 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
                 1000.0 * s.compute_per_step_q25
             )
         }
+        n if n == rules::COMMITS_STALLED.name => format!(
+            "{}: no commit completed in {} s; the commit in flight has waited {value:.0} s",
+            c.target,
+            crate::signals::WINDOW_MS / 1000
+        ),
         _ => {
             let n = s.ranks_waiting_for_peers.len();
             let world = s

@@ -104,8 +104,18 @@ pub const COMPUTE_SLOW: Rule = Rule {
     keep_firing_ms: 10_000,
 };
 
+/// The database writer's commits stalled: none completed over the window while the commit in flight has
+/// waited over 5 s. Reads and readiness may look fine (a synchronous standby that is not there holds every
+/// commit on the primary). A latency signal: the primary answers the writer's commits slowly, or never.
+pub const COMMITS_STALLED: Rule = Rule {
+    name: "LabCommitsStalled",
+    signal: GoldenSignal::Latency,
+    for_ms: 2_000,
+    keep_firing_ms: 0,
+};
+
 /// Every rule, in the order the rule file lists them.
-pub const RULES: [Rule; 10] = [
+pub const RULES: [Rule; 11] = [
     STORAGE_LATENCY,
     THROUGHPUT_LOW,
     STORAGE_ERRORS,
@@ -116,6 +126,7 @@ pub const RULES: [Rule; 10] = [
     RANK_PENDING,
     RANK_HUNG,
     COMPUTE_SLOW,
+    COMMITS_STALLED,
 ];
 
 /// Latency: the absolute floor, in seconds.
@@ -135,6 +146,10 @@ pub const HUNG_SELF_WAIT_MAX_SECONDS: f64 = 1.0;
 /// the local lab (debug build, shared 2-core machine): healthy ranks within 1.07x of each other; a CPU hog
 /// sharing a rank's 400m limit 1.46-1.69x; so 1.5x would flicker, and 1.3x sits between the two.
 pub const COMPUTE_SLOW_FACTOR: f64 = 1.3;
+/// Stalled commits: the commit in flight has waited longer than this, seconds. The writer commits 20
+/// times a second in a few milliseconds each on a quiet lab; 5 s is far beyond a slow commit on a busy
+/// machine, and short enough to open the incident within seconds.
+pub const COMMIT_WAITING_MAX_SECONDS: f64 = 5.0;
 
 /// The baseline's window: `[10s]` over the recorded throughput.
 pub const BASELINE_WINDOW_MS: i64 = 10_000;
@@ -384,6 +399,16 @@ impl Engine {
                 out.push((COMPUTE_SLOW, rank.clone(), c));
             }
         }
+        // Latency: rate(lab_writer_commits_total[10s]) == 0
+        //   and on (instance) lab_writer_commit_waiting_seconds > 5
+        for (writer, ws) in &s.writers {
+            if ws.commits_per_s == Some(0.0)
+                && let Some(w) = ws.commit_waiting_s
+                && w > COMMIT_WAITING_MAX_SECONDS
+            {
+                out.push((COMMITS_STALLED, writer.clone(), w));
+            }
+        }
         out
     }
 }
@@ -431,7 +456,7 @@ fn learn(store: &Store, t: i64) -> Option<LearnedBaseline> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::{RankSignals, ServerSignals};
+    use crate::signals::{RankSignals, ServerSignals, WriterSignals};
 
     fn server(p50: f64) -> ServerSignals {
         ServerSignals {
@@ -638,6 +663,36 @@ mod tests {
             e.evaluate(&mut store, &with([0.050, 0.052, 0.053, 0.049]), 10_000)
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn stalled_commits_need_no_commit_and_an_old_one_in_flight() {
+        let (mut e, mut store) = warm();
+        let writer = |rate: Option<f64>, waiting: f64| {
+            let mut s = Signals::default();
+            s.writers.insert(
+                "lab-writer".into(),
+                WriterSignals {
+                    commits_per_s: rate,
+                    commit_waiting_s: Some(waiting),
+                },
+            );
+            s
+        };
+        // A quiet writer, a slow commit that others follow, a writer with no rate yet: nothing.
+        assert!(
+            e.evaluate(&mut store, &writer(Some(20.0), 0.004), 10_000)
+                .is_empty()
+        );
+        assert!(e.evaluate(&mut store, &writer(Some(0.3), 6.0), 11_000).is_empty());
+        assert!(e.evaluate(&mut store, &writer(None, 9.0), 12_000).is_empty());
+        // No commit in the window and one waiting 6 s: pending, then firing after 2 s, valued by its age.
+        assert!(e.evaluate(&mut store, &writer(Some(0.0), 4.0), 13_000).is_empty());
+        let c = e.evaluate(&mut store, &writer(Some(0.0), 6.0), 14_000);
+        assert_eq!(names(&c), vec![("LabCommitsStalled", "lab-writer", false)]);
+        let c = e.evaluate(&mut store, &writer(Some(0.0), 8.0), 16_000);
+        assert_eq!(names(&c), vec![("LabCommitsStalled", "lab-writer", true)]);
+        assert_eq!(c[0].value, 8.0);
     }
 
     #[test]

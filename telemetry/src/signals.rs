@@ -123,6 +123,17 @@ pub struct Signals {
     pub ranks_waiting_for_peers: Vec<String>,
     /// Rank pods whose phase is Pending (`kube_pod_status_phase{phase="Pending"} == 1`), by pod name.
     pub ranks_pending: Vec<String>,
+    /// The database writers (`lab-writer`), by instance: present only when one is scraped.
+    pub writers: BTreeMap<String, WriterSignals>,
+}
+
+/// A database writer's figures: the commits it completes, and the one it waits on.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WriterSignals {
+    /// `rate(lab_writer_commits_total[10s])` (absent until two scrapes are in the window).
+    pub commits_per_s: Option<f64>,
+    /// `lab_writer_commit_waiting_seconds`: how long the commit in flight has waited, now.
+    pub commit_waiting_s: Option<f64>,
 }
 
 /// Where a per-rank gauge goes in [`RankSignals`].
@@ -382,6 +393,14 @@ impl Signals {
                 servers.entry(label(&l, INSTANCE)).or_default().own_probe = Some(v[v.len() / 2]);
             }
         }
+        // The database writer: rate(lab_writer_commits_total[10s]) and lab_writer_commit_waiting_seconds.
+        for (l, v) in sum_by(r(m::WRITER_COMMITS), &[INSTANCE]) {
+            s.writers.entry(label(&l, INSTANCE)).or_default().commits_per_s = finite(v);
+        }
+        for (l, v) in inst(m::WRITER_COMMIT_WAITING) {
+            s.writers.entry(label(&l, INSTANCE)).or_default().commit_waiting_s = finite(v);
+        }
+        s.writers.remove("");
         servers.remove("");
         ranks.remove("");
         s.ranks = ranks;

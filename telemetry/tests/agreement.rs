@@ -147,6 +147,8 @@ fn series_of(group: &TestGroup) -> Vec<Series> {
 fn target(instance: &str) -> ScrapeTarget {
     let (kind, prefix) = if instance.starts_with("storage") {
         (TargetKind::Storage, "storage")
+    } else if instance == lab_model::db::WRITER {
+        (TargetKind::Writer, "writer")
     } else {
         (TargetKind::Rank, "rank")
     };
@@ -316,6 +318,10 @@ fn rule_file_and_evaluator_name_the_same_rules() {
         rules::BASELINE_MIN_SAMPLES
     )));
     assert!(text.contains(&format!("< {} * avg_over_time", rules::BASELINE_MAX_VARIATION)));
+    assert!(text.contains(&format!(
+        "lab_writer_commit_waiting_seconds > {}",
+        rules::COMMIT_WAITING_MAX_SECONDS
+    )));
 }
 
 #[test]

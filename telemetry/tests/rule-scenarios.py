@@ -353,6 +353,31 @@ groups.append(('slow-compute: rank-1 and rank-2 compute 2x slower than their sib
         alert_test(90, 'LabRankComputeSlow', [{'instance': 'rank-1'}, {'instance': 'rank-2'}]),
     ] + nothing(90, except_=('LabRankComputeSlow',)), []))
 
+# W: the database writer (`lab up --database`) beside a healthy job: 20 commits/s in 4 ms each.
+def writer(sc, commits, waiting):
+    inst = {'instance': 'lab-writer'}
+    sc.add('lab_writer_commits_total', inst, counter(commits))
+    sc.add('lab_writer_commit_waiting_seconds', inst, waiting)
+    sc.add('lab_writer_reads_total', inst, counter([(T, 20)]))
+
+sc = Scenario()
+for r in range(4): healthy_rank(sc, r)
+# A slow commit at 40 s waits 4 s (under the threshold), then the commits go on.
+writer(sc, [(39, 20), (43, 0), (T, 20)], f'0.004x39 1+1x3 0.004x{T - 44}')
+groups.append(('a quiet lab with the database: the writer commits 20 times a second, one commit waits 4 s once; nothing fires',
+    sc, nothing(100), []))
+
+# W2: sync-replica from 60 s: every commit hangs (the standby it waits for cannot be placed); reads answer,
+# the training job trains on.
+sc = Scenario()
+for r in range(4): healthy_rank(sc, r)
+writer(sc, [(59, 20), (T, 0)], ramp([(59, None), (T, 60)]))
+groups.append(('sync-replica: the writer\'s commits hang from 60 s while its reads answer; the stalled-commits rule names lab-writer, and nothing else fires',
+    sc,
+    nothing(58) + edges([(71, 'LabCommitsStalled', {'instance': 'lab-writer'})]) + [
+        alert_test(90, 'LabCommitsStalled', [{'instance': 'lab-writer'}]),
+    ] + nothing(90, except_=('LabCommitsStalled',)), []))
+
 # F: unstable throughput: no baseline, so no throughput alert
 sc = Scenario()
 # A square wave over 20 s (20/s, then 180/s): every 10 s window of its 10 s rate rises or falls by far more

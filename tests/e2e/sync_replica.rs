@@ -1,14 +1,26 @@
-//! The sync-replica fault end to end on the local runtime, on one lab started with `--database`: a
-//! PostgreSQL primary (db-0), its streaming standby (db-1, a StatefulSet's pod) and a writer committing to
-//! the primary. The fault proves itself on the writer's own signals (commits at zero, reads answering,
-//! every running pod Ready, db-1 Pending); fixing the template alone (the trap) leaves the Pending pod as
-//! it is and the commits hung; deleting that pod by name (the seed's rule) brings the standby back and the
-//! commits with it. Bad input is refused with the ledger unchanged, and nothing is left after `lab down`.
+//! The sync-replica fault and its built-in drill end to end on the local runtime, on one lab started with
+//! `--database`: a PostgreSQL primary (db-0), its streaming standby (db-1, a StatefulSet's pod) and a writer
+//! committing to the primary.
+//!
+//! Bad input is refused with the ledger unchanged. Then one `lab drill run` of two copies of the built-in
+//! drill: with the seed's rule (fix the template and delete the stuck pod by name) it passes on the writer's
+//! own signals; with the trap (the template alone) it fails, db-1 left Pending on the old template and the
+//! commits hung. Each run injects the fault, which proves itself (commits at zero, reads answering, db-1
+//! Pending), and is detected by `LabCommitsStalled` on lab-writer while every rank stays Ready. The copies
+//! have a shorter warm-up, baseline and holds, and the trap a short verify deadline (it fails only when its
+//! deadline runs out); the fault and the expectations are the built-in's. The fix's incident bundle must show
+//! the writer's signals and db-1's template drift. Nothing is left after `lab down`.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lab_tests::{Lab, serial, text};
 use serde_json::Value;
+
+/// The seed's rule: the template, then the pod stuck on the old version, by name.
+const FIX: &str = "lab db template --node-selector '' && lab db delete-pod db-1";
+/// The trap: the template alone.
+const TRAP: &str = "lab db template --node-selector ''";
 
 /// `lab db status --json`.
 fn db(lab: &Lab) -> Value {
@@ -16,29 +28,8 @@ fn db(lab: &Lab) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("db status --json is not JSON ({e}):\n{out}"))
 }
 
-fn pod<'a>(d: &'a Value, name: &str) -> &'a Value {
-    d["pods"]
-        .as_array()
-        .and_then(|p| p.iter().find(|p| p["name"] == name))
-        .unwrap_or_else(|| panic!("no pod {name} in {d:#}"))
-}
-
 fn commits(d: &Value) -> f64 {
     d["writer"]["commits_per_second"].as_f64().unwrap_or(f64::NAN)
-}
-
-fn line(d: &Value) -> String {
-    format!(
-        "db-1 {} {}; commits/s {:.1}, waiting {:.1} s, p50 {:.1} ms, p99 {:.1} ms, reads/s {:.1}; names {}",
-        pod(d, "db-1")["phase"],
-        pod(d, "db-1")["reason"],
-        commits(d),
-        d["writer"]["commit_waiting_seconds"].as_f64().unwrap_or(f64::NAN),
-        d["writer"]["commit_p50_seconds"].as_f64().unwrap_or(f64::NAN) * 1e3,
-        d["writer"]["commit_p99_seconds"].as_f64().unwrap_or(f64::NAN) * 1e3,
-        d["writer"]["reads_per_second"].as_f64().unwrap_or(f64::NAN),
-        d["database"]["synchronous_standby_names"]
-    )
 }
 
 fn wait_db(lab: &Lab, what: &str, deadline: Duration, cond: impl Fn(&Value) -> bool) -> Value {
@@ -48,21 +39,62 @@ fn wait_db(lab: &Lab, what: &str, deadline: Duration, cond: impl Fn(&Value) -> b
         if cond(&d) {
             return d;
         }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out waiting for {what}: {}",
-            line(&d)
-        );
+        assert!(start.elapsed() < deadline, "timed out waiting for {what}: {d:#}");
         std::thread::sleep(Duration::from_millis(500));
     }
 }
 
+/// The built-in drill renamed, with a short warm-up, baseline and holds, `remediation` as its command, and
+/// the verify deadline `deadline` when given.
+fn variant(name: &str, remediation: &str, deadline: Option<&str>) -> String {
+    let yaml = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../drills/builtin/sync-replica.yaml"),
+    )
+    .unwrap();
+    let mut out = String::new();
+    let mut in_verify = false;
+    for line in yaml.lines() {
+        let t = line.trim_start();
+        in_verify |= t.starts_with("- verify:");
+        let line = if line.starts_with("name: ") {
+            format!("name: {name}")
+        } else if line.starts_with("warmup: ") {
+            "warmup: 1s".into()
+        } else if line.starts_with("baseline: ") {
+            "baseline: 5s".into()
+        } else if t.starts_with("timeout: ") {
+            format!("{line}\n      command: '{}'", remediation.replace('\'', "''"))
+        } else if t.starts_with("hold: ") {
+            format!("      hold: {}", if in_verify { "3s" } else { "1s" })
+        } else if let (true, Some(d)) = (t.starts_with("deadline: "), deadline) {
+            format!("      deadline: {d}")
+        } else {
+            line.to_string()
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+fn step<'a>(d: &'a Value, name: &str) -> &'a Value {
+    d["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == name)
+        .unwrap_or_else(|| panic!("{}: no {name} step in {d:#}", d["name"]))
+}
+
 #[test]
-fn sync_replica_hangs_commits_and_only_deleting_the_stuck_pod_fixes_it() {
+fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alone() {
     let _one = serial();
     let start = Instant::now();
-    let mut lab = Lab::up("sync-replica-e2e", &["--database"]);
-    eprintln!("lab up --database: {:.0} s", start.elapsed().as_secs_f64());
+    let mut lab = Lab::up("sync5-db-drills", &["--database"]);
+    eprintln!(
+        "figure: lab up --database: {:.0} s",
+        start.elapsed().as_secs_f64()
+    );
     let ports = lab.ports();
     let ledger = lab.dir().join("ledger.json");
 
@@ -71,11 +103,20 @@ fn sync_replica_hangs_commits_and_only_deleting_the_stuck_pod_fixes_it() {
         commits(d) > 5.0
     });
     for p in ["db-0", "db-1", "lab-writer"] {
-        assert_eq!(pod(&d, p)["phase"], "Running", "{d:#}");
-        assert_eq!(pod(&d, p)["ready"], true, "{d:#}");
+        let pod = d["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == p)
+            .unwrap();
+        assert_eq!(
+            (&pod["phase"], &pod["ready"]),
+            (&"Running".into(), &true.into()),
+            "{d:#}"
+        );
     }
     assert_eq!(d["database"]["synchronous_standby_names"], "", "{d:#}");
-    eprintln!("before: {}", line(&d));
+    eprintln!("figure: before: {:.1} commits/s", commits(&d));
 
     // Bad input is refused with a clear error, and changes nothing, not even the ledger.
     let refused = |args: &[&str], want: &str| {
@@ -89,107 +130,138 @@ fn sync_replica_hangs_commits_and_only_deleting_the_stuck_pod_fixes_it() {
         );
         assert_eq!(std::fs::read(&ledger).ok(), before, "{args:?} changed the ledger");
     };
-    refused(
-        &[
-            "fault",
-            "inject",
-            "sync-replica",
-            "--node-selector",
-            "lab/disk=ssd",
-        ],
-        "matches the node",
-    );
-    refused(
-        &["fault", "inject", "sync-replica", "--node-selector", "nvme"],
-        "KEY=VALUE",
-    );
+    let inject = ["fault", "inject", "sync-replica", "--node-selector"];
+    refused(&[&inject[..], &["lab/disk=ssd"]].concat(), "matches the node");
+    refused(&[&inject[..], &["nvme"]].concat(), "KEY=VALUE");
     refused(&["db", "delete-pod", "rank-1"], "is a rank");
-    refused(&["db", "delete-pod", "db-7"], "no pod named");
     refused(&["db", "template", "--node-selector", "disk"], "KEY=VALUE");
-    let d = db(&lab);
-    assert_eq!(d["database"]["template"]["revision"], 0, "{d:#}");
+    assert_eq!(db(&lab)["database"]["template"]["revision"], 0);
 
-    // The fault proves itself: commits stop while reads answer and every running pod stays Ready.
-    let injected = Instant::now();
-    let out = lab.ok(&["fault", "inject", "sync-replica"]);
-    assert!(out.contains("proof:"), "{out}");
-    eprintln!("inject + proof: {:.1} s\n{out}", injected.elapsed().as_secs_f64());
-    let d = db(&lab);
-    assert_eq!(pod(&d, "db-1")["phase"], "Pending", "{d:#}");
-    assert_eq!(pod(&d, "db-1")["reason"], "Unschedulable", "{d:#}");
-    assert_eq!(pod(&d, "db-0")["ready"], true);
-    assert_eq!(pod(&d, "lab-writer")["ready"], true);
-    assert_eq!(commits(&d), 0.0, "{}", line(&d));
-    assert!(
-        d["writer"]["reads_per_second"].as_f64().unwrap_or(0.0) > 1.0,
-        "{}",
-        line(&d)
-    );
-    assert_eq!(d["database"]["synchronous_standby_names"], "\"db-1\"", "{d:#}");
-    let s = lab.snapshot();
-    assert!(s.status.ranks().all(|r| r.ready), "a rank is not Ready");
-    eprintln!("under the fault: {}", line(&d));
-
-    // The trap: fix the template alone. The pod already stuck on the old version stays as it is.
-    lab.ok(&["db", "template", "--node-selector", ""]);
-    let trap = Instant::now();
-    let mut worst = 0.0f64;
-    while trap.elapsed() < Duration::from_secs(12) {
-        let d = db(&lab);
-        assert_eq!(
-            pod(&d, "db-1")["phase"],
-            "Pending",
-            "the template alone moved the pod: {d:#}"
-        );
-        worst = worst.max(commits(&d));
-        std::thread::sleep(Duration::from_secs(1));
+    // The drill, with the seed's rule and with the trap, in one run.
+    let dir = tempfile::tempdir().unwrap();
+    let kept = dir.path().join("fix-bundle.json");
+    let fix = format!("cp \"$LAB_INCIDENT_BUNDLE\" {} && {FIX}", kept.display());
+    let runs = [
+        ("sync-replica-fix", fix.as_str(), None, true),
+        ("sync-replica-trap", TRAP, Some("10s"), false),
+    ];
+    let mut files = Vec::new();
+    for (name, cmd, deadline, _) in runs {
+        let p = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&p, variant(name, cmd, deadline)).unwrap();
+        files.push(p.display().to_string());
     }
-    let d = db(&lab);
-    assert_eq!(
-        commits(&d),
-        0.0,
-        "commits came back without the pod: {}",
-        line(&d)
-    );
-    assert_eq!(worst, 0.0, "commits flowed during the trap");
-    assert_eq!(d["database"]["template"]["node_selector"], serde_json::json!({}));
-    assert_eq!(
-        d["database"]["standby_pod"]["node_selector"]["lab/disk"], "nvme",
-        "{d:#}"
-    );
-    eprintln!("12 s after the template fix alone: {}", line(&d));
+    let json = dir.path().join("report.json");
+    let t_drills = Instant::now();
+    let mut args = vec!["drill", "run"];
+    args.extend(files.iter().map(String::as_str));
+    args.extend(["--report", json.to_str().unwrap()]);
+    let out = lab.run(&args);
+    eprintln!("figure: both drills: {:.0} s", t_drills.elapsed().as_secs_f64());
+    // The trap fails, so the run as a whole fails.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let drills = r["drills"].as_array().unwrap();
+    assert_eq!(drills.len(), runs.len(), "{}", text(&out));
+    for ((name, _, _, passes), d) in runs.iter().zip(drills) {
+        assert_eq!(d["name"], *name);
+        let reason = d["reason"].as_str().unwrap_or_default();
+        let f = &d["figures"];
+        eprintln!(
+            "figure: {name}: verdict {}, detect {} s, mitigated {} s, back {} s; baseline {} commits/s; {reason}",
+            d["verdict"],
+            f["time_to_detect_s"],
+            f["time_to_mitigate_s"],
+            f["time_to_baseline_s"],
+            d["baseline"]["commits_per_s"]
+        );
+        // The fault proved itself on the writer's signals, and the stalled-commits rule detected it while
+        // every rank stayed Ready (the expect step's ranks_ready).
+        let inject = step(d, "inject");
+        assert_eq!(inject["ok"], true, "{name}: {inject:#}");
+        let proof = inject["summary"].as_str().unwrap_or_default();
+        assert!(
+            proof.contains("db-1 Pending") && proof.contains("0.0 commits/s"),
+            "{name}: {proof}"
+        );
+        eprintln!("figure: {name}: inject: {proof}");
+        let expect = step(d, "expect");
+        assert_eq!(expect["ok"], true, "{name}: {expect:#}");
+        let seen = expect["summary"].as_str().unwrap_or_default();
+        assert!(
+            seen.contains("LabCommitsStalled on lab-writer"),
+            "{name}: {expect:#}"
+        );
+        assert_eq!(d["remediations"][0]["exit_code"], 0, "{name}: {d:#}");
+        if *passes {
+            assert_eq!(d["verdict"], "pass", "{name}: {reason}");
+            let verify = step(d, "verify")["summary"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            assert!(verify.contains("the writer's commits back"), "{name}: {verify}");
+            eprintln!("figure: {name}: verify: {verify}");
+        } else {
+            assert_eq!(d["verdict"], "fail", "{name} must fail: {d:#}");
+            assert!(
+                reason.starts_with("verify: the writer's commits are not back")
+                    && reason.contains("0.0 commits/s")
+                    && reason.contains("db-1 Pending (Unschedulable)"),
+                "{name}: {reason}"
+            );
+        }
+        // Whatever the verdict, the cleanup cleared the fault and left the lab steady for the next drill.
+        assert_eq!(d["cleanup"]["ok"], true, "{name}: {}", d["cleanup"]);
+        assert_eq!(d["cleanup"]["steady"], true, "{name}: {}", d["cleanup"]);
+    }
 
-    // The right fix: delete the stuck pod by name; it is made again from the fixed template, catches up,
-    // and the commits flow (the primary still names db-1: the fix does not need to touch it).
-    let fixed = Instant::now();
-    lab.ok(&["db", "delete-pod", "db-1"]);
-    let d = wait_db(
-        &lab,
-        "commits back after deleting db-1",
-        Duration::from_secs(60),
-        |d| pod(d, "db-1")["ready"] == true && commits(d) > 5.0,
+    // The bundle the fix was given shows the writer hung and db-1 stuck on the old template, and never the
+    // cause's name.
+    let b = std::fs::read_to_string(&kept).unwrap();
+    let bundle: Value = serde_json::from_str(&b).unwrap();
+    let w = &bundle["database"]["writer"];
+    assert_eq!(w["commits_per_s"], 0.0, "{:#}", bundle["database"]);
+    assert!(w["commit_in_flight_s"].as_f64().unwrap_or(0.0) > 5.0, "{w:#}");
+    let standby = bundle["database"]["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "db-1")
+        .unwrap();
+    assert_eq!(standby["phase"], "Pending", "{standby:#}");
+    assert_eq!(
+        standby["made_from"]["node_selector"], "lab/disk=nvme",
+        "{standby:#}"
     );
-    assert_eq!(d["database"]["synchronous_standby_names"], "\"db-1\"");
-    eprintln!(
-        "right fix: commits back {:.1} s after the delete: {}",
-        fixed.elapsed().as_secs_f64(),
-        line(&d)
+    assert_eq!(bundle["database"]["synchronous_standby_names"], "\"db-1\"");
+    assert!(
+        bundle["signals_firing"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["rule"] == "LabCommitsStalled"),
+        "{:#}",
+        bundle["signals_firing"]
+    );
+    let lower = b.to_lowercase();
+    assert!(
+        !lower.contains("inject") && !lower.contains("sync-replica"),
+        "{b}"
     );
 
-    // The ledger keeps the fault's changes and both remediations; clearing puts the primary back.
+    // After the drills' cleanups: the primary commits to no standby again, the commits flow, the ledger
+    // keeps the fault's changes and the remediations'.
+    let d = wait_db(&lab, "commits after the drills", Duration::from_secs(15), |d| {
+        commits(d) > 5.0
+    });
+    assert_eq!(d["database"]["synchronous_standby_names"], "", "{d:#}");
     let changes = std::fs::read_to_string(&ledger).unwrap();
     for want in ["synchronous_standby_names", "template node selector", "deleted"] {
         assert!(changes.contains(want), "ledger lacks {want:?}:\n{changes}");
     }
-    lab.ok(&["fault", "clear", "--all"]);
-    let d = db(&lab);
-    assert_eq!(d["database"]["synchronous_standby_names"], "", "{d:#}");
-    wait_db(&lab, "commits after the clear", Duration::from_secs(15), |d| {
-        commits(d) > 5.0
-    });
 
     lab.down();
     let left = lab.leftovers(&ports);
     assert!(left.is_empty(), "left behind: {left:?}");
-    eprintln!("wall time {:.0} s", start.elapsed().as_secs_f64());
+    eprintln!("figure: wall time {:.0} s", start.elapsed().as_secs_f64());
 }

@@ -70,6 +70,18 @@ pub fn limit(bundle: &Value, level: EvidenceLevel) -> Value {
     }
     if level < EvidenceLevel::Wiring {
         remove(&mut b, "wiring");
+        // The database's desired state (its template, the versions its pods were made from, the primary's
+        // settings) is wiring too; the writer's signals stay.
+        if let Some(d) = b.get_mut("database") {
+            remove(d, "template");
+            remove(d, "synchronous_standby_names");
+            if let Some(pods) = d.get_mut("pods").and_then(Value::as_array_mut) {
+                for p in pods {
+                    remove(p, "made_from");
+                    remove(p, "differs_from_template");
+                }
+            }
+        }
         // The edges as the metrics' labels give them, and the desired state: wiring, not metrics.
         if let Some(deps) = b.get_mut("dependencies").and_then(Value::as_array_mut) {
             for d in deps {

@@ -1,5 +1,5 @@
 //! Whether a lab can run a drill as it is: the runtime, the sizes and the dataset seed the drill was
-//! written for, and enforced CPU limits when it needs them.
+//! written for, enforced CPU limits and the optional database when it needs them.
 
 use lab_model::status::LabStatus;
 
@@ -44,6 +44,13 @@ pub fn unsuitable(drill: &Drill, status: &LabStatus, lab_seed: Option<u64>) -> O
             .cloned()
             .unwrap_or_else(|| format!("{}'s limit cannot be read", p.name));
         return Some(format!("this drill needs enforced CPU limits: {why}"));
+    }
+    if req.database && !status.pods.iter().any(|p| p.name == lab_model::db::PRIMARY) {
+        return Some(
+            "this drill needs the lab's database (a PostgreSQL primary, its standby and a writer): `lab down`, then \
+             `lab up --database`"
+                .into(),
+        );
     }
     if let Some(seed) = lab_seed
         && seed != drill.seed
@@ -97,5 +104,22 @@ mod tests {
         }
         assert_eq!(unsuitable(&d, &st, None), None);
         assert!(unsuitable(&d, &st, Some(7)).unwrap().contains("lab up --seed 42"));
+    }
+
+    #[test]
+    fn a_drill_on_the_database_refuses_a_lab_without_one() {
+        let d = crate::builtin::builtin("sync-replica").unwrap().drill;
+        let mut st = snap(0, Some(1.0), Some(1.0), 1).status;
+        let why = unsuitable(&d, &st, Some(42)).unwrap();
+        assert!(
+            why.contains("needs the lab's database") && why.contains("lab up --database"),
+            "{why}"
+        );
+        st.pods.push(lab_model::status::PodStatus::new(
+            lab_model::db::PRIMARY,
+            lab_model::status::Role::Database,
+            Some(0),
+        ));
+        assert_eq!(unsuitable(&d, &st, Some(42)), None);
     }
 }

@@ -25,7 +25,8 @@ impl<S: SnapshotSource> Session<'_, S> {
         let started = self.start(StepName::Remediate, &what);
         self.remediation_start_ms = Some(started);
         let last_checkpoint = self.last_checkpoint();
-        let bundle = match self.write_bundle(agent.evidence) {
+        let db = self.lab.runtime.database().await.ok();
+        let bundle = match self.write_bundle(agent.evidence, db.as_ref()) {
             Ok(p) => p,
             Err(e) => {
                 let why = format!("cannot write the incident bundle: {e}");

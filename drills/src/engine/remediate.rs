@@ -17,11 +17,19 @@ use crate::report::{RemediationReport, StepName, StepReport, Verdict};
 use crate::spec::Remediate;
 
 impl<S: SnapshotSource> Session<'_, S> {
-    /// Writes the incident bundle of the latest snapshot, cut to `level`, with what was tried before;
-    /// returns its path and the whole bundle (for a recording).
-    pub(super) fn write_bundle(&mut self, level: EvidenceLevel) -> Result<PathBuf, String> {
+    /// Writes the incident bundle of the latest snapshot, cut to `level`, with what was tried before and
+    /// what the runtime says of the lab's database (`db`, when it has one); returns its path and the whole
+    /// bundle (for a recording).
+    pub(super) fn write_bundle(
+        &mut self,
+        level: EvidenceLevel,
+        db: Option<&lab_model::db::DbStatus>,
+    ) -> Result<PathBuf, String> {
         let snap = self.last.as_ref().ok_or("no snapshot yet")?;
         let mut bundle = Bundle::from_snapshot(snap);
+        if let Some(d) = db {
+            bundle.set_database(d);
+        }
         // Who made each change and what the job's throughput did after it, from this drill's own record.
         let start = self.started_ms;
         let series: Vec<(u64, f64)> = self
@@ -68,7 +76,8 @@ impl<S: SnapshotSource> Session<'_, S> {
         let started = self.start(StepName::Remediate, &what);
         self.remediation_start_ms = Some(started);
         let last_checkpoint = self.last_checkpoint();
-        let bundle = match self.write_bundle(EvidenceLevel::Full) {
+        let db = self.lab.runtime.database().await.ok();
+        let bundle = match self.write_bundle(EvidenceLevel::Full, db.as_ref()) {
             Ok(p) => Some(p),
             Err(e) => {
                 return self.finish(

@@ -543,6 +543,7 @@ fn watched(secs: u64, unsteady_at: Option<u64>) -> crate::history::Recent {
             learned: None,
             faults: 0,
             last_change_ms: None,
+            commits_per_s: None,
         });
     }
     r

@@ -9,13 +9,18 @@ use lab_runtime::state::now_ms;
 use super::evidence::evidence;
 use super::guard::clear_ours;
 use super::{Event, STEADY_AGAIN_WINDOW, Session, SnapshotSource};
+use crate::commits::CommitsRecovery;
 use crate::judge::{Outcome, RecoveryTracker, SteadyAgain, fmt_s};
 use crate::report::{CleanupReport, Failure, StepName, StepReport, Verdict};
-use crate::spec::Verify;
+use crate::spec::{Verify, VerifyJob};
 
 impl<S: SnapshotSource> Session<'_, S> {
-    /// Verifies the job is back at its pre-fault baseline on its own signals.
+    /// Verifies the job is back at its pre-fault baseline on its own signals: the training job's, or the
+    /// database writer's when the drill is about it.
     pub async fn verify(&mut self, spec: &Verify) -> StepReport {
+        if spec.job == VerifyJob::Writer {
+            return self.verify_writer(spec).await;
+        }
         let what = format!(
             "throughput and step time within {:.0}% of the baseline for {} steps, within {:.0} s",
             spec.within_pct,
@@ -49,6 +54,55 @@ impl<S: SnapshotSource> Session<'_, S> {
                         r.pct,
                         fmt_s(r.step_seconds),
                         r.steps
+                    );
+                    self.recovery = Some(r);
+                    return self.finish(StepName::Verify, started, true, summary, vec![], Verdict::Fail);
+                }
+                Outcome::Failed(why) => {
+                    return self.finish(StepName::Verify, started, false, why, evidence(&s), Verdict::Fail);
+                }
+                Outcome::Pending(text) => {
+                    self.progress(StepName::Verify, started, &mut last_progress, s.at_ms, &text);
+                }
+            }
+        }
+    }
+
+    /// Verifies the database writer's commits per second are back at their pre-fault baseline.
+    async fn verify_writer(&mut self, spec: &Verify) -> StepReport {
+        let what = format!(
+            "the writer's commits per second within {:.0}% of the baseline for {:.0} s, within {:.0} s",
+            spec.within_pct,
+            spec.hold.as_secs_f64(),
+            spec.deadline.as_secs_f64()
+        );
+        let started = self.start(StepName::Verify, &what);
+        let Some(base) = self.baseline.and_then(|b| b.commits_per_s).filter(|c| *c > 0.0) else {
+            return self.finish(
+                StepName::Verify,
+                started,
+                false,
+                "nothing to verify against: the writer committed nothing before the fault (is the lab's database running? `lab db status`)".into(),
+                vec![],
+                Verdict::Error,
+            );
+        };
+        let from = self.mitigated_ms.unwrap_or(started);
+        let mut tracker = CommitsRecovery::new(spec, base, from);
+        let mut last_progress = started;
+        // The rejudgment after the cleanup is about the training job's pace; it has nothing to say here.
+        self.verify_snaps.clear();
+        self.verify_ctx = None;
+        loop {
+            let s = self.next().await;
+            match tracker.push(&s) {
+                Outcome::Done(r) => {
+                    let summary = format!(
+                        "the writer's commits back {:.1} s after the remediation: {:.0}% of the pre-fault {:.1} commits/s for {:.0} s in a row",
+                        r.back_at_ms.saturating_sub(from) as f64 / 1000.0,
+                        r.pct,
+                        base,
+                        r.verified_at_ms.saturating_sub(r.back_at_ms) as f64 / 1000.0
                     );
                     self.recovery = Some(r);
                     return self.finish(StepName::Verify, started, true, summary, vec![], Verdict::Fail);

@@ -12,7 +12,7 @@ use lab_model::status::LabStatus;
 use lab_model::{ChangeRecord, names};
 use lab_runtime::Runtime;
 
-use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
+use super::{Applied, Cx, Injector, Look, PROOF_DEADLINE, mismatched, not_proven, wait_until};
 use crate::FaultError;
 use crate::ledger::Before;
 
@@ -101,23 +101,23 @@ impl Injector for CompetingJob {
     ) -> Result<String, FaultError> {
         let server = names::storage(self.server);
         let before = applied.rates_before.first().copied().unwrap_or(0.0);
-        let start = std::time::Instant::now();
-        loop {
-            let (gets, jobs) = measure(cx.rt).await?;
-            let now = gets.get(&server).copied().unwrap_or(0.0);
+        let (rt, server) = (cx.rt, &server);
+        let look = move || async move {
+            let (gets, jobs) = measure(rt).await?;
+            let now = gets.get(server).copied().unwrap_or(0.0);
             let job = jobs.get(JOB_NAME).copied().unwrap_or(0.0);
             let proof = format!(
                 "{server} serves {now:.0} GET/s (before: {before:.0}); {JOB_NAME} reads {job:.0}/s from it"
             );
             // The job reads, and the server carries well over what the ranks asked of it before.
-            if job >= 5.0 && now >= before * 1.5 + 5.0 {
-                return Ok(proof);
-            }
-            if start.elapsed() > PROOF_DEADLINE {
-                return Err(not_proven(cx, proof));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+            let loaded = job >= 5.0 && now >= before * 1.5 + 5.0;
+            Ok(if loaded {
+                Look::Done(proof)
+            } else {
+                Look::NotYet(proof)
+            })
+        };
+        wait_until(PROOF_DEADLINE, look, |proof| not_proven(cx, proof)).await
     }
 
     async fn recover(&self, cx: &Cx<'_>, before: &Before) -> Result<Vec<ChangeRecord>, FaultError> {

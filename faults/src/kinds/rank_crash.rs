@@ -4,13 +4,11 @@
 //! collective error, and the job resumes from its last checkpoint each time, losing the steps since.
 //! Proven by the rank's restarts and its last exit; recovered by removing the setting.
 
-use std::time::{Duration, Instant};
-
 use async_trait::async_trait;
 use lab_model::status::LabStatus;
 use lab_model::{ChangeRecord, names};
 
-use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
+use super::{Applied, Cx, Injector, Look, PROOF_DEADLINE, mismatched, not_proven, wait_until};
 use crate::FaultError;
 use crate::ledger::Before;
 
@@ -80,30 +78,25 @@ impl Injector for RankCrash {
         _applied: &mut Applied,
     ) -> Result<String, FaultError> {
         let rank = self.rank;
-        let start = Instant::now();
-        loop {
-            let st = cx
-                .rt
+        let rt = cx.rt;
+        let look = move || async move {
+            let st = rt
                 .status()
                 .await
                 .map_err(FaultError::runtime("reading the lab's status"))?;
-            if let Some(p) = st.ranks().find(|p| p.index == Some(rank))
-                && p.restarts >= 1
-            {
-                return Ok(format!(
+            Ok(match st.ranks().find(|p| p.index == Some(rank)) {
+                Some(p) if p.restarts >= 1 => Look::Done(format!(
                     "rank-{rank} crashed and was restarted {} time(s) (last exit: {})",
                     p.restarts,
                     p.message.as_deref().unwrap_or("unknown")
-                ));
-            }
-            if start.elapsed() > PROOF_DEADLINE {
-                return Err(not_proven(
-                    cx,
-                    format!("rank-{rank} did not crash within {} s", PROOF_DEADLINE.as_secs()),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+                )),
+                _ => Look::NotYet(format!(
+                    "rank-{rank} did not crash within {} s",
+                    PROOF_DEADLINE.as_secs()
+                )),
+            })
+        };
+        wait_until(PROOF_DEADLINE, look, |why| not_proven(cx, why)).await
     }
 
     async fn recover(&self, cx: &Cx<'_>, before: &Before) -> Result<Vec<ChangeRecord>, FaultError> {

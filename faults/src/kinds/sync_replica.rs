@@ -10,7 +10,7 @@
 //! `synchronous_standby_names` back.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lab_model::ChangeRecord;
@@ -19,7 +19,7 @@ use lab_model::metrics as m;
 use lab_model::status::{LabStatus, Phase};
 use lab_runtime::Runtime;
 
-use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
+use super::{Applied, Cx, Injector, Look, PROOF_DEADLINE, mismatched, not_proven, wait_until};
 use crate::FaultError;
 use crate::ledger::Before;
 
@@ -199,10 +199,9 @@ impl Injector for SyncReplica {
         _status: &LabStatus,
         _applied: &mut Applied,
     ) -> Result<String, FaultError> {
-        let start = Instant::now();
-        loop {
-            let st = cx
-                .rt
+        let rt = cx.rt;
+        let look = move || async move {
+            let st = rt
                 .status()
                 .await
                 .map_err(FaultError::runtime("reading the lab"))?;
@@ -210,7 +209,7 @@ impl Injector for SyncReplica {
             let standby = pod(db::STANDBY);
             let pending = standby.is_some_and(|p| p.phase == Phase::Pending);
             let primary_ready = pod(db::PRIMARY).is_some_and(|p| p.ready);
-            let w = read_writer(cx.rt).await?;
+            let w = read_writer(rt).await?;
             let proof = format!(
                 "{} {} ({}); {} Ready: {primary_ready}; writer: {:.1} commits/s, the commit in flight waiting \
                  {:.1} s, p99 {:.1} s, {:.1} reads/s",
@@ -223,19 +222,18 @@ impl Injector for SyncReplica {
                 w.p99,
                 w.reads_per_second
             );
-            if pending
+            let hung = pending
                 && primary_ready
                 && w.commits_per_second == 0.0
                 && w.waiting >= HUNG_AFTER.as_secs_f64()
-                && w.reads_per_second > 0.0
-            {
-                return Ok(proof);
-            }
-            if start.elapsed() > PROOF_DEADLINE {
-                return Err(not_proven(cx, proof));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+                && w.reads_per_second > 0.0;
+            Ok(if hung {
+                Look::Done(proof)
+            } else {
+                Look::NotYet(proof)
+            })
+        };
+        wait_until(PROOF_DEADLINE, look, |proof| not_proven(cx, proof)).await
     }
 
     async fn recover(&self, cx: &Cx<'_>, before: &Before) -> Result<Vec<ChangeRecord>, FaultError> {
@@ -297,32 +295,29 @@ impl Injector for SyncReplica {
                 Some("cleared".into()),
             ));
         }
-        let start = Instant::now();
-        loop {
-            let st = cx
-                .rt
+        let rt = cx.rt;
+        let look = move || async move {
+            let st = rt
                 .status()
                 .await
                 .map_err(FaultError::runtime("reading the lab"))?;
-            if st
-                .pods
-                .iter()
-                .any(|p| p.name == db::STANDBY && p.phase == Phase::Running && p.ready)
-            {
-                break;
-            }
-            if start.elapsed() > RECOVER_DEADLINE {
-                return Err(FaultError::NotRestored {
-                    id: cx.id.into(),
-                    why: format!(
-                        "{} is not Running and Ready {} s after its template was restored",
-                        db::STANDBY,
-                        RECOVER_DEADLINE.as_secs()
-                    ),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+            let standby = st.pods.iter().find(|p| p.name == db::STANDBY);
+            Ok(match standby {
+                Some(p) if p.phase == Phase::Running && p.ready => Look::Done(()),
+                Some(p) => Look::NotYet(format!("{} {}", p.phase, p.reason.as_deref().unwrap_or(""))),
+                None => Look::NotYet("missing".into()),
+            })
+        };
+        wait_until(RECOVER_DEADLINE, look, |seen| FaultError::NotRestored {
+            id: cx.id.into(),
+            why: format!(
+                "{} is not Running and Ready {} s after its template was restored: {}",
+                db::STANDBY,
+                RECOVER_DEADLINE.as_secs(),
+                seen.trim()
+            ),
+        })
+        .await?;
         Ok(changes)
     }
 }

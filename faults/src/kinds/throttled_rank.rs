@@ -1,13 +1,11 @@
 //! `throttled-rank`: one rank's CPU limit cut in place (the `pods/resize` subresource, or the cgroup quota
 //! of its process) while its template keeps the old limit; proven by reading the limit in force.
 
-use std::time::{Duration, Instant};
-
 use async_trait::async_trait;
 use lab_model::status::LabStatus;
 use lab_model::{ChangeRecord, Millicores, names};
 
-use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
+use super::{Applied, Cx, Injector, Look, PROOF_DEADLINE, mismatched, not_proven, wait_until};
 use crate::FaultError;
 use crate::ledger::Before;
 
@@ -77,33 +75,28 @@ impl Injector for ThrottledRank {
         applied: &mut Applied,
     ) -> Result<String, FaultError> {
         let (rank, cpu) = (self.rank, self.cpu);
-        let start = Instant::now();
-        loop {
-            let now = cx
-                .rt
+        let rt = cx.rt;
+        let look = move || async move {
+            let now = rt
                 .cpu_limits(rank)
                 .await
                 .map_err(FaultError::runtime(format!("reading rank-{rank}'s CPU limit")))?;
-            if now.live == Some(cpu) {
-                for c in &mut applied.changes {
-                    c.note = Some(format!("spec {}", now.template));
-                }
-                return Ok(format!(
-                    "rank-{rank}'s CPU limit in force reads {cpu} while its template says {}",
-                    now.template
-                ));
-            }
-            if start.elapsed() > PROOF_DEADLINE {
-                return Err(not_proven(
-                    cx,
-                    format!(
-                        "rank-{rank}'s limit in force still reads {:?}",
-                        now.live.map(|m| m.to_string())
-                    ),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok(if now.live == Some(cpu) {
+                Look::Done(now.template)
+            } else {
+                Look::NotYet(format!(
+                    "rank-{rank}'s limit in force still reads {:?}",
+                    now.live.map(|m| m.to_string())
+                ))
+            })
+        };
+        let template = wait_until(PROOF_DEADLINE, look, |why| not_proven(cx, why)).await?;
+        for c in &mut applied.changes {
+            c.note = Some(format!("spec {template}"));
         }
+        Ok(format!(
+            "rank-{rank}'s CPU limit in force reads {cpu} while its template says {template}"
+        ))
     }
 
     async fn recover(&self, cx: &Cx<'_>, before: &Before) -> Result<Vec<ChangeRecord>, FaultError> {

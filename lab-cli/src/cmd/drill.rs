@@ -73,19 +73,30 @@ fn list() -> anyhow::Result<ExitCode> {
                     if let Some(p) = e.throughput_below_pct {
                         parts.push(format!("throughput < {p:.0}%"));
                     }
+                    parts.extend(e.alerts.iter().map(ToString::to_string));
                     format!("expect {}", parts.join(", "))
                 }
                 lab_drills::spec::Step::Remediate(r) => format!(
                     "remediate: {}",
                     r.command.as_deref().unwrap_or("the lab's own clear")
                 ),
-                lab_drills::spec::Step::Verify(v) => format!(
-                    "verify within {:.0}% for {} steps",
-                    v.within_pct, v.consecutive_steps
-                ),
+                lab_drills::spec::Step::Verify(v) => match v.job {
+                    lab_drills::spec::VerifyJob::Training => format!(
+                        "verify within {:.0}% for {} steps",
+                        v.within_pct, v.consecutive_steps
+                    ),
+                    lab_drills::spec::VerifyJob::Writer => format!(
+                        "verify the writer's commits within {:.0}% for {:.0} s",
+                        v.within_pct,
+                        v.hold.as_secs_f64()
+                    ),
+                },
             })
             .collect();
         println!("{:<18} {}", d.name, d.description.as_deref().unwrap_or(""));
+        if d.runtime.database {
+            println!("{:<18} needs `lab up --database`", "");
+        }
         println!("{:<18} {}", "", steps.join(" → "));
     }
     println!(

@@ -13,7 +13,13 @@ use crate::out;
 pub async fn incident(name: &str, a: IncidentArgs) -> anyhow::Result<ExitCode> {
     let lab = Lab::open(name).await?;
     let snap = out::current(&lab, a.window).await;
-    let bundle = Bundle::from_snapshot(&snap);
+    let mut bundle = Bundle::from_snapshot(&snap);
+    // The database's template and the primary's settings are not in a snapshot: read them when there is one.
+    if snap.database.is_some()
+        && let Ok(d) = lab.runtime().database().await
+    {
+        bundle.set_database(&d);
+    }
     if a.json {
         out::json(&bundle)?;
     } else {
