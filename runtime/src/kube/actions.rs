@@ -309,7 +309,7 @@ impl KubeRuntime {
         Ok(DelayPath::Proxy)
     }
 
-    async fn rank_pod(&self, rank: u32) -> Result<Pod> {
+    pub(super) async fn rank_pod(&self, rank: u32) -> Result<Pod> {
         let name = names::rank(rank);
         match api::within("read a rank's pod", self.rec.request_timeout, async {
             self.pods_api()

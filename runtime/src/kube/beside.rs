@@ -142,19 +142,6 @@ impl KubeRuntime {
         parse_procs(&self.beside(rank, &["procs"]).await?)
     }
 
-    /// The rank's own process in its container.
-    async fn rank_proc(&self, rank: u32) -> Result<ContainerProc> {
-        self.container_procs(rank)
-            .await?
-            .into_iter()
-            .find(|p| p.rank_itself)
-            .ok_or_else(|| {
-                RuntimeError::Kube(format!(
-                    "no lab-rank process in rank-{rank}'s container (is it restarting?)"
-                ))
-            })
-    }
-
     pub(super) async fn beside_processes(&self, rank: u32) -> Result<Vec<BesideProcess>> {
         Ok(self
             .container_procs(rank)
@@ -197,9 +184,24 @@ impl KubeRuntime {
         }
     }
 
-    /// Whether the rank's main thread is stopped (held by a tracer, or stopped by a signal).
+    /// Whether the rank's main thread is stopped (held by a tracer, or stopped by a signal). A container
+    /// without a lab-rank process (it is being restarted) holds nothing: the process that comes is new.
     pub(super) async fn held(&self, rank: u32) -> Result<bool> {
-        Ok(self.rank_proc(rank).await?.stopped())
+        Ok(self
+            .container_procs(rank)
+            .await?
+            .iter()
+            .any(|p| p.rank_itself && p.stopped()))
+    }
+
+    /// The rank container's restart count, from its pod's status.
+    async fn restarts(&self, rank: u32) -> Result<i32> {
+        let pod = self.rank_pod(rank).await?;
+        Ok(pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .and_then(|c| c.into_iter().find(|c| c.name == obj::RANK_CONTAINER))
+            .map_or(0, |c| c.restart_count))
     }
 
     /// Holds (`true`) or releases (`false`) rank `rank`'s training thread.
@@ -216,6 +218,7 @@ impl KubeRuntime {
             let pid = me.pid.to_string();
             return self.beside(rank, &["hold", "--pid", &pid]).await.map(drop);
         }
+        let restarts = self.restarts(rank).await?;
         // The holders go (the kernel lets the thread run once its tracer is gone); a stop signal sent by
         // hand is undone too.
         for h in procs
@@ -231,17 +234,30 @@ impl KubeRuntime {
             self.beside(rank, &["signal", "--pid", &pid, "--signal", "cont"])
                 .await?;
         }
-        // Released means the thread runs: verified, not assumed.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while self.held(rank).await? {
+        // Released means the thread runs: verified, not assumed. A thread that runs again may find its
+        // ring gone (a sibling restarted meanwhile) and the rank exit: its container restarting, or
+        // restarted, is released too (the new process was never held).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.held(rank).await {
+                Ok(false) => return Ok(()),
+                Ok(true) => {}
+                Err(e) => {
+                    if self.restarts(rank).await? != restarts {
+                        return Ok(());
+                    }
+                    if std::time::Instant::now() > deadline {
+                        return Err(e);
+                    }
+                }
+            }
             if std::time::Instant::now() > deadline {
                 return Err(RuntimeError::Kube(format!(
-                    "rank-{rank}'s training thread is still stopped 5 s after its holder was killed"
+                    "rank-{rank}'s training thread is still stopped 10 s after its holder was killed"
                 )));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Ok(())
     }
 }
 
