@@ -84,12 +84,13 @@ expect_storage1_slow() { # expect_storage1_slow <seconds> <min> <gap>
 # Runs one built-in drill; a failure is recorded in FAILED (and reported at the end) so that the other
 # drills and checks still run and say what they found.
 FAILED=()
-run_drill() { # run_drill <name>
-  if lab drill run "$1" --report "$REPORTS/$1.json" --junit "$REPORTS/$1.xml" >&2; then
-    say "drill $1 passed"
+run_drill() { # run_drill <name or file> [<report name>: the name when a file is given]
+  local r=${2:-$1}
+  if lab drill run "$1" --report "$REPORTS/$r.json" --junit "$REPORTS/$r.xml" >&2; then
+    say "drill $r passed"
   else
-    say "drill $1 FAILED (report: $REPORTS/$1.json)"
-    FAILED+=("drill $1")
+    say "drill $r FAILED (report: $REPORTS/$r.json)"
+    FAILED+=("drill $r")
   fi
 }
 

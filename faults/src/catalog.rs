@@ -88,10 +88,10 @@ impl FaultKind {
                 "[--rank 1] [--after 150]  a setting of one rank makes it crash every N steps; the job resumes from its checkpoint each time (local runtime)"
             }
             FaultKind::RankHang => {
-                "[--rank 1]  one rank's training thread frozen; its process lives and stays Ready (local runtime)"
+                "[--rank 1]  one rank's training thread frozen; its process lives and stays Ready"
             }
             FaultKind::SlowCompute => {
-                "[--ranks 1,2]  a CPU hog beside each rank, inside its limit; spec and template unchanged (local runtime)"
+                "[--ranks 1,2]  a CPU hog beside each rank, inside its limit; spec and template unchanged"
             }
             FaultKind::CompetingJob => {
                 "[--server 1] [--threads 64]  another team's job (not a rank) reads hard from one storage server"

@@ -312,9 +312,9 @@ pub enum InjectCmd {
         #[arg(long)]
         json: bool,
     },
-    /// One rank's training thread is frozen (cgroup v1 freezer) while its process lives and stays Ready:
-    /// its step counter stops and its siblings wait at the all-reduce. Right fix: `lab restart rank N`.
-    /// Local runtime only.
+    /// One rank's training thread is frozen while its process lives and stays Ready: its step counter
+    /// stops and its siblings wait at the all-reduce. Locally the cgroup v1 freezer; on Kubernetes a
+    /// ptrace stop of that thread, through `exec`. Right fix: `lab restart rank N`.
     RankHang {
         /// The rank.
         #[arg(long, default_value_t = 1)]
@@ -324,7 +324,8 @@ pub enum InjectCmd {
     },
     /// A CPU hog runs beside each of these ranks, inside the rank's own CPU limit: they compute slowly
     /// while spec, limit in force and template are unchanged. Right fix: find and stop the hog
-    /// (`lab rank procs N`, `lab rank stop N --pid P`). Local runtime only.
+    /// (`lab rank procs N`, `lab rank stop N --pid P`). On Kubernetes the hog is started through `exec`
+    /// in the rank's container.
     SlowCompute {
         /// The ranks, comma-separated (e.g. 1,2); leave at least one rank out.
         #[arg(long, default_value = "1,2", value_delimiter = ',')]

@@ -4,9 +4,11 @@
 //! sums it with its peers over a TCP ring ([`allreduce`], after [`rendezvous`]), checkpoints
 //! ([`checkpoint`]), and exports what it does ([`metrics`], [`serve`], [`cgroup`]); [`rank`] ties these
 //! together and [`seeder`] writes the dataset they read. Beside the job, the optional database: [`db`]
-//! (the PostgreSQL pods) and [`writer`] (the application committing to it, over [`pg`]).
+//! (the PostgreSQL pods) and [`writer`] (the application committing to it, over [`pg`]). [`beside`] is what the lab runs inside a rank's
+//! container through `exec` on Kubernetes (the `lab-beside` binary).
 
 pub mod allreduce;
+pub mod beside;
 pub mod cgroup;
 pub mod checkpoint;
 pub mod control;

@@ -276,3 +276,25 @@ pub(crate) fn more_ranks_than_gpus(status: &LabStatus, ranks: u32, so: &str) -> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use lab_model::status::RuntimeKind;
+    use lab_runtime::Runtime;
+    use lab_runtime::testing::FakeRuntime;
+
+    use super::{Injector, RankCrash, RankHang, SlowCompute};
+
+    /// slow-compute and rank-hang run on Kubernetes too (through `exec`); rank-crash is still refused there.
+    #[tokio::test]
+    async fn the_rank_faults_that_exec_reaches_pass_their_check_on_kubernetes() {
+        let mut st = FakeRuntime::new().status().await.unwrap();
+        for kind in [RuntimeKind::Kind, RuntimeKind::Cluster] {
+            st.runtime = kind;
+            SlowCompute { ranks: vec![1, 2] }.check(&st).unwrap();
+            RankHang { rank: 1 }.check(&st).unwrap();
+            let e = RankCrash { rank: 1, after: 150 }.check(&st).unwrap_err();
+            assert!(e.to_string().contains("local runtime only"), "{e}");
+        }
+    }
+}

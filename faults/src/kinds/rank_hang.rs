@@ -1,6 +1,8 @@
-//! `rank-hang`: one rank's training thread frozen (the cgroup v1 freezer, one thread only) while its
-//! process lives and its metrics endpoint still answers, so it stays Ready; proven by its step counter,
-//! read from its own metrics, standing still while the rank is Running and Ready.
+//! `rank-hang`: one rank's training thread frozen while its process lives and its metrics endpoint still
+//! answers, so it stays Ready; proven by its step counter, read from its own metrics, standing still while
+//! the rank is Running and Ready. Locally the thread is frozen with the cgroup v1 freezer; on Kubernetes
+//! the rank image's `lab-beside`, run through `exec`, holds it in a ptrace stop (one thread: a SIGSTOP
+//! would stop the metrics thread too, and the probes would fail and restart the rank).
 
 use std::time::{Duration, Instant};
 
@@ -55,11 +57,6 @@ fn step_of(text: &str) -> Option<f64> {
 impl Injector for RankHang {
     fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
         let rank = self.rank;
-        super::local_only(
-            status,
-            "rank-hang",
-            "freezes one thread of the rank's process with the cgroup v1 freezer, which the Kubernetes API does not reach",
-        )?;
         let pod = super::rank_pod(status, rank)?;
         if pod.phase != Phase::Running || !pod.ready {
             return Err(FaultError::Invalid(format!(

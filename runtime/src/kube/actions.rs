@@ -1,6 +1,7 @@
 //! The fault and remediation actions done through the API: storage delay (an ephemeral container running
 //! `tc netem`, or the latency proxy beside the volume server), in-place resize through `pods/resize`,
 //! the StatefulSet's scale, the world size in `lab-config`, and restarting a rank by deleting its pod.
+//! What runs beside a rank in its container (slow-compute's hog, rank-hang's hold) is in `beside`.
 
 use std::time::{Duration, Instant};
 
@@ -308,7 +309,7 @@ impl KubeRuntime {
         Ok(DelayPath::Proxy)
     }
 
-    async fn rank_pod(&self, rank: u32) -> Result<Pod> {
+    pub(super) async fn rank_pod(&self, rank: u32) -> Result<Pod> {
         let name = names::rank(rank);
         match api::within("read a rank's pod", self.rec.request_timeout, async {
             self.pods_api()
@@ -636,33 +637,20 @@ impl Runtime for KubeRuntime {
         self.delete_pod(&names::rank(rank)).await
     }
 
-    async fn rank_frozen(&self, _rank: u32) -> Result<bool> {
-        // Nothing on this runtime freezes a thread, so nothing is frozen.
-        Ok(false)
+    async fn rank_frozen(&self, rank: u32) -> Result<bool> {
+        self.held(rank).await
     }
 
-    async fn freeze_rank(&self, rank: u32, _frozen: bool) -> Result<()> {
-        Err(RuntimeError::InvalidInput(format!(
-            "rank-{rank} cannot be frozen on {}: {}",
-            self.kind(),
-            UNSUPPORTED_FREEZE
-        )))
+    async fn freeze_rank(&self, rank: u32, frozen: bool) -> Result<()> {
+        self.hold(rank, frozen).await
     }
 
     async fn rank_processes(&self, rank: u32) -> Result<Vec<crate::BesideProcess>> {
-        Err(RuntimeError::InvalidInput(format!(
-            "listing what runs beside rank-{rank} is not built on {} yet: {}",
-            self.kind(),
-            UNSUPPORTED_BESIDE
-        )))
+        self.beside_processes(rank).await
     }
 
     async fn start_hog(&self, rank: u32) -> Result<u32> {
-        Err(RuntimeError::InvalidInput(format!(
-            "a process beside rank-{rank} is not built on {} yet: {}",
-            self.kind(),
-            UNSUPPORTED_BESIDE
-        )))
+        self.hog(rank).await
     }
 
     async fn checkpoint(
@@ -697,12 +685,8 @@ impl Runtime for KubeRuntime {
         )))
     }
 
-    async fn stop_beside(&self, rank: u32, _pid: u32) -> Result<()> {
-        Err(RuntimeError::InvalidInput(format!(
-            "stopping a process beside rank-{rank} is not built on {} yet: {}",
-            self.kind(),
-            UNSUPPORTED_BESIDE
-        )))
+    async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
+        self.stop_process(rank, pid).await
     }
 }
 
@@ -710,15 +694,6 @@ impl Runtime for KubeRuntime {
 pub(crate) const UNSUPPORTED_RANK_ENV: &str = "the ranks are one StatefulSet whose pods share one template, \
     so a setting for one pod alone would need a per-rank configuration the rank image does not read yet; \
     use the local runtime";
-
-/// Why the rank-hang fault has no Kubernetes mechanism.
-pub(crate) const UNSUPPORTED_FREEZE: &str = "the API offers no way to stop one thread of a container \
-    (a SIGSTOP sent by `exec` to the container's PID 1 is ignored by the kernel, and the freezer belongs \
-    to the node's container runtime); use the local runtime";
-
-/// Why the slow-compute fault and `lab rank procs` have no Kubernetes mechanism yet.
-pub(crate) const UNSUPPORTED_BESIDE: &str = "it needs `exec` into the rank's container (a process there \
-    shares the container's CPU limit), which this lab's Kubernetes client does not use yet; use the local runtime";
 
 #[cfg(test)]
 mod tests {

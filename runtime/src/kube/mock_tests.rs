@@ -1568,3 +1568,51 @@ async fn a_terminating_rank_is_not_counted_ready() {
     );
     assert_eq!(s.ranks_ready(), (1, 2));
 }
+
+/// The `exec` request for `lab-beside` in a rank's container: the program and its arguments with no shell,
+/// the rank container named, stdout and stderr on, no stdin and no terminal; and what a refusal becomes.
+#[tokio::test]
+async fn processes_beside_a_rank_are_reached_by_exec_of_lab_beside_in_its_container() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let exec = format!("/api/v1/namespaces/{NS}/pods/rank-1/exec");
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "GET",
+                exec.clone(),
+                Reply::Json(
+                    403,
+                    api_status(
+                        403,
+                        "Forbidden",
+                        "pods \"rank-1\" is forbidden: User \"dev\" cannot create resource \"pods/exec\"",
+                    ),
+                ),
+            )
+            .query("command=lab-beside&command=hog")
+            .query("container=rank")
+            .query("stdout=true")
+            .query("stderr=true"),
+            ex(
+                "GET",
+                format!("/api/v1/namespaces/{NS}/pods/rank-7/exec"),
+                Reply::Json(404, api_status(404, "NotFound", "pods \"rank-7\" not found")),
+            )
+            .query("command=lab-beside&command=procs"),
+        ],
+    );
+    let e = rt.start_hog(1).await.unwrap_err();
+    assert_eq!(super::api::status_code(&e), Some(403), "{e}");
+    assert!(e.to_string().contains("lab-beside hog"), "{e}");
+    let e = rt.rank_processes(7).await.unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::NoSuchInstance(ref n) if n == "rank-7"),
+        "{e}"
+    );
+    let seen = server.await.unwrap();
+    assert!(
+        !seen[0].contains("stdin=true") && !seen[0].contains("tty=true"),
+        "{seen:?}"
+    );
+}

@@ -6,6 +6,7 @@
 
 pub mod actions;
 pub mod api;
+pub mod beside;
 pub mod image;
 pub mod kind;
 pub mod lifecycle;
