@@ -54,14 +54,17 @@ lab up --runtime local >&2 || die "lab up"
 watcher=$!
 
 deadline=$(( $(date +%s) + 240 ))
-until tail -n 1 "$ticks" 2>/dev/null | jq -e '.baseline != null' >/dev/null 2>&1; do
+first=""
+until [ -n "$first" ]; do
   [ "$(date +%s)" -lt "$deadline" ] || die "the watcher learned no baseline in 240 s"
   kill -0 "$watcher" 2>/dev/null || { cat "$work/watch.err" >&2; die "the watcher ended"; }
   sleep 1
+  # Only whole lines: the watcher may be writing the last one.
+  first=$(head -n "$(wc -l <"$ticks")" "$ticks" | jq -c 'select(.baseline != null)' 2>/dev/null | head -n 1)
 done
-from=$(tail -n 1 "$ticks" | jq '.at_ms')
+from=$(jq '.at_ms' <<<"$first")
 load_start=$(load)
-say "baseline $(tail -n 1 "$ticks" | jq -r '.baseline | floor') samples/s; watching for $MINUTES minutes (load $load_start)"
+say "baseline $(jq -r '.baseline | floor' <<<"$first") samples/s; watching for $MINUTES minutes (load $load_start)"
 sleep $(( MINUTES * 60 ))
 load_end=$(load)
 kill -0 "$watcher" 2>/dev/null || die "the watcher ended early"
