@@ -44,6 +44,7 @@ fn wanted(name: &str) -> bool {
     name.starts_with("lab_")
         || name.starts_with(m::SEAWEED_VOLUME_REQUEST_SECONDS)
         || name == crate::signals::POD_STATUS_PHASE
+        || name == crate::signals::POD_STATUS_UNSCHEDULABLE
 }
 
 /// The phases kube-state-metrics reports a pod in, one series each.
@@ -55,19 +56,35 @@ const PHASES: [(Phase, &str); 4] = [
 ];
 
 /// The rank pods' phases as kube-state-metrics exports them (`kube_pod_status_phase{pod, phase}`, 1 for
-/// the pod's phase and 0 for the others), from the runtime's status.
+/// the pod's phase and 0 for the others), and `kube_pod_status_unschedulable{pod}` (1) for each Pending
+/// pod the scheduler refused, from the runtime's status.
 fn pod_phase_samples(status: &LabStatus) -> Vec<Sample> {
-    status
-        .ranks()
-        .flat_map(|p| {
-            PHASES.iter().map(move |(phase, name)| Sample {
-                name: crate::signals::POD_STATUS_PHASE.to_string(),
-                labels: Labels::from_pairs([("pod", p.name.as_str()), ("phase", name)]),
-                value: if p.phase == *phase { 1.0 } else { 0.0 },
-                timestamp_ms: None,
-            })
+    let phases = status.ranks().flat_map(|p| {
+        PHASES.iter().map(move |(phase, name)| Sample {
+            name: crate::signals::POD_STATUS_PHASE.to_string(),
+            labels: Labels::from_pairs([("pod", p.name.as_str()), ("phase", name)]),
+            value: if p.phase == *phase { 1.0 } else { 0.0 },
+            timestamp_ms: None,
         })
-        .collect()
+    });
+    // kube-state-metrics exports this series only for unschedulable pods.
+    let unschedulable = status.ranks().filter(|p| unschedulable(p)).map(|p| Sample {
+        name: crate::signals::POD_STATUS_UNSCHEDULABLE.to_string(),
+        labels: Labels::from_pairs([("pod", p.name.as_str())]),
+        value: 1.0,
+        timestamp_ms: None,
+    });
+    phases.chain(unschedulable).collect()
+}
+
+/// A Pending pod the scheduler refused (`PodScheduled=False`): no node has what it asks for
+/// (`Insufficient gpu`, `Insufficient lab.dev/gpu`) or the scheduler said `Unschedulable`. A pod being
+/// replaced is Pending too, but scheduled: its containers are only starting.
+fn unschedulable(p: &PodStatus) -> bool {
+    p.phase == Phase::Pending
+        && p.reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with("Insufficient ") || r == "Unschedulable")
 }
 
 /// Turns ticks of status and scrapes into snapshots, keeping the bounded state in between.
@@ -172,7 +189,7 @@ impl Collector {
 
         let started = *self.started_ms.get_or_insert(t);
         let watched = t - started;
-        let signals = if watched > 0 && watched < crate::signals::WINDOW_MS {
+        let signals = if watched > 0 && watched < crate::signals::JOB_WINDOW_MS {
             Signals::compute_over(&self.store, t, watched)
         } else {
             Signals::compute(&self.store, t)
@@ -789,8 +806,8 @@ mod tests {
             }
         }
         let (at, snap) = first.expect("latency fired");
-        // Window of 10 s, for 2 s: the window must hold mostly slow reads first.
-        assert!((26..=33).contains(&at), "{at}");
+        // Window of 3 s, for 1 s: the window must hold mostly slow reads first.
+        assert!((22..=25).contains(&at), "{at}");
         let a = snap
             .alerts
             .iter()
@@ -800,7 +817,7 @@ mod tests {
             (a.rule.as_str(), a.target.as_str()),
             ("LabStorageReadLatencyHigh", "storage-1")
         );
-        assert_eq!(a.since_ms, 1_700_000_000_000 + (at - 2) * 1000);
+        assert_eq!(a.since_ms, 1_700_000_000_000 + (at - 1) * 1000);
         assert!(
             a.summary.starts_with("storage-1 read p50 ") && a.summary.ends_with("(siblings 2.5 ms)"),
             "{}",
@@ -887,16 +904,27 @@ mod tests {
         let p4 = st.pods.iter_mut().find(|p| p.name == "rank-4").unwrap();
         p4.phase = Phase::Pending;
         p4.ready = false;
+        // Pending while its process starts (scheduled, no reason or a container's): never an incident.
+        for (s, reason) in [None, Some("ContainerCreating")].into_iter().enumerate() {
+            let mut st = st.clone();
+            st.pods.iter_mut().find(|p| p.name == "rank-4").unwrap().reason = reason.map(Into::into);
+            let mut c = Collector::default();
+            for t in 0..=10 {
+                let snap = c.observe(t * 1000, st.clone(), Vec::new(), Vec::new(), Vec::new());
+                assert!(snap.alerts.is_empty(), "case {s} at {t} s: {:?}", snap.alerts);
+            }
+        }
+        let p4 = st.pods.iter_mut().find(|p| p.name == "rank-4").unwrap();
         p4.reason = Some("Insufficient gpu".into());
         let mut last = None;
-        for s in 0..=16 {
+        for s in 0..=3 {
             let snap = c.observe(s * 1000, st.clone(), Vec::new(), Vec::new(), Vec::new());
             let fired: Vec<_> = snap
                 .alerts
                 .iter()
                 .filter(|a| a.rule == "LabRankPending")
                 .collect();
-            if s < 15 {
+            if s < 2 {
                 assert!(fired.is_empty(), "at {s} s: {fired:?}");
             }
             last = Some(snap);
@@ -918,7 +946,7 @@ mod tests {
             index: 0,
             address: String::new(),
         };
-        let snap = c.observe(17_000, st, vec![(ksm, Ok(String::new()))], Vec::new(), Vec::new());
+        let snap = c.observe(4_000, st, vec![(ksm, Ok(String::new()))], Vec::new(), Vec::new());
         assert!(snap.alerts.iter().all(|a| a.rule != "LabRankPending"));
     }
 }

@@ -27,18 +27,19 @@ pub struct Rule {
     pub keep_firing_ms: i64,
 }
 
-/// A storage server's read p50 (unstarved readers) is over 50 ms and over 4× the servers' median.
+/// A storage server's read p50 (unstarved readers) is over 50 ms and over 4× the servers' median, over
+/// at least [`LATENCY_MIN_READS`] reads.
 pub const STORAGE_LATENCY: Rule = Rule {
     name: "LabStorageReadLatencyHigh",
     signal: GoldenSignal::Latency,
-    for_ms: 2_000,
+    for_ms: 1_000,
     keep_firing_ms: 0,
 };
 /// The job trains under half its baseline samples per second.
 pub const THROUGHPUT_LOW: Rule = Rule {
     name: "LabTrainingThroughputLow",
     signal: GoldenSignal::Throughput,
-    for_ms: 3_000,
+    for_ms: 2_000,
     keep_firing_ms: 0,
 };
 /// Reads from a storage server fail.
@@ -59,39 +60,42 @@ pub const COLLECTIVE_ERRORS: Rule = Rule {
 pub const CPU_THROTTLED: Rule = Rule {
     name: "LabRankCpuThrottled",
     signal: GoldenSignal::Saturation,
-    for_ms: 3_000,
+    for_ms: 2_000,
     keep_firing_ms: 10_000,
 };
 /// The median rank spends over half of each step waiting at the collective.
 pub const COLLECTIVE_WAIT: Rule = Rule {
     name: "LabRanksWaitingAtCollective",
     signal: GoldenSignal::Saturation,
-    for_ms: 3_000,
+    for_ms: 2_000,
     keep_firing_ms: 10_000,
 };
 /// Some rank waits at rendezvous for peers that have not joined.
 pub const WAITING_FOR_PEERS: Rule = Rule {
     name: "LabRanksWaitingForPeers",
     signal: GoldenSignal::Saturation,
-    for_ms: 5_000,
+    for_ms: 3_000,
     keep_firing_ms: 0,
 };
 
-/// A rank pod has stayed Pending: the GPU pool is saturated, and a rollout of the ranks waits behind it
-/// while the running ranks may train on normally. Longer than a rank's replacement takes.
+/// A rank pod stays Pending because the scheduler cannot place it: the GPU pool is saturated, and a
+/// rollout of the ranks waits behind it while the running ranks may train on normally. A pod being
+/// replaced is Pending but scheduled, so it never counts, and a short `for` suffices.
 pub const RANK_PENDING: Rule = Rule {
     name: "LabRankPending",
     signal: GoldenSignal::Saturation,
-    for_ms: 15_000,
+    for_ms: 2_000,
     keep_firing_ms: 0,
 };
 
 /// A rank holds the job: its step counter stood still over the window while its metrics answer and it is
-/// not itself waiting at the all-reduce, and a sibling has been blocked there, waiting, for over 5 s.
+/// not itself waiting at the all-reduce, and a sibling has been blocked there, waiting, for over 2 s. No
+/// `for`: both halves already need the stall to have lasted (a whole window without a step, a sibling
+/// blocked for 2 s where a healthy all-reduce takes milliseconds).
 pub const RANK_HUNG: Rule = Rule {
     name: "LabRankHung",
     signal: GoldenSignal::Saturation,
-    for_ms: 2_000,
+    for_ms: 0,
     keep_firing_ms: 0,
 };
 
@@ -100,7 +104,7 @@ pub const RANK_HUNG: Rule = Rule {
 pub const COMPUTE_SLOW: Rule = Rule {
     name: "LabRankComputeSlow",
     signal: GoldenSignal::Saturation,
-    for_ms: 5_000,
+    for_ms: 2_000,
     keep_firing_ms: 10_000,
 };
 
@@ -133,13 +137,18 @@ pub const RULES: [Rule; 11] = [
 pub const LATENCY_MIN_SECONDS: f64 = 0.05;
 /// Latency: how many times the servers' median a server must exceed.
 pub const LATENCY_MEDIAN_FACTOR: f64 = 4.0;
+/// Latency: the fewest reads of the server in the window (`increase(...[3s])`) for its p50 to count: a
+/// p50 of one or two reads (a reader that just restarted) says little. A server 300 ms slow still
+/// answers one reader about ten times in 3 s.
+pub const LATENCY_MIN_READS: f64 = 3.0;
 /// Throughput: fires below this fraction of the baseline.
 pub const THROUGHPUT_MIN_FRACTION: f64 = 0.5;
 /// Saturation: fires when the median rank waits more than this share of its step at the collective.
 pub const WAIT_SHARE_MAX: f64 = 0.5;
 
-/// Hung rank: a sibling blocked in its all-reduce longer than this, seconds, says the job is held.
-pub const HUNG_SIBLING_WAIT_SECONDS: f64 = 5.0;
+/// Hung rank: a sibling blocked in its all-reduce longer than this, seconds, says the job is held (a
+/// healthy all-reduce of the job's gradient takes milliseconds).
+pub const HUNG_SIBLING_WAIT_SECONDS: f64 = 2.0;
 /// ... and the rank that holds it is blocked there less than this (it is not waiting: it is stuck).
 pub const HUNG_SELF_WAIT_MAX_SECONDS: f64 = 1.0;
 /// Slow compute: fires above this many times the fastest half's compute seconds per step. Measured on
@@ -162,11 +171,13 @@ pub const BASELINE_MAX_VARIATION: f64 = 0.1;
 pub mod recorded {
     /// `sum(rate(lab_samples_total[10s])) or vector(0)`.
     pub const JOB_SAMPLES: &str = "lab:job_samples_per_second";
+    /// `sum(rate(lab_samples_total[3s])) or vector(0)`: what the throughput rule compares.
+    pub const JOB_SAMPLES_SHORT: &str = "lab:job_samples_per_second:rate3s";
     /// The latched baseline of [`JOB_SAMPLES`].
     pub const JOB_SAMPLES_BASELINE: &str = "lab:job_samples_per_second:baseline";
     /// `histogram_quantile(0.5, sum by (le) (rate(lab_step_duration_seconds_bucket[10s])))`.
     pub const JOB_STEP_SECONDS: &str = "lab:job_step_seconds";
-    /// `histogram_quantile(0.5, sum by (server, le) (rate(lab_storage_read_duration_seconds_bucket[10s])))`.
+    /// `histogram_quantile(0.5, sum by (server, le) (rate(lab_storage_read_duration_seconds_bucket[3s])))`.
     pub const STORAGE_P50: &str = "lab:storage_read_p50_seconds";
 }
 
@@ -233,6 +244,11 @@ impl Engine {
             recorded::JOB_SAMPLES,
             t,
             &[(none.clone(), signals.job_samples_per_s)],
+        );
+        store.record(
+            recorded::JOB_SAMPLES_SHORT,
+            t,
+            &[(none.clone(), signals.job_samples_per_s_short)],
         );
         let step: Vec<(Labels, f64)> = signals
             .job_step_seconds
@@ -320,21 +336,24 @@ impl Engine {
         let mut out = Vec::new();
         // Latency: lab:storage_read_p50_seconds:unstarved > 0.05
         //   and lab:storage_read_p50_seconds:unstarved > 4 * scalar(quantile(0.5, lab:storage_read_p50_seconds:unstarved))
+        //   and on (server) sum by (server) (increase(lab_storage_read_duration_seconds_count[3s])) >= 3
+        let window_s = crate::signals::WINDOW_MS as f64 / 1000.0;
         for (server, sv) in &s.servers {
             if let Some(p) = sv.p50_unstarved
                 && p > LATENCY_MIN_SECONDS
                 && p > LATENCY_MEDIAN_FACTOR * s.p50_unstarved_median
+                && sv.reads_per_s.is_some_and(|r| r * window_s >= LATENCY_MIN_READS)
             {
                 out.push((STORAGE_LATENCY, server.clone(), p));
             }
         }
-        // Throughput: lab:job_samples_per_second < 0.5 * lab:job_samples_per_second:baseline
+        // Throughput: lab:job_samples_per_second:rate3s < 0.5 * lab:job_samples_per_second:baseline
         if let Some(b) = &self.baseline
-            && s.job_samples_per_s < THROUGHPUT_MIN_FRACTION * b.job.samples_per_s
+            && s.job_samples_per_s_short < THROUGHPUT_MIN_FRACTION * b.job.samples_per_s
         {
-            out.push((THROUGHPUT_LOW, "job".to_string(), s.job_samples_per_s));
+            out.push((THROUGHPUT_LOW, "job".to_string(), s.job_samples_per_s_short));
         }
-        // Errors: sum by (server) (rate(lab_storage_read_errors_total[10s])) > 0
+        // Errors: sum by (server) (rate(lab_storage_read_errors_total[3s])) > 0
         for (server, sv) in &s.servers {
             if let Some(e) = sv.errors_per_s
                 && e > 0.0
@@ -342,7 +361,7 @@ impl Engine {
                 out.push((STORAGE_ERRORS, server.clone(), e));
             }
         }
-        // Errors: sum by (instance) (rate(lab_collective_errors_total[10s])) > 0
+        // Errors: sum by (instance) (rate(lab_collective_errors_total[3s])) > 0
         for (rank, rs) in &s.ranks {
             if let Some(e) = rs.collective_errors_per_s
                 && e > 0.0
@@ -372,13 +391,13 @@ impl Engine {
                 s.ranks_waiting_for_peers.len() as f64,
             ));
         }
-        // Saturation: max by (pod) (kube_pod_status_phase{phase="Pending", pod=~"rank-[0-9]+"}) == 1
+        // Saturation: max by (pod) (kube_pod_status_unschedulable{pod=~"rank-[0-9]+"}) == 1
         for pod in &s.ranks_pending {
             out.push((RANK_PENDING, pod.clone(), 1.0));
         }
-        // Saturation: rate(lab_steps_total[10s]) == 0
+        // Saturation: rate(lab_steps_total[3s]) == 0
         //   and on (instance) lab_collective_wait_seconds < 1
-        //   and on () (max(lab_collective_wait_seconds) > 5)
+        //   and on () (max(lab_collective_wait_seconds) > 2)
         if s.collective_wait_max > HUNG_SIBLING_WAIT_SECONDS {
             for (rank, rs) in &s.ranks {
                 if rs.steps_per_s == Some(0.0)
@@ -462,6 +481,7 @@ mod tests {
         ServerSignals {
             client_p50: Some(p50),
             p50_unstarved: Some(p50),
+            reads_per_s: Some(3.0),
             ..Default::default()
         }
     }
@@ -506,6 +526,10 @@ mod tests {
             e.evaluate(&mut store, &signals_with_servers(&[0.001, 0.04, 0.001]), 12_000)
                 .is_empty()
         );
+        // Slow, but over too few reads in the window (two in 3 s) to say so.
+        let mut few = signals_with_servers(&[0.003, 0.488, 0.003]);
+        few.servers.get_mut("storage-1").unwrap().reads_per_s = Some(2.0 / 3.0);
+        assert!(e.evaluate(&mut store, &few, 13_000).is_empty());
     }
 
     #[test]
@@ -514,8 +538,8 @@ mod tests {
         let slow = signals_with_servers(&[0.003, 0.488, 0.003]);
         let pending = vec![("LabStorageReadLatencyHigh", "storage-1", false)];
         assert_eq!(names(&e.evaluate(&mut store, &slow, 10_000)), pending);
-        assert_eq!(names(&e.evaluate(&mut store, &slow, 11_000)), pending);
-        let c = e.evaluate(&mut store, &slow, 12_000);
+        assert_eq!(names(&e.evaluate(&mut store, &slow, 10_500)), pending);
+        let c = e.evaluate(&mut store, &slow, 11_000);
         assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
         assert_eq!(c[0].active_since_ms, 10_000);
         // A break resets the since-time (this rule keeps nothing firing).
@@ -566,6 +590,7 @@ mod tests {
         let mut store = Store::new(120_000);
         let at = |v: f64| Signals {
             job_samples_per_s: v,
+            job_samples_per_s_short: v,
             ..Default::default()
         };
         // Warm-up: ramping, so not stable.
@@ -598,7 +623,7 @@ mod tests {
                 fired = Some(i);
             }
         }
-        assert_eq!(fired, Some(63));
+        assert_eq!(fired, Some(62));
         assert_eq!(e.baseline().unwrap().job, b);
     }
 
@@ -622,15 +647,14 @@ mod tests {
             s.collective_wait_max = 12.0;
             s
         };
-        e.evaluate(&mut store, &stalled(0.0), 10_000);
-        let c = e.evaluate(&mut store, &stalled(0.0), 12_000);
+        let c = e.evaluate(&mut store, &stalled(0.0), 10_000);
         assert_eq!(names(&c), vec![("LabRankHung", "rank-1", true)]);
         // Every rank blocked in its all-reduce (no one holds the job that answers): nobody is named.
         let (mut e, mut store) = warm();
         assert!(e.evaluate(&mut store, &stalled(12.0), 10_000).is_empty());
         // Siblings that have waited only briefly: a slow step, not a hang.
         let mut brief = stalled(0.0);
-        brief.collective_wait_max = 2.0;
+        brief.collective_wait_max = 1.5;
         assert!(e.evaluate(&mut store, &brief, 11_000).is_empty());
     }
 
@@ -646,10 +670,10 @@ mod tests {
             s
         };
         let slow = with([0.045, 0.095, 0.090, 0.044]);
-        for t in (10_000..=15_000).step_by(1000) {
+        for t in (10_000..=11_000).step_by(1000) {
             e.evaluate(&mut store, &slow, t);
         }
-        let c = e.evaluate(&mut store, &slow, 16_000);
+        let c = e.evaluate(&mut store, &slow, 12_000);
         assert_eq!(
             names(&c),
             vec![

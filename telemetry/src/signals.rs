@@ -17,11 +17,20 @@ use crate::store::{INSTANCE, Store};
 /// the runtime's status (the collector's `kube-state-metrics` instance); a cluster's own exporter, when
 /// scraped, is read the same way.
 pub const POD_STATUS_PHASE: &str = "kube_pod_status_phase";
+/// kube-state-metrics' gauge of a pod the scheduler cannot place (1, present only for such pods). The lab
+/// writes it from the runtime's status beside [`POD_STATUS_PHASE`].
+pub const POD_STATUS_UNSCHEDULABLE: &str = "kube_pod_status_unschedulable";
 /// The instance name under which the collector keeps the series it writes from the runtime's status.
 pub const KUBE_STATE: &str = "kube-state-metrics";
 
-/// The rate window of every rule, `[10s]` in the rule file.
-pub const WINDOW_MS: i64 = 10_000;
+/// The rate window of every alerting rule's input, `[3s]` in the rule file: short, so that a fault's
+/// effect fills it within seconds (a slow server's few slow reads outnumber its fast ones once the fast
+/// ones have aged out of the window). Each rule that compares a count-based figure guards it with a
+/// minimum number of events in the window.
+pub const WINDOW_MS: i64 = 3_000;
+/// The window of the job's throughput and step time, `[10s]`: the baseline, the display and the drills'
+/// verification read these, and they need to be steady rather than quick.
+pub const JOB_WINDOW_MS: i64 = 10_000;
 /// A rank throttled in more than this share of its CFS periods may be CPU-starved...
 pub const THROTTLED_MIN_RATIO: f64 = 0.25;
 /// ...when its throttled seconds per second are also more than this many times the ranks' median.
@@ -58,7 +67,7 @@ pub struct RankSignals {
     pub throttled_seconds_per_s: Option<f64>,
     /// `lab:rank_cpu_starved`: throttled, and far more than its siblings.
     pub starved: bool,
-    /// `rate(lab_steps_total[10s])`: steps this process completed per second.
+    /// `rate(lab_steps_total[3s])`: steps this process completed per second.
     pub steps_per_s: Option<f64>,
     /// `lab:rank_compute_seconds_per_step`: compute seconds per step (absent without steps in the window).
     pub compute_per_step: Option<f64>,
@@ -102,8 +111,10 @@ pub struct ServerSignals {
 /// Everything computed on one tick.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Signals {
-    /// `lab:job_samples_per_second` (0 when no rank reports).
+    /// `lab:job_samples_per_second` (0 when no rank reports), over [`JOB_WINDOW_MS`].
     pub job_samples_per_s: f64,
+    /// `lab:job_samples_per_second:rate3s`: the same over [`WINDOW_MS`], which the throughput rule reads.
+    pub job_samples_per_s_short: f64,
     /// Whether any rank reported its sample counter in the window (else the 0 above is the rule's default).
     pub samples_reported: bool,
     pub job_steps_per_s: Option<f64>,
@@ -121,7 +132,7 @@ pub struct Signals {
     pub collective_wait_max: f64,
     /// Ranks with `lab_rendezvous_waiting == 1`.
     pub ranks_waiting_for_peers: Vec<String>,
-    /// Rank pods whose phase is Pending (`kube_pod_status_phase{phase="Pending"} == 1`), by pod name.
+    /// Rank pods the scheduler cannot place (`kube_pod_status_unschedulable == 1`), by pod name.
     pub ranks_pending: Vec<String>,
     /// The database writers (`lab-writer`), by instance: present only when one is scraped.
     pub writers: BTreeMap<String, WriterSignals>,
@@ -144,27 +155,31 @@ fn finite(v: f64) -> Option<f64> {
 }
 
 impl Signals {
-    /// Computes the tick's figures at `t` from the store, over the usual window.
+    /// Computes the tick's figures at `t` from the store, over the usual windows.
     pub fn compute(store: &Store, t: i64) -> Signals {
-        Signals::compute_over(store, t, WINDOW_MS)
+        Signals::compute_over(store, t, JOB_WINDOW_MS)
     }
 
-    /// Computes the tick's figures at `t` over a window of `w` ms. A collector that has watched for less
-    /// than [`WINDOW_MS`] passes how long it has watched: PromQL's `rate` over a range that reaches back
-    /// before the first sample would count the unobserved time as idle, and a just-started `lab status`
-    /// would report a fraction of the real throughput.
-    pub fn compute_over(store: &Store, t: i64, w: i64) -> Signals {
-        let w = w.clamp(1, WINDOW_MS);
+    /// Computes the tick's figures at `t` having watched for `watched` ms: each window is cut to what was
+    /// watched. A collector that has watched for less than a window passes how long it has watched:
+    /// PromQL's `rate` over a range that reaches back before the first sample would count the unobserved
+    /// time as idle, and a just-started `lab status` would report a fraction of the real throughput.
+    pub fn compute_over(store: &Store, t: i64, watched: i64) -> Signals {
+        let w = watched.clamp(1, WINDOW_MS);
+        let jw = watched.clamp(1, JOB_WINDOW_MS);
         let r = |name: &str| rate(store.range(name, t, w, any), t, w);
+        let rj = |name: &str| rate(store.range(name, t, jw, any), t, jw);
         let inst = |name: &str| store.instant(name, t, any);
         let mut s = Signals::default();
 
         // sum(rate(lab_samples_total[10s])) or vector(0)
-        let samples = r(m::SAMPLES);
+        let samples = rj(m::SAMPLES);
         s.samples_reported = !samples.is_empty();
         s.job_samples_per_s = sum_by(samples, &[]).first().map_or(0.0, |e| e.1);
-        s.job_steps_per_s = max_by(r(m::STEPS), &[]).first().map(|e| e.1);
-        let step_buckets = r(&format!("{}_bucket", m::STEP_DURATION));
+        // sum(rate(lab_samples_total[3s])) or vector(0)
+        s.job_samples_per_s_short = sum_by(r(m::SAMPLES), &[]).first().map_or(0.0, |e| e.1);
+        s.job_steps_per_s = max_by(rj(m::STEPS), &[]).first().map(|e| e.1);
+        let step_buckets = rj(&format!("{}_bucket", m::STEP_DURATION));
         s.job_step_seconds = histogram_quantile(0.5, sum_by(step_buckets.clone(), &["le"]))
             .first()
             .and_then(|e| finite(e.1));
@@ -222,8 +237,8 @@ impl Signals {
             rs.throttled_ratio = Some(v);
             rs.starved = starved;
         }
-        // sum by (instance) (rate(lab_phase_seconds_total{phase="compute"}[10s]))
-        //   / (sum by (instance) (rate(lab_steps_total[10s])) > 0)
+        // sum by (instance) (rate(lab_phase_seconds_total{phase="compute"}[3s]))
+        //   / (sum by (instance) (rate(lab_steps_total[3s])) > 0)
         let steps = sum_by(r(m::STEPS), &[INSTANCE]);
         let compute = sum_by(
             rate(
@@ -252,11 +267,10 @@ impl Signals {
         for (l, v) in sum_by(r(m::COLLECTIVE_ERRORS), &[INSTANCE]) {
             ranks.entry(rank_of(&l)).or_default().collective_errors_per_s = Some(v);
         }
-        // max by (pod) (kube_pod_status_phase{phase="Pending", pod=~"rank-[0-9]+"}) == 1
-        let pending = store.instant(POD_STATUS_PHASE, t, |l| {
-            l.get("phase") == Some("Pending")
-                && l.get("pod")
-                    .is_some_and(|p| lab_model::names::index_of(p, "rank").is_some())
+        // max by (pod) (kube_pod_status_unschedulable{pod=~"rank-[0-9]+"}) == 1
+        let pending = store.instant(POD_STATUS_UNSCHEDULABLE, t, |l| {
+            l.get("pod")
+                .is_some_and(|p| lab_model::names::index_of(p, "rank").is_some())
         });
         for (l, v) in max_by(pending, &["pod"]) {
             if v == 1.0 {

@@ -289,6 +289,7 @@ fn rule_file_and_evaluator_name_the_same_rules() {
     assert_eq!(alerts, ours);
     for name in [
         rules::recorded::JOB_SAMPLES,
+        rules::recorded::JOB_SAMPLES_SHORT,
         rules::recorded::JOB_SAMPLES_BASELINE,
         rules::recorded::JOB_STEP_SECONDS,
         rules::recorded::STORAGE_P50,
@@ -297,6 +298,19 @@ fn rule_file_and_evaluator_name_the_same_rules() {
     }
     // Thresholds written in the expressions.
     assert!(text.contains(&format!("[{}s]", lab_telemetry::signals::WINDOW_MS / 1000)));
+    assert!(text.contains(&format!(
+        "sum(rate(lab_samples_total[{}s]))",
+        lab_telemetry::signals::JOB_WINDOW_MS / 1000
+    )));
+    assert!(text.contains(&format!(
+        "_count[{}s])) >= {}",
+        lab_telemetry::signals::WINDOW_MS / 1000,
+        rules::LATENCY_MIN_READS
+    )));
+    assert!(text.contains(&format!(
+        "(max(lab_collective_wait_seconds) > {})",
+        rules::HUNG_SIBLING_WAIT_SECONDS
+    )));
     assert!(text.contains(&format!("> {}", rules::LATENCY_MIN_SECONDS)));
     assert!(text.contains(&format!("> {} * scalar", rules::LATENCY_MEDIAN_FACTOR)));
     assert!(text.contains(&format!(

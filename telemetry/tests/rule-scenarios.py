@@ -168,12 +168,12 @@ for r in range(4):
     healthy_rank(sc, r,
         samples=[(60, 100), (T, 7)],
         phases={'read': [(60, 0.1), (T, 0.9 if slow else 0.01)], 'compute': [(60, 0.6), (T, 0.05)], 'wait': [(60, 0.2), (T, 0.05 if slow else 0.94)]},
-        read=[(60, 10, 0.003), (T, 1, 0.4)] if slow else [(T, 10, 0.003)])
+        read=[(60, 10, 0.003), (T, 2, 0.4)] if slow else [(T, 10, 0.003)])
 sc.seaweed(1, [(T, 10, 0.0003)])
 groups.append(('slow-storage: storage-1 answers 400 ms late from 60 s; latency fires for storage-1 only, throughput and collective wait for the job',
     sc,
-    nothing(58) + edges([(67, 'LabRanksWaitingAtCollective', {}), (69, 'LabTrainingThroughputLow', {}),
-                         (72, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
+    nothing(58) + edges([(64, 'LabRanksWaitingAtCollective', {}), (64, 'LabTrainingThroughputLow', {}),
+                         (64, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
         alert_test(80, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
         alert_test(80, 'LabTrainingThroughputLow', [{}]),
         alert_test(80, 'LabRanksWaitingAtCollective', [{}]),
@@ -197,8 +197,8 @@ for r in range(4):
 # from slow-compute is the limit in force against the template (LabRankCpuThrottled).
 groups.append(('throttled-rank: rank-1 limited to 150m from 60 s; saturation fires for rank-1 (throttled, and slow compute), and its slow-looking reads (timed on a starved CPU) do not fire latency',
     sc,
-    nothing(58) + edges([(66, 'LabRankCpuThrottled', {'instance': 'rank-1'}), (68, 'LabRanksWaitingAtCollective', {}),
-                         (72, 'LabTrainingThroughputLow', {})]) + [
+    nothing(58) + edges([(63, 'LabRankCpuThrottled', {'instance': 'rank-1'}), (64, 'LabRanksWaitingAtCollective', {}),
+                         (65, 'LabTrainingThroughputLow', {})]) + [
         alert_test(80, 'LabRankCpuThrottled', [{'instance': 'rank-1'}]),
         alert_test(80, 'LabRankComputeSlow', [{'instance': 'rank-1'}]),
         alert_test(80, 'LabRankHung', []),
@@ -224,7 +224,7 @@ for r in range(4):
         read_errors=[(60, 0), (62, 'stale'), (T, 'reset', 0)])
 groups.append(('unplaceable-rank: world size 5 from 60 s; the four ranks restart and wait at rendezvous; throughput and waiting-for-peers fire, nothing else',
     sc,
-    nothing(58) + edges([(68, 'LabRanksWaitingForPeers', {}), (69, 'LabTrainingThroughputLow', {})]) + [
+    nothing(58) + edges([(66, 'LabRanksWaitingForPeers', {}), (65, 'LabTrainingThroughputLow', {})]) + [
         alert_test(80, 'LabTrainingThroughputLow', [{}]),
         alert_test(80, 'LabRanksWaitingForPeers', [{}]),
         alert_test(80, 'LabStorageReadLatencyHigh', []),
@@ -233,8 +233,9 @@ groups.append(('unplaceable-rank: world size 5 from 60 s; the four ranks restart
         alert_test(80, 'LabCollectiveErrors', []),
     ], []))
 
-# D2: stuck rollout from 60 s: rank-4 Pending (no GPU), the four running ranks train on as before. rank-2 is
-# Pending for 10 s at 30 s (a pod being replaced): shorter than the rule's `for`, no alert.
+# D2: stuck rollout from 60 s: rank-4 Pending (no GPU: unschedulable), the four running ranks train on as
+# before. rank-2 is Pending for 10 s at 30 s (a pod being replaced: scheduled, its container starting), no
+# alert.
 sc = Scenario()
 for r in range(4): healthy_rank(sc, r)
 ksm = {'instance': 'kube-state-metrics'}
@@ -245,9 +246,10 @@ for r in range(4):
     sc.add('kube_pod_status_phase', {**ksm, 'phase': 'Running', 'pod': f'rank-{r}'}, gauge(running))
 sc.add('kube_pod_status_phase', {**ksm, 'phase': 'Pending', 'pod': 'rank-4'}, gauge([(59, 'stale'), (T, 1)]))
 sc.add('kube_pod_status_phase', {**ksm, 'phase': 'Running', 'pod': 'rank-4'}, gauge([(59, 'stale'), (T, 0)]))
-groups.append(('stuck-rollout: rank-4 Pending from 60 s while the four ranks train on; only the pending-rank rule fires, and a 10 s Pending replacement of rank-2 does not',
+sc.add('kube_pod_status_unschedulable', {**ksm, 'pod': 'rank-4'}, gauge([(59, 'stale'), (T, 1)]))
+groups.append(('stuck-rollout: rank-4 Pending from 60 s while the four ranks train on; only the pending-rank rule fires, and a 10 s Pending (scheduled) replacement of rank-2 does not',
     sc,
-    nothing(45) + edges([(75, 'LabRankPending', {'pod': 'rank-4'})])
+    nothing(45) + edges([(62, 'LabRankPending', {'pod': 'rank-4'})])
     + nothing(100, except_=('LabRankPending',)) + [alert_test(100, 'LabRankPending', [{'pod': 'rank-4'}])],
     []))
 
@@ -279,10 +281,10 @@ groups.append(('errors: reads from storage-2 fail from 31 to 60 s, rank-3 fails 
 
 # C2: throttling that lapses: keep_firing_for bridges a short lapse and ends after a long one
 for lapse_end, name, checks in [
-    (92, 'a short lapse (81-92 s) of rank-1\'s throttling: the alert keeps firing through it',
-     [(91, [{'instance': 'rank-1'}]), (100, [{'instance': 'rank-1'}])]),
+    (88, 'a short lapse (81-88 s) of rank-1\'s throttling: the alert keeps firing through it',
+     [(87, [{'instance': 'rank-1'}]), (100, [{'instance': 'rank-1'}])]),
     (T, 'a long lapse (from 81 s) of rank-1\'s throttling: the alert fires on for 10 s, then ends',
-     [(89, [{'instance': 'rank-1'}]), (99, [{'instance': 'rank-1'}]), (100, [])]),
+     [(89, [{'instance': 'rank-1'}]), (92, [{'instance': 'rank-1'}]), (93, [])]),
 ]:
     sc = Scenario()
     for r in range(4):
@@ -307,7 +309,7 @@ for r in range(4):
         coll_wait=gauge([(T, 0)]) if r == 1 else ramp([(60, None), (T, 60)]))
 groups.append(('rank-hang: rank-1 frozen from 60 s while its metrics answer; the hung-rank rule names rank-1, not the siblings that wait for it',
     sc,
-    nothing(58) + edges([(69, 'LabTrainingThroughputLow', {}), (72, 'LabRankHung', {'instance': 'rank-1'})]) + [
+    nothing(58) + edges([(64, 'LabTrainingThroughputLow', {}), (63, 'LabRankHung', {'instance': 'rank-1'})]) + [
         alert_test(90, 'LabRankHung', [{'instance': 'rank-1'}]),
         alert_test(90, 'LabTrainingThroughputLow', [{}]),
         alert_test(90, 'LabRankComputeSlow', []),
@@ -348,8 +350,8 @@ for r in range(4):
 groups.append(('slow-compute: rank-1 and rank-2 compute 2x slower than their siblings from 60 s; the slow-compute rule names both, and nothing else fires',
     sc,
     nothing(58) + [
-        alert_test(69, 'LabRankComputeSlow', []),
-        alert_test(70, 'LabRankComputeSlow', [{'instance': 'rank-1'}, {'instance': 'rank-2'}]),
+        alert_test(63, 'LabRankComputeSlow', []),
+        alert_test(64, 'LabRankComputeSlow', [{'instance': 'rank-1'}, {'instance': 'rank-2'}]),
         alert_test(90, 'LabRankComputeSlow', [{'instance': 'rank-1'}, {'instance': 'rank-2'}]),
     ] + nothing(90, except_=('LabRankComputeSlow',)), []))
 

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# False alerts: a quiet local lab, nothing injected, watched for MINUTES by the same collector the console
+# runs (the `watch` example of lab-telemetry, which learns its own baseline first). Every alert that fires
+# is a false alert; the script lists each one (rule, target, since, summary) and ends with
+#
+#   false alerts: N in M minutes (load average ...)
+#
+#   scripts/quiet-alerts.sh                     # 30 minutes
+#   MINUTES=15 PROFILE=debug scripts/quiet-alerts.sh
+#
+# The machine's load average is printed at the start and the end: the rules must stay quiet on a loaded
+# machine too. The lab, its state folder and the watcher are this script's own and are removed at the end.
+# Exits 1 when any alert fired.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MINUTES=${MINUTES:-30}
+PROFILE=${PROFILE:-release}
+NAME=${NAME:-quiet-alerts-$$}
+T0=$(date +%s)
+say() { printf '[quiet +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
+die() { say "FAILED: $*"; exit 2; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+command -v jq >/dev/null || die "jq is needed: apt-get install jq"
+eval "$(scripts/tools.sh weed)"
+
+if [ "${BUILD:-1}" = 1 ]; then
+  say "building ($PROFILE)"
+  flag=(); [ "$PROFILE" = release ] && flag=(--release)
+  cargo build "${flag[@]}" --locked --workspace --bins >&2
+  cargo build "${flag[@]}" --locked -p lab-telemetry --example watch >&2
+fi
+bin="$PWD/target/$PROFILE"
+
+work=$(mktemp -d)
+export LAB_STATE_DIR="$work/state"
+mkdir -p "$LAB_STATE_DIR"
+ticks="$work/ticks.jsonl"
+watcher=""
+lab() { "$bin/lab" --name "$NAME" "$@"; }
+
+cleanup() {
+  set +e
+  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
+  lab down >/dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+say "lab up --runtime local"
+lab up --runtime local >&2 || die "lab up"
+"$bin/examples/watch" --name "$NAME" >"$ticks" 2>"$work/watch.err" &
+watcher=$!
+
+deadline=$(( $(date +%s) + 240 ))
+first=""
+until [ -n "$first" ]; do
+  [ "$(date +%s)" -lt "$deadline" ] || die "the watcher learned no baseline in 240 s"
+  kill -0 "$watcher" 2>/dev/null || { cat "$work/watch.err" >&2; die "the watcher ended"; }
+  sleep 1
+  # Only whole lines: the watcher may be writing the last one.
+  first=$(head -n "$(wc -l <"$ticks")" "$ticks" | jq -c 'select(.baseline != null)' 2>/dev/null | head -n 1)
+done
+from=$(jq '.at_ms' <<<"$first")
+load_start=$(load)
+say "baseline $(jq -r '.baseline | floor' <<<"$first") samples/s; watching for $MINUTES minutes (load $load_start)"
+sleep $(( MINUTES * 60 ))
+load_end=$(load)
+kill -0 "$watcher" 2>/dev/null || die "the watcher ended early"
+
+# One false alert per rule and target each time it starts firing (its since-time).
+jq -c --argjson from "$from" 'select(.at_ms >= $from) | .alerts[] | {rule, target, since_ms, summary}' "$ticks" |
+  jq -s -c 'unique_by([.rule, .target, .since_ms]) | .[]' >"$work/fired"
+ticks_seen=$(jq -c --argjson from "$from" 'select(.at_ms >= $from)' "$ticks" | wc -l)
+n=$(wc -l <"$work/fired")
+while read -r a; do
+  echo "$a" | jq -r '"  \(.rule) on \(.target) from \(.since_ms): \(.summary)"'
+done <"$work/fired"
+min_pct=$(jq -s --argjson from "$from" '[.[] | select(.at_ms >= $from) | .pct // empty] | min // "-"' "$ticks")
+echo "ticks watched: $ticks_seen; lowest throughput: ${min_pct}% of baseline"
+echo "false alerts: $n in $MINUTES minutes (load average at start $load_start, at end $load_end)"
+[ "$n" -eq 0 ]
