@@ -1128,6 +1128,7 @@ mod tests {
             after: "deleted; made again from the new template".into(),
             note: Some("cleared".into()),
             fault_id: Some("sync-replica-1".into()),
+            by: None,
         }];
         let mut b = Bundle::from_snapshot(&s);
         b.set_database(&d);

@@ -141,7 +141,7 @@ pub struct Signals {
 /// A database writer's figures: the commits it completes, and the one it waits on.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct WriterSignals {
-    /// `rate(lab_writer_commits_total[10s])` (absent until two scrapes are in the window).
+    /// `rate(lab_writer_commits_total[3s])` (absent until two scrapes are in the window).
     pub commits_per_s: Option<f64>,
     /// `lab_writer_commit_waiting_seconds`: how long the commit in flight has waited, now.
     pub commit_waiting_s: Option<f64>,
@@ -407,7 +407,7 @@ impl Signals {
                 servers.entry(label(&l, INSTANCE)).or_default().own_probe = Some(v[v.len() / 2]);
             }
         }
-        // The database writer: rate(lab_writer_commits_total[10s]) and lab_writer_commit_waiting_seconds.
+        // The database writer: rate(lab_writer_commits_total[3s]) and lab_writer_commit_waiting_seconds.
         for (l, v) in sum_by(r(m::WRITER_COMMITS), &[INSTANCE]) {
             s.writers.entry(label(&l, INSTANCE)).or_default().commits_per_s = finite(v);
         }

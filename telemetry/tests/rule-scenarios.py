@@ -376,7 +376,7 @@ for r in range(4): healthy_rank(sc, r)
 writer(sc, [(59, 20), (T, 0)], ramp([(59, None), (T, 60)]))
 groups.append(('sync-replica: the writer\'s commits hang from 60 s while its reads answer; the stalled-commits rule names lab-writer, and nothing else fires',
     sc,
-    nothing(58) + edges([(71, 'LabCommitsStalled', {'instance': 'lab-writer'})]) + [
+    nothing(58) + edges([(68, 'LabCommitsStalled', {'instance': 'lab-writer'})]) + [
         alert_test(90, 'LabCommitsStalled', [{'instance': 'lab-writer'}]),
     ] + nothing(90, except_=('LabCommitsStalled',)), []))
 
