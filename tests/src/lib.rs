@@ -3,6 +3,8 @@
 //!
 //! The tests need the workspace's binaries built (`cargo build --workspace --bins`) and SeaweedFS
 //! (`scripts/tools.sh weed`, which sets `LAB_WEED`).
+//! `LAB_E2E_PREFIX` (for example `a-`) goes before every lab name the tests use, so that the tests of two
+//! checkouts on one machine never touch each other's labs.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
