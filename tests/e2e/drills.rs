@@ -435,6 +435,7 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     );
     let b: Value = serde_json::from_slice(&std::fs::read(&bundle).unwrap()).unwrap();
     check_bundle(&b);
+    // The evidence the failed verification shows: the part of the job that is not whole.
     let ev = d[2]["evidence"]
         .as_array()
         .unwrap()
@@ -443,7 +444,7 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(
-        ev.contains("world size configured 5") && ev.contains("waiting at rendezvous"),
+        ev.contains("ranks asked for 5, world size configured 4") && ev.contains("rank-4 Pending"),
         "{ev}"
     );
 
@@ -654,6 +655,19 @@ fn demo_runs_the_seed_story_to_completion() {
         "{wrong_fix}"
     );
     assert_eq!(stdout.matches("✗ verify").count(), 1, "{stdout}");
+    // Its evidence: four ranks Ready, still configured for five, waiting at rendezvous.
+    let evidence: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.contains("✗ verify"))
+        .take(6)
+        .collect();
+    assert!(
+        evidence
+            .iter()
+            .any(|l| l.contains("ranks asked for 4, world size configured 5"))
+            && evidence.iter().any(|l| l.contains("waiting at rendezvous")),
+        "{evidence:#?}"
+    );
     // Kubernetes' view beside the job's, under each fault.
     assert!(
         stdout.matches("Kubernetes: 4/4 Ready · Training: ").count() >= 3,
