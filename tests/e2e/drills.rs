@@ -330,7 +330,7 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
             assert_eq!(d["verdict"], "pass", "{}: {}", d["name"], d["reason"]);
             assert_eq!(d["cleanup"]["steady"], true, "{}: {}", d["name"], d["cleanup"]);
             eprintln!(
-                "{}: back {} s after the remediation",
+                "{}: back to baseline {} s after the injection",
                 d["name"], d["figures"]["time_to_baseline_s"]
             );
             d["name"].as_str().unwrap()
@@ -375,11 +375,12 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
     t.done("the fixture's fix, twice");
 
     // The seed's traps, in one run. The slow-storage one also keeps the incident bundle it was handed.
-    // Their deadlines: the slow-storage and throttled-rank traps keep the built-ins' 45 s (the clear of
-    // slow storage needed up to 35 s to pass its verify on a loaded machine: the throughput window has to
-    // forget the slow reads); the unplaceable-rank one gets 40 s where the built-in gives 90 s (its right
-    // fixes, the clear and the seed's second plan, passed their verify in 18 s and 26 s on the same loaded
-    // machine).
+    // Their deadlines: the slow-storage trap keeps the built-in's 45 s (the clear of slow storage needed up
+    // to 35 s to pass its verify on a loaded machine: the throughput window has to forget the slow reads);
+    // the throttled-rank one gets 20 s where the built-in gives 45 s (its right fix, the resize fixture
+    // below, passed its verify in 5 s and 6 s); the unplaceable-rank one gets 40 s where the built-in gives
+    // 90 s (its right fixes, the clear and the seed's second plan, passed their verify in 18 s and 26 s on
+    // the same loaded machine).
     // Scaling back alone (`lab scale ranks 4`) is the demo's third chapter, which must fail it on the job's
     // own signals before its second fix passes (`demo_runs_the_seed_story_to_completion`).
     let bundle = dir.path().join("bundle.json");
@@ -406,7 +407,7 @@ fn built_in_drills_pass_and_the_seed_traps_fail() {
             Trap {
                 builtin: "throttled-rank",
                 remediation: "lab apply --cpu 400m".into(),
-                deadline: "45s",
+                deadline: "20s",
                 reason: NOT_BACK,
                 change: Some(("cpu: 150m", "cpu: 50m")),
             },
