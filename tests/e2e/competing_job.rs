@@ -49,7 +49,6 @@ fn competing_job_loads_one_server_and_throttling_that_job_fixes_it() {
     let start = Instant::now();
     let mut lab = Lab::up("competing-job-e2e", &[]);
     let ports = lab.ports();
-    let ledger = lab.dir().join("ledger.json");
 
     // Before the fault: one job, the training job, and it reads.
     let list = jobs(&lab);
@@ -58,28 +57,17 @@ fn competing_job_loads_one_server_and_throttling_that_job_fixes_it() {
     assert!(list[0]["reads_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{list:?}");
 
     // Bad input is refused with a clear error, and changes nothing, not even the ledger.
-    let refused = |args: &[&str], want: &str| {
-        let before = std::fs::read(&ledger).ok();
-        let out = lab.run(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains(want),
-            "{args:?}: want {want:?}\n{}",
-            text(&out)
-        );
-        assert_eq!(std::fs::read(&ledger).ok(), before, "{args:?} changed the ledger");
-    };
-    refused(
+    lab.refuses(
         &["fault", "inject", "competing-job", "--server", "7"],
         "out of range",
     );
-    refused(
+    lab.refuses(
         &["fault", "inject", "competing-job", "--threads", "0"],
         "--threads",
     );
-    refused(&["job", "stop", JOB], "no foreign job named");
+    lab.refuses(&["job", "stop", JOB], "no foreign job named");
 
-    let base = lab.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0);
+    let base = lab.wait_steady();
     let out = lab.ok(&["fault", "inject", "competing-job"]);
     assert!(out.contains("proof:") && out.contains(JOB), "{out}");
     let injected = Instant::now();
@@ -159,15 +147,15 @@ fn competing_job_loads_one_server_and_throttling_that_job_fixes_it() {
     let j = job(&list, JOB).expect("the foreign job is listed");
     assert_eq!(j["kind"], "foreign");
     assert!(j["reads_per_s"].as_f64().unwrap_or(0.0) > 50.0, "{j}");
-    refused(&["job", "throttle", "rank-1", "--rate", "5"], "not a foreign job");
-    refused(
+    lab.refuses(&["job", "throttle", "rank-1", "--rate", "5"], "not a foreign job");
+    lab.refuses(
         &["job", "throttle", "training", "--rate", "5"],
         "not a foreign job",
     );
-    refused(&["job", "stop", "rank-0"], "not a foreign job");
-    refused(&["job", "throttle", JOB, "--rate", "0"], "more than 0");
-    refused(&["job", "throttle", JOB, "--rate", "lots"], "not a number");
-    refused(
+    lab.refuses(&["job", "stop", "rank-0"], "not a foreign job");
+    lab.refuses(&["job", "throttle", JOB, "--rate", "0"], "more than 0");
+    lab.refuses(&["job", "throttle", JOB, "--rate", "lots"], "not a number");
+    lab.refuses(
         &["job", "throttle", "nope", "--rate", "5"],
         "no foreign job named",
     );

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use lab_model::Snapshot;
 use lab_model::status::Phase;
-use lab_tests::{Lab, pct, serial, text};
+use lab_tests::{Lab, interrupt, pct, serial, text};
 
 fn all_running_ready(s: &Snapshot) -> bool {
     s.status
@@ -52,8 +52,6 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
     let mut lab = Lab::up("e2e-slow", &[]);
 
     // Bad input is refused and changes nothing, not even the ledger.
-    let ledger = lab.dir().join("ledger.json");
-    let before = std::fs::read(&ledger).ok();
     for (args, want) in [
         (vec!["fault", "inject", "slow-nfs"], "unrecognized subcommand"),
         (
@@ -83,17 +81,10 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
         ),
         (vec!["fault", "clear", "no-such-fault"], "no injected fault"),
     ] {
-        let out = lab.run(&args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains(want),
-            "{args:?}: want {want:?}\n{}",
-            text(&out)
-        );
-        assert_eq!(std::fs::read(&ledger).ok(), before, "{args:?} changed the ledger");
+        lab.refuses(&args, want);
     }
 
-    let base = lab.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0);
+    let base = lab.wait_steady();
     let base_step = base.training.baseline.unwrap().step_seconds;
 
     let out = lab.ok(&[
@@ -187,11 +178,7 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
         Duration::from_secs(60),
         || lab.proxy_delay_ms(1) == 3000.0 && active_phases(&lab) == ["injecting"],
     );
-    std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = interrupt(child);
     assert_eq!(out.status.code(), Some(130), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -219,7 +206,7 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
 fn throttled_rank_slows_its_compute_while_its_template_keeps_400m() {
     let _one = serial();
     let mut lab = Lab::up("e2e-throttle", &[]);
-    let base = lab.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0);
+    let base = lab.wait_steady();
     // Rank-1's compute share against its siblings' median, in one snapshot: in a synchronous job every
     // rank takes the same step, so a rank that computes slower shows as a larger compute share while its
     // siblings wait for it. Compared within one run, the figure does not depend on how contended the
@@ -296,7 +283,7 @@ fn throttled_rank_slows_its_compute_while_its_template_keeps_400m() {
 fn unplaceable_rank_stalls_everyone_and_scaling_back_alone_is_not_enough() {
     let _one = serial();
     let mut lab = Lab::up("e2e-unplace", &[]);
-    lab.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0);
+    lab.wait_steady();
 
     let out = lab.ok(&["fault", "inject", "unplaceable-rank", "--ranks", "5"]);
     assert!(out.contains("world size 4 → 5"), "{out}");
@@ -340,7 +327,7 @@ fn stuck_rollout_trains_on_until_scaling_back_stalls_it_and_rolling_back_recover
     let _one = serial();
     let t_all = Instant::now();
     let mut lab = Lab::up("rollout-week-stuck", &[]);
-    lab.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0);
+    lab.wait_steady();
 
     // Bad input is refused and changes nothing, not even the ledger.
     let ledger = lab.dir().join("ledger.json");
@@ -468,7 +455,7 @@ fn now_ms() -> u64 {
 fn rank_hang_and_slow_compute_are_detected_while_ready_and_fixed_the_right_way() {
     let _one = serial();
     let mut lab = Lab::up("rank-faults-e2e", &[]);
-    lab.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0);
+    lab.wait_steady();
 
     // rank-hang: the training thread of rank-1 frozen; the process lives, its probes answer.
     let t0 = now_ms();

@@ -9,42 +9,25 @@
 //! a shorter verify deadline (a trap fails only when its deadline runs out); each fault and expectation is
 //! the built-in's.
 
-use std::path::Path;
 use std::time::Instant;
 
-use lab_tests::{Lab, serial, text};
+use lab_tests::{Edits, Lab, drill_copy, serial, text};
 use serde_json::Value;
 
-/// A built-in drill (its YAML from `lab drill show`) renamed, with a shorter warm-up and baseline, and
-/// with `remediation` (None: the lab's own clear) and a verify deadline of its own.
+/// A built-in drill renamed, with a shorter warm-up and baseline, 50 good steps to verify, and with
+/// `remediation` (None: the lab's own clear) and a verify deadline of its own.
 fn variant(builtin: &str, name: &str, remediation: Option<&str>, deadline: Option<&str>) -> String {
-    let yaml = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../drills/builtin/{builtin}.yaml")),
+    drill_copy(
+        builtin,
+        &Edits {
+            name: Some(name),
+            warmup: Some("2s"),
+            baseline: Some("8s"),
+            command: remediation,
+            consecutive_steps: Some(50),
+            deadline,
+        },
     )
-    .unwrap();
-    let mut out = String::new();
-    for line in yaml.lines() {
-        let t = line.trim_start();
-        let line = if line.starts_with("name: ") {
-            format!("name: {name}")
-        } else if line.starts_with("warmup: ") {
-            "warmup: 2s".into()
-        } else if line.starts_with("baseline: ") {
-            "baseline: 8s".into()
-        } else if t.starts_with("timeout: ") && remediation.is_some() {
-            let cmd = remediation.unwrap().replace('\'', "''");
-            format!("{line}\n      command: '{cmd}'")
-        } else if t.starts_with("consecutive_steps: ") {
-            "      consecutive_steps: 50".into()
-        } else if let (true, Some(d)) = (t.starts_with("deadline: "), deadline) {
-            format!("      deadline: {d}")
-        } else {
-            line.to_string()
-        };
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
 }
 
 /// A drill file: its name, the built-in it is made from, its remediation (None: the lab's own clear), its

@@ -3,6 +3,8 @@
 //!
 //! The tests need the workspace's binaries built (`cargo build --workspace --bins`) and SeaweedFS
 //! (`scripts/tools.sh weed`, which sets `LAB_WEED`).
+//! `LAB_E2E_PREFIX` (for example `a-`) goes before every lab name the tests use, so that the tests of two
+//! checkouts on one machine never touch each other's labs.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -12,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use lab_model::Snapshot;
 
+pub mod drill_copy;
 pub mod tmux;
+pub use drill_copy::{Edits, drill_copy};
 pub use tmux::Tmux;
 
 /// End-to-end labs share two cores: one at a time, whatever test binary thread asks.
@@ -21,19 +25,35 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The binaries every end-to-end test runs.
+const BINARIES: [&str; 4] = ["lab", "lab-rank", "lab-seeder", "lab-proxy"];
+
 /// The folder with the built binaries (`target/debug` or `target/release`), from this test's own path.
 pub fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let deps = exe.parent().expect("deps folder");
-    let dir = deps.parent().expect("profile folder").to_path_buf();
-    for b in ["lab", "lab-rank", "lab-seeder", "lab-proxy"] {
-        assert!(
-            dir.join(b).exists(),
-            "{b} is not built in {}: run `cargo build --workspace --bins` before the end-to-end tests",
-            dir.display()
-        );
+    match built_bins() {
+        Ok(dir) => dir,
+        Err(why) => panic!("{why}"),
     }
-    dir
+}
+
+/// The folder with the built binaries, or what is missing and how to build it.
+fn built_bins() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("this test's own path: {e}"))?;
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| format!("{} is not in a cargo target folder", exe.display()))?
+        .to_path_buf();
+    let missing: Vec<&str> = BINARIES.into_iter().filter(|b| !dir.join(b).exists()).collect();
+    if missing.is_empty() {
+        Ok(dir)
+    } else {
+        Err(format!(
+            "{} not built in {}: run `cargo build --workspace --bins` before the end-to-end tests",
+            missing.join(", "),
+            dir.display()
+        ))
+    }
 }
 
 /// The `weed` binary, or a failure that says how to get it.
@@ -62,17 +82,20 @@ pub struct Lab {
 }
 
 impl Lab {
-    /// A lab handle without starting anything (for tests of `lab up` failures).
+    /// A lab handle without starting anything (for tests of `lab up` failures). Its name is `name` after
+    /// `LAB_E2E_PREFIX` when that is set, so that two checkouts can run their tests on one machine.
     pub fn new(name: &str) -> Lab {
-        // Checked here, once, so that a missing weed fails the test with this message and not later in
-        // `Drop`, where a second panic would abort the whole test binary.
+        // Checked here, before a `Lab` exists, so that a missing binary or weed fails the test with one
+        // message and not again in `Drop`, where a second panic would abort the whole test binary.
+        bin_dir();
         weed();
+        let prefix = std::env::var("LAB_E2E_PREFIX").unwrap_or_default();
         let state = tempfile::Builder::new()
             .prefix("lab-e2e-")
             .tempdir()
             .expect("temp dir");
         Lab {
-            name: name.to_string(),
+            name: format!("{prefix}{name}"),
             state,
             down: false,
         }
@@ -90,7 +113,12 @@ impl Lab {
 
     /// A `lab` command for this lab.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(bin_dir().join("lab"));
+        self.command_in(&bin_dir(), args)
+    }
+
+    /// A `lab` command for this lab, with the binary from `dir`.
+    fn command_in(&self, dir: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(dir.join("lab"));
         c.args(args)
             .env("LAB_STATE_DIR", self.state.path())
             .env("LAB_NAME", &self.name);
@@ -129,6 +157,31 @@ impl Lab {
         let w = format!("{secs}s");
         let s = self.ok(&["status", "--json", "--window", &w]);
         serde_json::from_str(&s).unwrap_or_else(|e| panic!("status --json is not a snapshot ({e}):\n{s}"))
+    }
+
+    /// The watcher's live snapshot (`lab status --json`): alerts evaluated every second since `lab up`.
+    pub fn live(&self) -> Snapshot {
+        let s = self.ok(&["status", "--json"]);
+        serde_json::from_str(&s).unwrap_or_else(|e| panic!("status --json is not a snapshot ({e}):\n{s}"))
+    }
+
+    /// Waits up to a minute for the job to train at 80% of its baseline or better.
+    pub fn wait_steady(&self) -> Snapshot {
+        self.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0)
+    }
+
+    /// Runs `lab ARGS`, which must fail with `want` in its error and leave the fault ledger byte-identical.
+    pub fn refuses(&self, args: &[&str], want: &str) {
+        let ledger = self.dir().join("ledger.json");
+        let before = std::fs::read(&ledger).ok();
+        let out = self.run(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(want),
+            "{args:?}: want {want:?}\n{}",
+            text(&out)
+        );
+        assert_eq!(std::fs::read(&ledger).ok(), before, "{args:?} changed the ledger");
     }
 
     /// Polls the snapshot until `cond` holds, or panics after `deadline` with the last one.
@@ -200,9 +253,13 @@ impl Lab {
 }
 
 impl Drop for Lab {
+    /// Takes the lab down if the test did not; never panics (a panic here, while a failed test unwinds,
+    /// would abort the test binary and hide the failure's own message).
     fn drop(&mut self) {
-        if !self.down {
-            let _ = self.run(&["down"]);
+        if !self.down
+            && let Ok(dir) = built_bins()
+        {
+            let _ = self.command_in(&dir, &["down"]).output();
         }
     }
 }
@@ -378,6 +435,47 @@ pub fn lines_until_injected(stdout: impl std::io::Read) -> Vec<String> {
         }
     }
     panic!("the drill never reported its inject: {seen:#?}");
+}
+
+/// Sends SIGINT to a running `lab` command (Ctrl-C, as a person would) and waits for it to end.
+pub fn interrupt(child: std::process::Child) -> Output {
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill -INT {} failed", child.id());
+    child
+        .wait_with_output()
+        .expect("the interrupted command's output")
+}
+
+/// The time each part of a long test took, printed as it goes (`--nocapture` shows them; CI keeps them
+/// with a failure's output), so that a slow suite says where its minutes go.
+#[derive(Debug)]
+pub struct Phases {
+    start: Instant,
+    last: Instant,
+}
+
+impl Phases {
+    pub fn start() -> Phases {
+        let now = Instant::now();
+        Phases {
+            start: now,
+            last: now,
+        }
+    }
+
+    /// Prints how long the part that ends now took, and the total so far.
+    pub fn done(&mut self, what: &str) {
+        let now = Instant::now();
+        eprintln!(
+            "[{:6.1} s] {what}: {:.1} s",
+            (now - self.start).as_secs_f64(),
+            (now - self.last).as_secs_f64()
+        );
+        self.last = now;
+    }
 }
 
 /// Stdout and stderr of a finished command, for failure messages.

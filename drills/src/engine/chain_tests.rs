@@ -4,60 +4,13 @@
 //! remediate step gives each its own command. Tokio's clock is paused, as in `session_tests`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use lab_faults::Ledger;
-use lab_model::Snapshot;
-use lab_model::snapshot::GoldenSignal;
-use lab_runtime::Runtime;
-use lab_runtime::state::now_ms;
 use lab_runtime::testing::FakeRuntime;
 
-use super::{Guard, Lab, Options, Silent, SnapshotSource, run_drill};
-use crate::judge::tests::{alert, snap};
+use super::test_job::Job;
+use super::{Guard, Lab, Options, Silent, run_drill};
 use crate::report::{DrillReport, StepName, Verdict};
-
-/// 1000 samples/s at 32 ms healthy; 400 at 80 ms with a storage delay (latency and throughput firing);
-/// 700 at 46 ms with a rank's live CPU limit below its template (saturation firing); both, 300.
-struct Job {
-    rt: FakeRuntime,
-    /// The change log each snapshot carries, as the telemetry driver reads it from the ledger.
-    ledger: Ledger,
-    last_ms: u64,
-    step: u64,
-}
-
-impl SnapshotSource for Job {
-    async fn next(&mut self) -> Snapshot {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let at = now_ms().max(self.last_ms + 1000);
-        self.last_ms = at;
-        let lab = self.rt.state();
-        let slow = !lab.delays.is_empty();
-        let starved = lab.cpu_live.values().any(|c| *c < lab.template);
-        let (samples, step_s) = match (slow, starved) {
-            (true, true) => (300.0, 0.107),
-            (true, false) => (400.0, 0.080),
-            (false, true) => (700.0, 0.046),
-            (false, false) => (1000.0, 0.032),
-        };
-        self.step += (1.0 / step_s) as u64;
-        let mut s = snap(0, Some(samples), Some(step_s), self.step);
-        s.at_ms = at;
-        if let Ok(st) = self.rt.status().await {
-            s.status = st;
-        }
-        s.changes = self.ledger.read().map(|d| d.changes).unwrap_or_default();
-        if slow {
-            alert(&mut s, GoldenSignal::Latency, "LabStorageReadLatencyHigh");
-            alert(&mut s, GoldenSignal::Throughput, "LabThroughputLow");
-        }
-        if starved {
-            alert(&mut s, GoldenSignal::Saturation, "LabRankCpuThrottled");
-        }
-        s
-    }
-}
 
 const WEEK: &str = "\
 name: week
@@ -112,12 +65,9 @@ async fn run(text: &str, each: &[&str]) -> (DrillReport, FakeRuntime, tempfile::
     };
     let each: Vec<String> = each.iter().map(|s| s.to_string()).collect();
     opts.set_remediate(&each, &[&drill]).unwrap();
-    let mut job = Job {
-        rt: rt.clone(),
-        ledger: Ledger::in_dir(dir.path()),
-        last_ms: 0,
-        step: 0,
-    };
+    let mut job = Job::new(&rt);
+    job.starvation = true;
+    job.ledger = Some(Ledger::in_dir(dir.path()));
     let r = run_drill(&lab, &mut job, &Silent, &opts, &guard, &drill, "test").await;
     (r, rt, dir)
 }

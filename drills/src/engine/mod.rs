@@ -185,3 +185,5 @@ fn next_fix_of_this_incident(rest: &[Step]) -> Option<usize> {
 mod chain_tests;
 #[cfg(test)]
 mod session_tests;
+#[cfg(test)]
+mod test_job;

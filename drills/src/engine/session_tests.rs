@@ -9,79 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lab_faults::{Fault, Ledger};
-use lab_model::Snapshot;
-use lab_model::snapshot::GoldenSignal;
 use lab_runtime::Runtime;
 use lab_runtime::state::now_ms;
 use lab_runtime::testing::FakeRuntime;
 
-use super::{Guard, Lab, Options, Session, Silent, SnapshotSource, run_drill};
-use crate::judge::PreFault;
-use crate::judge::tests::{alert, snap};
+use super::test_job::Job;
+use super::{Guard, Lab, Options, Session, Silent, run_drill};
 use crate::report::{DrillReport, StepName, Verdict};
 use crate::spec::Drill;
-
-/// Healthy: 1000 samples/s at 32 ms a step. Slowed by a storage delay: 400 samples/s at 80 ms, with the
-/// latency and throughput rules firing. `wander` makes the healthy rate swing by half.
-#[derive(Debug)]
-struct Job {
-    rt: FakeRuntime,
-    last_ms: u64,
-    step: u64,
-    ticks: u64,
-    wander: bool,
-    rebased: Vec<PreFault>,
-    /// What the lab's own watch kept before the drill.
-    past: crate::history::Recent,
-}
-
-impl Job {
-    fn new(rt: &FakeRuntime) -> Self {
-        Job {
-            rt: rt.clone(),
-            last_ms: 0,
-            step: 0,
-            ticks: 0,
-            wander: false,
-            rebased: Vec::new(),
-            past: crate::history::Recent::default(),
-        }
-    }
-}
-
-impl SnapshotSource for Job {
-    async fn next(&mut self) -> Snapshot {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        self.ticks += 1;
-        let at = now_ms().max(self.last_ms + 1000);
-        self.last_ms = at;
-        let slow = !self.rt.state().delays.is_empty();
-        let (samples, step_s) = match (slow, self.wander) {
-            (true, _) => (400.0, 0.080),
-            (false, true) if self.ticks.is_multiple_of(2) => (500.0, 0.064),
-            (false, _) => (1000.0, 0.032),
-        };
-        self.step += (1.0 / step_s) as u64;
-        let mut s = snap(0, Some(samples), Some(step_s), self.step);
-        s.at_ms = at;
-        if let Ok(st) = self.rt.status().await {
-            s.status = st;
-        }
-        if slow {
-            alert(&mut s, GoldenSignal::Latency, "LabStorageReadLatencyHigh");
-            alert(&mut s, GoldenSignal::Throughput, "LabThroughputLow");
-        }
-        s
-    }
-
-    fn rebase(&mut self, pre: &PreFault) {
-        self.rebased.push(*pre);
-    }
-
-    fn recent(&self) -> crate::history::Recent {
-        self.past.clone()
-    }
-}
 
 /// A lab no record names (the session reads the lab's seed from its record when there is one).
 const LAB: &str = "drill-session-test-lab";

@@ -1,0 +1,102 @@
+//! Test copies of the built-in drills: the YAML users see in `drills/builtin`, with only what a test must
+//! change to fit its time budget (a shorter warm-up and baseline, a trap's shorter verify deadline) or to
+//! say what it runs (a name of its own, a remediation command). The fault and the expectation stay the
+//! built-in's, so a copy fails or passes for the built-in's reasons.
+
+use std::path::Path;
+
+/// What a copy changes; `None` keeps the built-in's.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Edits<'a> {
+    /// The copy's name (its report and JUnit case say it).
+    pub name: Option<&'a str>,
+    pub warmup: Option<&'a str>,
+    pub baseline: Option<&'a str>,
+    /// The command of every remediate step (None: the lab's own clear).
+    pub command: Option<&'a str>,
+    /// Good steps in a row that verify the fix.
+    pub consecutive_steps: Option<u32>,
+    /// Every verify step's deadline. A trap fails only when this runs out: it needs to be long enough for
+    /// the right fix to have passed within it, no longer.
+    pub deadline: Option<&'a str>,
+}
+
+/// The built-in drill `builtin`'s YAML with `edits` made.
+pub fn drill_copy(builtin: &str, edits: &Edits) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../drills/builtin/{builtin}.yaml"));
+    let yaml = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the built-in drill {}: {e}", path.display()));
+    let mut out = String::new();
+    for line in yaml.lines() {
+        let t = line.trim_start();
+        let indent = &line[..line.len() - t.len()];
+        let line = match (t.split_once(": ").map_or(t, |(k, _)| k), edits) {
+            ("name", Edits { name: Some(n), .. }) if indent.is_empty() => format!("name: {n}"),
+            ("warmup", Edits { warmup: Some(w), .. }) if indent.is_empty() => format!("warmup: {w}"),
+            (
+                "baseline",
+                Edits {
+                    baseline: Some(b), ..
+                },
+            ) if indent.is_empty() => format!("baseline: {b}"),
+            ("timeout", Edits { command: Some(c), .. }) => {
+                format!("{line}\n{indent}command: '{}'", c.replace('\'', "''"))
+            }
+            (
+                "consecutive_steps",
+                Edits {
+                    consecutive_steps: Some(n),
+                    ..
+                },
+            ) => {
+                format!("{indent}consecutive_steps: {n}")
+            }
+            (
+                "deadline",
+                Edits {
+                    deadline: Some(d), ..
+                },
+            ) => format!("{indent}deadline: {d}"),
+            _ => line.to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_changes_only_what_it_is_told() {
+        let builtin = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../drills/builtin/unplaceable-rank.yaml"),
+        )
+        .unwrap();
+        assert_eq!(drill_copy("unplaceable-rank", &Edits::default()), builtin);
+        let copy = drill_copy(
+            "unplaceable-rank",
+            &Edits {
+                name: Some("scale-back-trap"),
+                warmup: Some("2s"),
+                baseline: Some("8s"),
+                command: Some("lab scale ranks 4 && echo 'done'"),
+                consecutive_steps: Some(50),
+                deadline: Some("30s"),
+            },
+        );
+        let want = builtin
+            .replace("name: unplaceable-rank", "name: scale-back-trap")
+            .replace("warmup: 5s", "warmup: 2s")
+            .replace("baseline: 15s", "baseline: 8s")
+            .replace(
+                "      timeout: 180s\n",
+                "      timeout: 180s\n      command: 'lab scale ranks 4 && echo ''done'''\n",
+            )
+            .replace("consecutive_steps: 100", "consecutive_steps: 50")
+            .replace("deadline: 90s", "deadline: 30s");
+        assert_eq!(copy, want);
+    }
+}
