@@ -90,7 +90,7 @@ fn step<'a>(d: &'a Value, name: &str) -> &'a Value {
 fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alone() {
     let _one = serial();
     let start = Instant::now();
-    let mut lab = Lab::up("sync5-db-drills", &["--database"]);
+    let mut lab = Lab::up("db-drills", &["--database"]);
     eprintln!(
         "figure: lab up --database: {:.0} s",
         start.elapsed().as_secs_f64()
@@ -119,22 +119,11 @@ fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alo
     eprintln!("figure: before: {:.1} commits/s", commits(&d));
 
     // Bad input is refused with a clear error, and changes nothing, not even the ledger.
-    let refused = |args: &[&str], want: &str| {
-        let before = std::fs::read(&ledger).ok();
-        let out = lab.run(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains(want),
-            "{args:?}: want {want:?}\n{}",
-            text(&out)
-        );
-        assert_eq!(std::fs::read(&ledger).ok(), before, "{args:?} changed the ledger");
-    };
     let inject = ["fault", "inject", "sync-replica", "--node-selector"];
-    refused(&[&inject[..], &["lab/disk=ssd"]].concat(), "matches the node");
-    refused(&[&inject[..], &["nvme"]].concat(), "KEY=VALUE");
-    refused(&["db", "delete-pod", "rank-1"], "is a rank");
-    refused(&["db", "template", "--node-selector", "disk"], "KEY=VALUE");
+    lab.refuses(&[&inject[..], &["lab/disk=ssd"]].concat(), "matches the node");
+    lab.refuses(&[&inject[..], &["nvme"]].concat(), "KEY=VALUE");
+    lab.refuses(&["db", "delete-pod", "rank-1"], "is a rank");
+    lab.refuses(&["db", "template", "--node-selector", "disk"], "KEY=VALUE");
     assert_eq!(db(&lab)["database"]["template"]["revision"], 0);
 
     // The drill, with the seed's rule and with the trap, in one run.
