@@ -46,6 +46,13 @@ FIGURES="$REPORTS/figures.tsv"
 figure() { printf '%s\t%s\n' "$1" "$2" >> "$FIGURES"; say "figure: $1 = $2"; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+drill_figures() { # drill_figures <name>: its report's detection, throughput under the fault and recovery
+  local r="$REPORTS/$1.json"
+  [ -f "$r" ] || return 0
+  figure "$1: detected after (s)" "$(jq -r '.drills[0].figures.time_to_detect_s // "none"' "$r")"
+  figure "$1: throughput under the fault (% of baseline)" "$(jq -r '.drills[0].figures.fault_throughput_pct // "none" | if type == "number" then (. * 10 | round / 10) else . end' "$r")"
+  figure "$1: back at baseline after (s)" "$(jq -r '.drills[0].figures.time_to_baseline_s // "none"' "$r")"
+}
 
 command -v jq >/dev/null || die "jq is not installed: apt-get install jq (or brew install jq)"
 
@@ -224,11 +231,7 @@ for d in "${DRILLS[@]}" stuck-rollout; do
   t=$(now)
   if [ -f "$REPORTS/$d.yaml" ]; then run_drill "$REPORTS/$d.yaml" "$d"; else run_drill "$d"; fi
   figure "drill $d (s)" "$(since "$t")"
-  if [ -f "$REPORTS/$d.json" ]; then
-    figure "$d: detected after (s)" "$(jq -r '.drills[0].figures.time_to_detect_s // "none"' "$REPORTS/$d.json")"
-    figure "$d: throughput under the fault (% of baseline)" "$(jq -r '.drills[0].figures.fault_throughput_pct // "none" | if type == "number" then (. * 10 | round / 10) else . end' "$REPORTS/$d.json")"
-    figure "$d: back at baseline after (s)" "$(jq -r '.drills[0].figures.time_to_baseline_s // "none"' "$REPORTS/$d.json")"
-  fi
+  drill_figures "$d"
   expect_all_ready "after drill $d"
 done
 # The seed's fault 3 as it happened, with the seed agent's first fix: scaling back to four alone unblocks the
@@ -259,11 +262,7 @@ for d in slow-compute rank-hang; do
   t=$(now)
   run_drill "$REPORTS/$d.yaml" "$d"
   figure "drill $d (s)" "$(since "$t")"
-  if [ -f "$REPORTS/$d.json" ]; then
-    figure "$d: detected after (s)" "$(jq -r '.drills[0].figures.time_to_detect_s // "none"' "$REPORTS/$d.json")"
-    figure "$d: throughput under the fault (% of baseline)" "$(jq -r '.drills[0].figures.fault_throughput_pct // "none" | if type == "number" then (. * 10 | round / 10) else . end' "$REPORTS/$d.json")"
-    figure "$d: back at baseline after (s)" "$(jq -r '.drills[0].figures.time_to_baseline_s // "none"' "$REPORTS/$d.json")"
-  fi
+  drill_figures "$d"
   expect_all_ready "after drill $d"
 done
 status_json > "$REPORTS/status-drills.json"
