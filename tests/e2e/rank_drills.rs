@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use lab_tests::{Edits, Lab, drill_copy, serial, text};
+use lab_tests::{Edits, Lab, drill_copy, serial, step, text};
 use serde_json::Value;
 
 /// A built-in drill renamed, with a shorter warm-up and baseline, 50 good steps to verify, and with
@@ -39,15 +39,6 @@ type Run = (
     Option<&'static str>,
     bool,
 );
-
-fn step<'a>(d: &'a Value, name: &str) -> &'a Value {
-    d["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["step"] == name)
-        .unwrap_or_else(|| panic!("{}: no {name} step in {d:#}", d["name"]))
-}
 
 #[test]
 fn rank_drills_pass_with_their_fixes_and_fail_with_their_traps() {

@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lab_tests::{Lab, serial, text};
+use lab_tests::{Lab, serial, step, text};
 use serde_json::Value;
 
 /// The seed's rule: the template, then the pod stuck on the old version, by name.
@@ -75,15 +75,6 @@ fn variant(name: &str, remediation: &str, deadline: Option<&str>) -> String {
         out.push('\n');
     }
     out
-}
-
-fn step<'a>(d: &'a Value, name: &str) -> &'a Value {
-    d["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["step"] == name)
-        .unwrap_or_else(|| panic!("{}: no {name} step in {d:#}", d["name"]))
 }
 
 #[test]

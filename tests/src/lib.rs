@@ -478,6 +478,16 @@ impl Phases {
     }
 }
 
+/// The step called `name` of drill report `d` (one drill of a run's JSON report); panics naming the drill.
+pub fn step<'a>(d: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    d["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == name)
+        .unwrap_or_else(|| panic!("{}: no {name} step in {d:#}", d["name"]))
+}
+
 /// Stdout and stderr of a finished command, for failure messages.
 pub fn text(out: &Output) -> String {
     format!(
