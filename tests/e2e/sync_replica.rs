@@ -200,7 +200,13 @@ fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alo
     let b = std::fs::read_to_string(&kept).unwrap();
     let bundle: Value = serde_json::from_str(&b).unwrap();
     let w = &bundle["database"]["writer"];
-    assert_eq!(w["commits_per_s"], 0.0, "{:#}", bundle["database"]);
+    // The bundle may come within 10 s of the hang (the rule fires in about 8 s), so the writer's 10 s rate
+    // can still hold the last commit before it: at most that one, against 20 a second before.
+    assert!(
+        w["commits_per_s"].as_f64().is_some_and(|c| c <= 0.1),
+        "{:#}",
+        bundle["database"]
+    );
     assert!(w["commit_in_flight_s"].as_f64().unwrap_or(0.0) > 5.0, "{w:#}");
     let standby = bundle["database"]["pods"]
         .as_array()
