@@ -201,9 +201,9 @@ fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alo
     let bundle: Value = serde_json::from_str(&b).unwrap();
     let w = &bundle["database"]["writer"];
     // The bundle may come within 10 s of the hang (the rule fires in about 8 s), so the writer's 10 s rate
-    // can still hold the last commit before it: at most that one, against 20 a second before.
+    // can still hold the last commits before it: under one a second, against 20 a second before.
     assert!(
-        w["commits_per_s"].as_f64().is_some_and(|c| c <= 0.1),
+        w["commits_per_s"].as_f64().is_some_and(|c| c < 1.0),
         "{:#}",
         bundle["database"]
     );
