@@ -304,7 +304,7 @@ impl Settings {
                 .collect(),
         );
         let config = format!(
-            "global:\n  scrape_interval: 5s\n  evaluation_interval: 5s\nrule_files:\n  - /etc/prometheus/rules/*.yaml\n\
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nrule_files:\n  - /etc/prometheus/rules/*.yaml\n\
              scrape_configs:\n  - job_name: rank\n    static_configs:\n      - targets: [{ranks}]\n    relabel_configs:\n\
              \x20     - source_labels: [__address__]\n        regex: '(rank-[0-9]+)[.].*'\n        target_label: instance\n\
              \x20 - job_name: storage\n    static_configs:\n      - targets: [{storage}]\n    relabel_configs:\n\
