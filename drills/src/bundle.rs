@@ -242,14 +242,6 @@ impl FixBy {
     }
 }
 
-/// One remediation of a drill: from when to when it ran, and who ran it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FixWindow {
-    pub from_ms: u64,
-    pub to_ms: u64,
-    pub by: FixBy,
-}
-
 /// The windows over which a change's effect is measured: the throughput over the `EFFECT_WINDOW_MS`
 /// before it, and over the same length after it once `EFFECT_SETTLE_MS` have passed (the job's rates
 /// are measured over a few seconds, and a change takes a step or two to show).
@@ -485,7 +477,7 @@ impl Bundle {
     /// and which remediation it was, and gives every change its effect on the job's throughput from
     /// `series` (`(at_ms, samples/s)`, oldest first), as a percentage of `normal` samples/s when known.
     /// The window after a change ends where the next change begins, so that each effect is its own.
-    pub fn annotate_changes(&mut self, fixes: &[FixWindow], series: &[(u64, f64)], normal: Option<f64>) {
+    pub fn annotate_changes(&mut self, fixes: &[FixBy], series: &[(u64, f64)], normal: Option<f64>) {
         let now = self.generated_at_ms;
         let starts: Vec<u64> = self.changes.iter().map(|c| c.at_ms).collect();
         for c in &mut self.changes {
@@ -495,7 +487,7 @@ impl Bundle {
             let fix =
                 c.by.as_deref()
                     .and_then(FixBy::parse)
-                    .filter(|&(who, n)| fixes.get(n - 1).is_some_and(|f| f.by == who));
+                    .filter(|&(who, n)| fixes.get(n - 1) == Some(&who));
             if let Some((who, n)) = fix {
                 c.remediation = Some(n);
                 c.who = who.word().into();
@@ -964,11 +956,7 @@ mod tests {
             record(60_000, "5 ms", Some("alice")),
             record(70_000, "9 ms", Some("remediation 4")),
         ];
-        let fixes = [FixWindow {
-            from_ms: t0 + 39_500,
-            to_ms: t0 + 41_000,
-            by: FixBy::Remediation,
-        }];
+        let fixes = [FixBy::Remediation];
         let mut b = Bundle::from_snapshot(&s);
         b.annotate_changes(&fixes, &[], None);
         let who: Vec<(&str, Option<usize>)> = b
@@ -1029,11 +1017,7 @@ mod tests {
                 (t0 + i * 1000, v)
             })
             .collect();
-        let fixes = [FixWindow {
-            from_ms: t0 + 39_500,
-            to_ms: t0 + 41_000,
-            by: FixBy::Remediation,
-        }];
+        let fixes = [FixBy::Remediation];
         let mut b = Bundle::from_snapshot(&s);
         b.annotate_changes(&fixes, &series, Some(1000.0));
         let who: Vec<(&str, Option<usize>)> = b
@@ -1073,10 +1057,7 @@ mod tests {
             "{text}"
         );
         // An agent's plan is named as such; a change before any record of the job has no effect to show.
-        let agent = [FixWindow {
-            by: FixBy::Agent,
-            ..fixes[0]
-        }];
+        let agent = [FixBy::Agent];
         s.changes[1].by = Some(FixBy::Agent.tag(1));
         let mut b = Bundle::from_snapshot(&s);
         b.annotate_changes(&agent, &series[30..], None);

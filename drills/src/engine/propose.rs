@@ -132,11 +132,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         if !ok {
             report.problem = Some(summary.clone());
         }
-        self.fixes.push(crate::bundle::FixWindow {
-            from_ms: started,
-            to_ms: end,
-            by: crate::bundle::FixBy::Agent,
-        });
+        self.fixes.push(crate::bundle::FixBy::Agent);
         let changes = self.changes_between(started, end);
         self.mitigated_ms = Some(end);
         let mut ev: Vec<String> = saved.into_iter().chain(changes.iter().cloned()).collect();

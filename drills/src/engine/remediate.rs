@@ -201,11 +201,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         };
         let end = now_ms();
         super::session::past_ms(end);
-        self.fixes.push(crate::bundle::FixWindow {
-            from_ms: started,
-            to_ms: end,
-            by: crate::bundle::FixBy::Remediation,
-        });
+        self.fixes.push(crate::bundle::FixBy::Remediation);
         report.changes = self.changes_between(started, end);
         if report.duration_s == 0.0 {
             report.duration_s = end.saturating_sub(started) as f64 / 1000.0;

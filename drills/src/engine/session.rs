@@ -35,7 +35,7 @@ pub struct Session<'a, S: SnapshotSource> {
     pub(super) fault_ms: Option<u64>,
     /// The remediations run so far, with who ran them: the change log of a later bundle tells their
     /// changes from the others'.
-    pub(super) fixes: Vec<crate::bundle::FixWindow>,
+    pub(super) fixes: Vec<crate::bundle::FixBy>,
     pub(super) detection: Option<Detection>,
     pub(super) lowest_pct: Option<f64>,
     pub(super) fault_pcts: Vec<f64>,
