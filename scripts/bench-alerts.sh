@@ -5,6 +5,7 @@
 #   scripts/bench-alerts.sh                 # 5 runs per fault
 #   RUNS=3 PROFILE=debug scripts/bench-alerts.sh
 #   FAULTS="slow-storage rank-hang" scripts/bench-alerts.sh
+#   BUILD=0 scripts/bench-alerts.sh        # the binaries as they are, without building first
 #
 # Each fault's line ends with the previous figure: its median before the rules' windows went from 10 s
 # to 3 s (docs/telemetry.md); the goal is 5 s or less for every fault.
@@ -30,10 +31,12 @@ now_ms() { date +%s%3N; }
 command -v jq >/dev/null || die "jq is needed: apt-get install jq"
 eval "$(scripts/tools.sh weed tmux)"
 
-say "building ($PROFILE)"
-flag=(); [ "$PROFILE" = release ] && flag=(--release)
-cargo build "${flag[@]}" --locked --workspace --bins >&2
-cargo build "${flag[@]}" --locked -p lab-telemetry --example watch >&2
+if [ "${BUILD:-1}" = 1 ]; then
+  say "building ($PROFILE)"
+  flag=(); [ "$PROFILE" = release ] && flag=(--release)
+  cargo build "${flag[@]}" --locked --workspace --bins >&2
+  cargo build "${flag[@]}" --locked -p lab-telemetry --example watch >&2
+fi
 bin="$PWD/target/$PROFILE"
 
 work=$(mktemp -d)

@@ -6,8 +6,12 @@
 #   scripts/bench.sh --quick    RUNS=2 READS=3, the debug binaries the tests use; the component
 #                               benchmarks are named, not run
 #
-# Each run stands a local lab up (timed to its learned baseline), reads the supervisor's memory from
-# /proc (VmRSS after up; VmHWM, the peak, after the faults), then for each fault: injects it, lets one
+# Each run stands a local lab up (timed to its learned baseline, and each of its steps: storage, seeding,
+# ranks, the baseline latch), reads the job's throughput over the next two 10 s windows as % of the
+# baseline it latched (how far a freshly latched baseline is from the job's normal: its trustworthiness),
+# reads the supervisor's memory from /proc (VmRSS after up; VmHWM, the peak, after the faults), runs one
+# drill (DRILL, slow-storage by default; its fixed cost is everything but the fault itself: check,
+# warm-up and baseline, cleanup), then for each fault: injects it, lets one
 # 10 s window fill, takes READS reads of the throughput as % of the baseline (each over its own 10 s
 # window, with the ranks Ready counted), clears it and times the way back to RECOVER_PCT % with 4/4 ranks
 # Ready (polled every 2 s window, so 2 s is the resolution). Then `lab down`, timed.
@@ -22,8 +26,11 @@
 #                               each beside the figure of its previous run
 #
 # Settings (environment): RUNS, READS, RECOVER_PCT (90), PROFILE (release | debug), LAB_BIN_DIR (built
-# binaries to use instead of building), BENCH_NAME (bench), COMPONENTS (full run: the bench-*.sh to call,
-# default "step alerts allreduce storage scale").
+# binaries to use instead of building), BENCH_NAME (bench), DRILL (slow-storage; "" for none),
+# COMPONENTS (full run: the bench-*.sh to call, default "step alerts allreduce storage scale").
+#
+# Each figure is printed beside its previous median (README.md's figures table before this script's
+# latest changes) and the goal where the lab has one.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -36,6 +43,7 @@ else
   RUNS=${RUNS:-6} READS=${READS:-5} PROFILE=${PROFILE:-release}
 fi
 RECOVER_PCT=${RECOVER_PCT:-90}
+DRILL=${DRILL-slow-storage}
 NAME=${BENCH_NAME:-bench}
 T0=$(date +%s)
 say() { printf '[bench +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
@@ -118,9 +126,15 @@ for ((run = 1; run <= RUNS; run++)); do
   t=$(now)
   lab up --runtime local >/dev/null 2>"$STATE/up.log" || { cat "$STATE/up.log" >&2; die "lab up"; }
   rec "up s" "$(since "$t")"
+  # The steps `lab up` timed (" ✓ start storage   2.8s").
+  sed -n 's/^ *✓ \(.*[^ ]\) \+\([0-9.]\+\)s$/\1\t\2/p' "$STATE/up.log" | while IFS=$'\t' read -r what secs; do
+    rec "up: $what s" "$secs"
+  done
   s=$(snapshot 10s)
   rec "baseline step ms" "$(echo "$s" | jq -r '.training.baseline.step_seconds * 1000')"
   rec "baseline samples/s" "$(echo "$s" | jq -r '.training.baseline.samples_per_s')"
+  rec "after up pct" "$(echo "$s" | jq -r '.training.pct_of_baseline // 0')"
+  rec "after up pct" "$(snapshot 10s | jq -r '.training.pct_of_baseline // 0')"
   rec "supervisor rss MB" "$(awk -v k="$(supervisor_kb VmRSS)" 'BEGIN { printf "%.1f", k / 1024 }')"
   # `lab status --json` as a script calls it: from the watcher's live snapshot (5 calls), and one call
   # that watches for the 6 s window itself, as every call did before the lab watched itself.
@@ -132,6 +146,18 @@ for ((run = 1; run <= RUNS; run++)); do
   t=$(now)
   lab status --json --window 6s >/dev/null || die "lab status --json --window 6s"
   rec "status watched s" "$(since "$t")"
+  if [ -n "$DRILL" ]; then
+    say "run $run/$RUNS: drill $DRILL"
+    lab drill run "$DRILL" --report "$STATE/drill.json" >"$STATE/drill.log" 2>&1 || say "drill $DRILL did not pass (its fixed cost counts all the same)"
+    jq -r '.drills[0] | [.verdict == "pass",
+      ([.steps[] | select(.step == "check" or .step == "baseline" or .step == "cleanup") | .duration_s] | add),
+      .duration_s] | @tsv' "$STATE/drill.json" | {
+      IFS=$'\t' read -r passed fixed total
+      rec "drill fixed s" "$fixed"
+      rec "drill total s" "$total"
+      rec "drill passed" "$([ "$passed" = true ] && echo 1 || echo 0)"
+    }
+  fi
   say "run $run/$RUNS: slow-storage"
   measure_fault slow-storage slow-storage --server 1 --delay 300ms
   say "run $run/$RUNS: throttled-rank"
@@ -152,18 +178,46 @@ v = collections.defaultdict(list)
 for line in open(data):
     k, x = line.rstrip("\n").split("\t")
     v[k].append(float(x))
+# The previous medians (README.md's figures table, `scripts/bench.sh --quick`, 2026-12-01, load 1.4-3.4)
+# and the goals, beside each figure.
+previous = {"up s": "36.8 s", "baseline step ms": "34.5 ms", "baseline samples/s": "29 385 samples/s",
+            "status live s": "0.01 s", "status watched s": "6.05 s", "supervisor rss MB": "28.5 MB",
+            "supervisor peak MB": "29.0 MB", "slow-storage pct": "10.9 %", "throttled-rank pct": "78.8 %",
+            "unplaceable-rank pct": "0 %", "slow-storage back s": "2.0 s", "throttled-rank back s": "2.1 s",
+            "unplaceable-rank back s": "16.8 s", "down s": "3.7 s"}
+goal = {"up s": "10 s", "slow-storage back s": "5 s", "throttled-rank back s": "5 s",
+        "unplaceable-rank back s": "5 s", "down s": "3 s", "drill fixed s": "20 s"}
 def f(k, unit, nd=1):
     xs = v[k]
+    if not xs:
+        return "not measured"
     med, lo, hi = statistics.median(xs), min(xs), max(xs)
-    return f"median {med:.{nd}f}{unit} (range {lo:.{nd}f}–{hi:.{nd}f}{unit}, n={len(xs)})"
+    out = f"median {med:.{nd}f}{unit} (range {lo:.{nd}f}–{hi:.{nd}f}{unit}, n={len(xs)})"
+    if k in previous:
+        out += f"; previous {previous[k]}"
+    if k in goal:
+        out += f"; goal ≤ {goal[k]}"
+    return out
+def spread(k):
+    xs = v[k]
+    if len(xs) < 2:
+        return ""
+    return f", relative spread {100 * statistics.stdev(xs) / statistics.mean(xs):.1f} %"
 print(f"scripts/bench.sh — {date}")
 print(f"machine at the start: {m0}")
 print(f"machine at the end:   {m1}")
 print(f"{profile} binaries; {runs} runs of lab up → 3 faults → lab down; {reads} reads of 10 s per fault per run")
 print()
 print(f"{'lab up to a steady baseline':<34} {f('up s', ' s')}")
+for k in sorted(k for k in v if k.startswith("up: ")):
+    print(f"  {k[4:-2]:<32} {f(k, ' s')}")
 print(f"{'baseline step':<34} {f('baseline step ms', ' ms')}")
-print(f"{'baseline throughput':<34} {f('baseline samples/s', ' samples/s', 0)}")
+print(f"{'baseline throughput':<34} {f('baseline samples/s', ' samples/s', 0)}{spread('baseline samples/s')} between runs")
+print(f"{'the 20 s after up, % of it':<34} {f('after up pct', ' %')}{spread('after up pct')}")
+if v["drill total s"]:
+    passed = int(sum(v["drill passed"]))
+    print(f"{'drill: fixed cost':<34} {f('drill fixed s', ' s')} (check, baseline, cleanup)")
+    print(f"{'drill: whole run':<34} {f('drill total s', ' s')}; passed {passed} of {len(v['drill passed'])}")
 print(f"{'lab status --json (live snapshot)':<34} {f('status live s', ' s', 2)}")
 print(f"{'... watching its own 6 s window':<34} {f('status watched s', ' s', 2)}")
 print(f"{'supervisor memory after up':<34} {f('supervisor rss MB', ' MB')} resident (VmRSS)")
