@@ -35,7 +35,8 @@ pub fn drill_copy(builtin: &str, edits: &Edits) -> String {
     for line in yaml.lines() {
         let t = line.trim_start();
         let indent = &line[..line.len() - t.len()];
-        if t.starts_with("- ") {
+        // A step starts (`  - verify:`); a list inside a step (`- rule: …`) is deeper.
+        if t.starts_with("- ") && indent.len() <= 2 {
             in_verify = t == "- verify:";
         }
         let line = match (t.split_once(": ").map_or(t, |(k, _)| k), edits) {
