@@ -31,37 +31,18 @@ now_ms() { date +%s%3N; }
 command -v jq >/dev/null || die "jq is needed: apt-get install jq"
 eval "$(scripts/tools.sh weed tmux)"
 
-if [ "${BUILD:-1}" = 1 ]; then
-  say "building ($PROFILE)"
-  flag=(); [ "$PROFILE" = release ] && flag=(--release)
-  cargo build "${flag[@]}" --locked --workspace --bins >&2
-  cargo build "${flag[@]}" --locked -p lab-telemetry --example watch >&2
-fi
-bin="$PWD/target/$PROFILE"
-
-work=$(mktemp -d)
-export LAB_STATE_DIR="$work/state"
-mkdir -p "$LAB_STATE_DIR"
-ticks="$work/ticks.jsonl"
-watcher=""
+# shellcheck source=scripts/watched-lab.sh
+source scripts/watched-lab.sh
 tmux_sock="bench-alerts-$$"
-lab() { "$bin/lab" --name "$NAME" "$@"; }
-
 cleanup() {
   set +e
-  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
   tmux -L "$tmux_sock" kill-server 2>/dev/null
-  lab fault clear --all >/dev/null 2>&1
-  lab down >/dev/null 2>&1
-  rm -rf "$work"
+  watched_lab_cleanup
 }
 trap cleanup EXIT
 
-say "lab up --runtime local"
-lab up --runtime local >&2 || die "lab up"
-
-"$bin/examples/watch" --name "$NAME" >"$ticks" 2>"$work/watch.err" &
-watcher=$!
+if [ "${BUILD:-1}" = 1 ]; then watched_lab_build; fi
+watched_lab_up
 
 last() { tail -n "${1:-1}" "$ticks" 2>/dev/null; }
 

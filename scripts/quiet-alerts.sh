@@ -25,43 +25,17 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 command -v jq >/dev/null || die "jq is needed: apt-get install jq"
 eval "$(scripts/tools.sh weed)"
 
-if [ "${BUILD:-1}" = 1 ]; then
-  say "building ($PROFILE)"
-  flag=(); [ "$PROFILE" = release ] && flag=(--release)
-  cargo build "${flag[@]}" --locked --workspace --bins >&2
-  cargo build "${flag[@]}" --locked -p lab-telemetry --example watch >&2
-fi
-bin="$PWD/target/$PROFILE"
-
-work=$(mktemp -d)
-export LAB_STATE_DIR="$work/state"
-mkdir -p "$LAB_STATE_DIR"
-ticks="$work/ticks.jsonl"
-watcher=""
-lab() { "$bin/lab" --name "$NAME" "$@"; }
-
+# shellcheck source=scripts/watched-lab.sh
+source scripts/watched-lab.sh
 cleanup() {
   set +e
-  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
-  lab down >/dev/null 2>&1
-  rm -rf "$work"
+  watched_lab_cleanup
 }
 trap cleanup EXIT
 
-say "lab up --runtime local"
-lab up --runtime local >&2 || die "lab up"
-"$bin/examples/watch" --name "$NAME" >"$ticks" 2>"$work/watch.err" &
-watcher=$!
-
-deadline=$(( $(date +%s) + 240 ))
-first=""
-until [ -n "$first" ]; do
-  [ "$(date +%s)" -lt "$deadline" ] || die "the watcher learned no baseline in 240 s"
-  kill -0 "$watcher" 2>/dev/null || { cat "$work/watch.err" >&2; die "the watcher ended"; }
-  sleep 1
-  # Only whole lines: the watcher may be writing the last one.
-  first=$(head -n "$(wc -l <"$ticks")" "$ticks" | jq -c 'select(.baseline != null)' 2>/dev/null | head -n 1)
-done
+if [ "${BUILD:-1}" = 1 ]; then watched_lab_build; fi
+watched_lab_up
+first=$(watched_lab_baseline)
 from=$(jq '.at_ms' <<<"$first")
 load_start=$(load)
 say "baseline $(jq -r '.baseline | floor' <<<"$first") samples/s; watching for $MINUTES minutes (load $load_start)"

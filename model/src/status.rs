@@ -97,6 +97,11 @@ pub struct PodStatus {
     pub ready: bool,
     /// How many times the instance was restarted after exiting.
     pub restarts: u32,
+    /// The exit code of its last exit that was followed by a restart (kube-state-metrics'
+    /// `kube_pod_container_status_last_terminated_exitcode`); none before the first, or when it was
+    /// killed by a signal.
+    #[serde(default)]
+    pub last_exit_code: Option<i32>,
     /// Why the instance is Pending or Failed, e.g. `Insufficient gpu`.
     pub reason: Option<String>,
     /// A longer message from the scheduler or the supervisor.
@@ -120,6 +125,7 @@ impl PodStatus {
             phase: Phase::Pending,
             ready: false,
             restarts: 0,
+            last_exit_code: None,
             reason: None,
             message: None,
             resources: Resources::default(),

@@ -45,6 +45,8 @@ fn wanted(name: &str) -> bool {
         || name.starts_with(m::SEAWEED_VOLUME_REQUEST_SECONDS)
         || name == crate::signals::POD_STATUS_PHASE
         || name == crate::signals::POD_STATUS_UNSCHEDULABLE
+        || name == crate::signals::POD_RESTARTS
+        || name == crate::signals::POD_LAST_EXIT_CODE
 }
 
 /// The phases kube-state-metrics reports a pod in, one series each.
@@ -57,7 +59,9 @@ const PHASES: [(Phase, &str); 4] = [
 
 /// The rank pods' phases as kube-state-metrics exports them (`kube_pod_status_phase{pod, phase}`, 1 for
 /// the pod's phase and 0 for the others), and `kube_pod_status_unschedulable{pod}` (1) for each Pending
-/// pod the scheduler refused, from the runtime's status.
+/// pod the scheduler refused, from the runtime's status; and each rank's restarts
+/// (`kube_pod_container_status_restarts_total{pod}`) with the exit code it last restarted after
+/// (`kube_pod_container_status_last_terminated_exitcode{pod}`, only once it has one).
 fn pod_phase_samples(status: &LabStatus) -> Vec<Sample> {
     let phases = status.ranks().flat_map(|p| {
         PHASES.iter().map(move |(phase, name)| Sample {
@@ -74,7 +78,25 @@ fn pod_phase_samples(status: &LabStatus) -> Vec<Sample> {
         value: 1.0,
         timestamp_ms: None,
     });
-    phases.chain(unschedulable).collect()
+    let restarts = status.ranks().map(|p| Sample {
+        name: crate::signals::POD_RESTARTS.to_string(),
+        labels: Labels::from_pairs([("pod", p.name.as_str())]),
+        value: f64::from(p.restarts),
+        timestamp_ms: None,
+    });
+    let exit_codes = status.ranks().filter_map(|p| {
+        Some(Sample {
+            name: crate::signals::POD_LAST_EXIT_CODE.to_string(),
+            labels: Labels::from_pairs([("pod", p.name.as_str())]),
+            value: f64::from(p.last_exit_code?),
+            timestamp_ms: None,
+        })
+    });
+    phases
+        .chain(unschedulable)
+        .chain(restarts)
+        .chain(exit_codes)
+        .collect()
 }
 
 /// A Pending pod the scheduler refused (`PodScheduled=False`): no node has what it asks for
@@ -481,6 +503,22 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
         },
         n if n == rules::STORAGE_ERRORS.name => format!("{} read errors {:.1}/s", c.target, value),
         n if n == rules::COLLECTIVE_ERRORS.name => format!("{} collective errors {:.1}/s", c.target, value),
+        n if n == rules::RANK_CRASH_LOOPING.name => {
+            let restarts = pod(status, &c.target)
+                .map(|p| format!(", {} restarts in all", p.restarts))
+                .unwrap_or_default();
+            let lost = s
+                .ranks
+                .values()
+                .filter_map(|r| r.steps_lost)
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+                .map(|v| format!("; the job lost {} steps to restarts", v as u64))
+                .unwrap_or_default();
+            format!(
+                "{} crashes in a loop: restarted after exit code {value:.0}{restarts}, its peers after it{lost}",
+                c.target
+            )
+        }
         n if n == rules::CPU_THROTTLED.name => {
             let limits = pod(status, &c.target)
                 .map(|p| match (p.resources.cpu_live, p.resources.cpu_template) {

@@ -56,6 +56,16 @@ pub const COLLECTIVE_ERRORS: Rule = Rule {
     for_ms: 0,
     keep_firing_ms: 0,
 };
+/// A rank crashes in a loop: it restarted in the last minute after exiting on an error of its own, not
+/// the collective error its peers exit with when it goes away. Its peers fail and restart with it, and the
+/// job resumes from its checkpoint each time: this names the rank that takes them down. No `for`: a
+/// restart has already happened.
+pub const RANK_CRASH_LOOPING: Rule = Rule {
+    name: "LabRankCrashLooping",
+    signal: GoldenSignal::Errors,
+    for_ms: 0,
+    keep_firing_ms: 0,
+};
 /// A rank is CPU-starved: throttled in over 10% of its CFS periods, and far more than its siblings.
 pub const CPU_THROTTLED: Rule = Rule {
     name: "LabRankCpuThrottled",
@@ -119,11 +129,12 @@ pub const COMMITS_STALLED: Rule = Rule {
 };
 
 /// Every rule, in the order the rule file lists them.
-pub const RULES: [Rule; 11] = [
+pub const RULES: [Rule; 12] = [
     STORAGE_LATENCY,
     THROUGHPUT_LOW,
     STORAGE_ERRORS,
     COLLECTIVE_ERRORS,
+    RANK_CRASH_LOOPING,
     CPU_THROTTLED,
     COLLECTIVE_WAIT,
     WAITING_FOR_PEERS,
@@ -371,6 +382,11 @@ impl Engine {
             {
                 out.push((COLLECTIVE_ERRORS, rank.clone(), e));
             }
+        }
+        // Errors: max by (pod) (kube_pod_container_status_last_terminated_exitcode{pod=~"rank-[0-9]+"}) > 0 != 4
+        //   and on (pod) max by (pod) (increase(kube_pod_container_status_restarts_total{pod=~"rank-[0-9]+"}[1m])) > 0
+        for (pod, code) in &s.ranks_crashing {
+            out.push((RANK_CRASH_LOOPING, pod.clone(), *code));
         }
         // Saturation: lab:rank_cpu_starved
         for (rank, rs) in &s.ranks {

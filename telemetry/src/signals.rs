@@ -20,6 +20,20 @@ pub const POD_STATUS_PHASE: &str = "kube_pod_status_phase";
 /// kube-state-metrics' gauge of a pod the scheduler cannot place (1, present only for such pods). The lab
 /// writes it from the runtime's status beside [`POD_STATUS_PHASE`].
 pub const POD_STATUS_UNSCHEDULABLE: &str = "kube_pod_status_unschedulable";
+/// kube-state-metrics' restart counter of a pod's container. The lab writes it from the runtime's status
+/// beside [`POD_STATUS_PHASE`]: restarts of the pod's instance after it exited.
+pub const POD_RESTARTS: &str = "kube_pod_container_status_restarts_total";
+/// kube-state-metrics' exit code of a container's last termination (present only once it has exited and
+/// restarted; none after a kill by signal on the local runtime). The lab writes it from the runtime's
+/// status beside [`POD_STATUS_PHASE`].
+pub const POD_LAST_EXIT_CODE: &str = "kube_pod_container_status_last_terminated_exitcode";
+/// The exit code of a rank that failed at the collective or at rendezvous because a peer went away
+/// (`lab-rank`'s, for every error of the ring): the rank that exits with it follows a crash, it is not one.
+pub const COLLECTIVE_ERROR_EXIT: f64 = 4.0;
+/// The restart window of the crash-loop rule, `[1m]`: a rank that crashes every few hundred steps and
+/// comes back after a doubling backoff restarts at least once a minute.
+pub const RESTART_WINDOW_MS: i64 = 60_000;
+
 /// The instance name under which the collector keeps the series it writes from the runtime's status.
 pub const KUBE_STATE: &str = "kube-state-metrics";
 
@@ -138,6 +152,9 @@ pub struct Signals {
     pub ranks_waiting_for_peers: Vec<String>,
     /// Rank pods the scheduler cannot place (`kube_pod_status_unschedulable == 1`), by pod name.
     pub ranks_pending: Vec<String>,
+    /// Rank pods that restarted in the last minute after exiting on an error of their own (not the
+    /// collective error a crash's peers exit with), by pod name, with that exit code.
+    pub ranks_crashing: Vec<(String, f64)>,
     /// The database writers (`lab-writer`), by instance: present only when one is scraped.
     pub writers: BTreeMap<String, WriterSignals>,
 }
@@ -279,6 +296,27 @@ impl Signals {
         for (l, v) in max_by(pending, &["pod"]) {
             if v == 1.0 {
                 s.ranks_pending.push(label(&l, "pod"));
+            }
+        }
+        // max by (pod) (kube_pod_container_status_last_terminated_exitcode{pod=~"rank-[0-9]+"}) > 0 != 4
+        //   and on (pod)
+        //   max by (pod) (increase(kube_pod_container_status_restarts_total{pod=~"rank-[0-9]+"}[1m])) > 0
+        let rank_pod = |l: &Labels| {
+            l.get("pod")
+                .is_some_and(|p| lab_model::names::index_of(p, "rank").is_some())
+        };
+        // increase() is rate() times the window: one is above zero when the other is.
+        let rw = watched.clamp(1, RESTART_WINDOW_MS);
+        let restarted: BTreeMap<String, f64> =
+            max_by(rate(store.range(POD_RESTARTS, t, rw, rank_pod), t, rw), &["pod"])
+                .into_iter()
+                .filter(|e| e.1 > 0.0)
+                .map(|(l, v)| (label(&l, "pod"), v))
+                .collect();
+        for (l, code) in max_by(store.instant(POD_LAST_EXIT_CODE, t, rank_pod), &["pod"]) {
+            let pod = label(&l, "pod");
+            if code > 0.0 && code != COLLECTIVE_ERROR_EXIT && restarted.contains_key(&pod) {
+                s.ranks_crashing.push((pod, code));
             }
         }
         for (l, v) in inst(m::RENDEZVOUS_WAITING) {

@@ -253,6 +253,28 @@ groups.append(('stuck-rollout: rank-4 Pending from 60 s while the four ranks tra
     + nothing(100, except_=('LabRankPending',)) + [alert_test(100, 'LabRankPending', [{'pod': 'rank-4'}])],
     []))
 
+# D3: rank-1 crashes in a loop: it exits on an error of its own (code 6) at 40 s and 70 s, its peers fail
+# at the all-reduce and exit with the collective error's code (4) a second later; all restart. At 100 s the
+# cause is put back: rank-1 is a new pod (no restarts, no last exit), its peers keep theirs. Only rank-1 is
+# named, and not after it is replaced.
+sc = Scenario()
+for r in range(4): healthy_rank(sc, r)
+for r in range(4):
+    if r == 1:
+        restarts = [(39, 0), (69, 1), (99, 2), (T, 0)]
+        code = [(39, 'stale'), (99, 6), (T, 'stale')]
+    else:
+        restarts = [(40, 0), (70, 1), (T, 2)]
+        code = [(40, 'stale'), (T, 4)]
+    sc.add('kube_pod_container_status_restarts_total', {**ksm, 'pod': f'rank-{r}', 'container': 'rank'}, gauge(restarts))
+    sc.add('kube_pod_container_status_last_terminated_exitcode', {**ksm, 'pod': f'rank-{r}', 'container': 'rank'}, gauge(code))
+groups.append(('rank-crash: rank-1 exits with code 6 at 40 s and 70 s and its peers with the collective error after it; the crash-loop rule names rank-1 alone, until it is replaced at 100 s',
+    sc,
+    nothing(30) + edges([(40, 'LabRankCrashLooping', {'pod': 'rank-1'})])
+    + nothing(75, except_=('LabRankCrashLooping',)) + [alert_test(75, 'LabRankCrashLooping', [{'pod': 'rank-1'}])]
+    + nothing(105),
+    []))
+
 # E: errors
 sc = Scenario()
 for r in range(4):

@@ -11,10 +11,9 @@
 //! deadline runs out); the fault and the expectations are the built-in's. The fix's incident bundle must show
 //! the writer's signals and db-1's template drift. Nothing is left after `lab down`.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lab_tests::{Lab, serial, step, text};
+use lab_tests::{Edits, Lab, drill_copy, serial, step, text};
 use serde_json::Value;
 
 /// The seed's rule: the template, then the pod stuck on the old version, by name.
@@ -45,36 +44,21 @@ fn wait_db(lab: &Lab, what: &str, deadline: Duration, cond: impl Fn(&Value) -> b
 }
 
 /// The built-in drill renamed, with a short warm-up, baseline and holds, `remediation` as its command, and
-/// the verify deadline `deadline` when given.
+/// a verify deadline of its own (None: the built-in's).
 fn variant(name: &str, remediation: &str, deadline: Option<&str>) -> String {
-    let yaml = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../drills/builtin/sync-replica.yaml"),
+    drill_copy(
+        "sync-replica",
+        &Edits {
+            name: Some(name),
+            warmup: Some("1s"),
+            baseline: Some("5s"),
+            command: Some(remediation),
+            expect_hold: Some("1s"),
+            verify_hold: Some("3s"),
+            deadline,
+            ..Edits::default()
+        },
     )
-    .unwrap();
-    let mut out = String::new();
-    let mut in_verify = false;
-    for line in yaml.lines() {
-        let t = line.trim_start();
-        in_verify |= t.starts_with("- verify:");
-        let line = if line.starts_with("name: ") {
-            format!("name: {name}")
-        } else if line.starts_with("warmup: ") {
-            "warmup: 1s".into()
-        } else if line.starts_with("baseline: ") {
-            "baseline: 5s".into()
-        } else if t.starts_with("timeout: ") {
-            format!("{line}\n      command: '{}'", remediation.replace('\'', "''"))
-        } else if t.starts_with("hold: ") {
-            format!("      hold: {}", if in_verify { "3s" } else { "1s" })
-        } else if let (true, Some(d)) = (t.starts_with("deadline: "), deadline) {
-            format!("      deadline: {d}")
-        } else {
-            line.to_string()
-        };
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
 }
 
 #[test]

@@ -16,6 +16,10 @@ pub struct Edits<'a> {
     pub command: Option<&'a str>,
     /// Good steps in a row that verify the fix.
     pub consecutive_steps: Option<u32>,
+    /// The expect step's `hold` (how long it keeps watching after detection).
+    pub expect_hold: Option<&'a str>,
+    /// The verify step's `hold` (how long a writer's figures must stay back).
+    pub verify_hold: Option<&'a str>,
     /// Every verify step's deadline. A trap fails only when this runs out: it needs to be long enough for
     /// the right fix to have passed within it, no longer.
     pub deadline: Option<&'a str>,
@@ -27,10 +31,27 @@ pub fn drill_copy(builtin: &str, edits: &Edits) -> String {
     let yaml = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("the built-in drill {}: {e}", path.display()));
     let mut out = String::new();
+    let mut in_verify = false;
     for line in yaml.lines() {
         let t = line.trim_start();
         let indent = &line[..line.len() - t.len()];
+        // A step starts (`  - verify:`); a list inside a step (`- rule: …`) is deeper.
+        if t.starts_with("- ") && indent.len() <= 2 {
+            in_verify = t == "- verify:";
+        }
         let line = match (t.split_once(": ").map_or(t, |(k, _)| k), edits) {
+            (
+                "hold",
+                Edits {
+                    verify_hold: Some(h), ..
+                },
+            ) if in_verify => format!("{indent}hold: {h}"),
+            (
+                "hold",
+                Edits {
+                    expect_hold: Some(h), ..
+                },
+            ) if !in_verify => format!("{indent}hold: {h}"),
             ("name", Edits { name: Some(n), .. }) if indent.is_empty() => format!("name: {n}"),
             ("warmup", Edits { warmup: Some(w), .. }) if indent.is_empty() => format!("warmup: {w}"),
             (
@@ -85,6 +106,7 @@ mod tests {
                 command: Some("lab scale ranks 4 && echo 'done'"),
                 consecutive_steps: Some(50),
                 deadline: Some("30s"),
+                ..Edits::default()
             },
         );
         let want = builtin
@@ -97,6 +119,24 @@ mod tests {
             )
             .replace("consecutive_steps: 100", "consecutive_steps: 50")
             .replace("deadline: 90s", "deadline: 30s");
+        assert_eq!(copy, want);
+    }
+
+    #[test]
+    fn a_copy_tells_the_expect_hold_from_the_verify_hold() {
+        let copy = drill_copy(
+            "sync-replica",
+            &Edits {
+                expect_hold: Some("1s"),
+                verify_hold: Some("3s"),
+                ..Edits::default()
+            },
+        );
+        let builtin = drill_copy("sync-replica", &Edits::default());
+        let want = builtin
+            .replace("      hold: 5s\n", "      hold: 1s\n")
+            .replace("      hold: 10s\n", "      hold: 3s\n");
+        assert_ne!(builtin, want);
         assert_eq!(copy, want);
     }
 }

@@ -76,6 +76,8 @@ pub(super) struct Inst {
     pub not_before: Option<Instant>,
     pub ready: bool,
     pub last_exit: Option<String>,
+    /// The exit code of the last exit it was restarted after (none when killed by a signal).
+    pub last_exit_code: Option<i32>,
     pub succeeded: bool,
     pub failed: bool,
     pub generation: u64,
@@ -96,6 +98,7 @@ impl Inst {
             not_before: None,
             ready: false,
             last_exit: None,
+            last_exit_code: None,
             succeeded: false,
             failed: false,
             generation,
@@ -628,6 +631,7 @@ impl Sup {
                     // A new pod, from the template as it is now.
                     inst.replace = false;
                     inst.restarts = 0;
+                    inst.last_exit_code = None;
                     inst.backoff = BACKOFF_START;
                     inst.world_size = world_size;
                 }
@@ -641,6 +645,7 @@ impl Sup {
             }
             log(&format!("{name} exited ({desc}); restarting"));
             inst.last_exit = Some(desc);
+            inst.last_exit_code = status.code();
             inst.restarts += 1;
             if now.duration_since(run.started) > BACKOFF_RESET_AFTER {
                 inst.backoff = BACKOFF_START;

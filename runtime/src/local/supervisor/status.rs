@@ -28,6 +28,7 @@ impl Sup {
                 };
                 p.ready = all_running && parts.iter().all(|i| i.is_some_and(|i| i.ready));
                 p.restarts = parts.iter().map(|i| i.map_or(0, |i| i.restarts)).sum();
+                p.last_exit_code = parts.iter().find_map(|i| i.and_then(|i| i.last_exit_code));
                 p.pid = parts
                     .first()
                     .and_then(|i| i.and_then(|i| i.running.as_ref().map(|r| r.process.record().pid)));

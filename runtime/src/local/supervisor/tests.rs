@@ -352,6 +352,8 @@ fn a_crashed_process_is_restarted_after_a_backoff_that_doubles() {
     assert_eq!(p.restarts, 1);
     assert_eq!(p.reason.as_deref(), Some("CrashLoopBackOff"));
     assert_eq!(p.message.as_deref(), Some("exit code 3"));
+    assert_eq!(p.last_exit_code, Some(3));
+    assert_eq!(pod(&sup, "rank-0").last_exit_code, None);
 
     sup.reconcile(secs(t0, 11.1));
     assert!(procs.live("rank-1").is_some(), "restarted after 1 s");
@@ -387,6 +389,7 @@ fn a_new_world_size_replaces_every_rank_and_their_restarts_start_from_zero() {
         assert!(cmd.args.contains(&"--world-size=3".to_string()), "{cmd:?}");
         assert!(procs.live(&name).is_some(), "{name} replaced");
         assert_eq!(pod(&sup, &name).restarts, 0, "{name} is a new pod");
+        assert_eq!(pod(&sup, &name).last_exit_code, None, "{name} is a new pod");
     }
     assert!(
         procs
