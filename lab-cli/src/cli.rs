@@ -301,7 +301,8 @@ pub enum InjectCmd {
     /// One rank crashes in a loop: a setting of that rank alone (LAB_DEVICE_FAULT_AFTER) makes its
     /// accelerator fail after every N steps. Its peers see a collective error; the job resumes from its
     /// checkpoint each time and the steps since are lost. Right fix: remove the setting
-    /// (`lab rank env N --unset LAB_DEVICE_FAULT_AFTER`). Local runtime only.
+    /// (`lab rank env N --unset LAB_DEVICE_FAULT_AFTER`). On Kubernetes the setting is a
+    /// `rank-N.LAB_DEVICE_FAULT_AFTER` key of lab-config.
     RankCrash {
         /// The rank.
         #[arg(long, default_value_t = 1)]

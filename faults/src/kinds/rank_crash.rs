@@ -2,7 +2,8 @@
 //! (`LAB_DEVICE_FAULT_AFTER`, the rank's simulated accelerator failing after so many steps) makes it exit
 //! after every few steps; the supervisor restarts it as a kubelet would, its peers see the crash only as a
 //! collective error, and the job resumes from its last checkpoint each time, losing the steps since.
-//! Proven by the rank's restarts and its last exit; recovered by removing the setting.
+//! Proven by the rank's restarts and its last exit; recovered by removing the setting. On Kubernetes the
+//! setting is a `rank-<N>.<NAME>` key of the job's ConfigMap, which rank N alone reads when it starts.
 
 use async_trait::async_trait;
 use lab_model::status::LabStatus;
@@ -25,11 +26,6 @@ pub struct RankCrash {
 #[async_trait]
 impl Injector for RankCrash {
     fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
-        super::local_only(
-            status,
-            "rank-crash",
-            "sets a configuration of one rank alone, which the ranks' shared StatefulSet template does not carry",
-        )?;
         let rank = self.rank;
         let pod = super::rank_pod(status, rank)?;
         super::running(pod, rank, "crash")?;
@@ -85,11 +81,14 @@ impl Injector for RankCrash {
                 .await
                 .map_err(FaultError::runtime("reading the lab's status"))?;
             Ok(match st.ranks().find(|p| p.index == Some(rank)) {
-                Some(p) if p.restarts >= 1 => Look::Done(format!(
-                    "rank-{rank} crashed and was restarted {} time(s) (last exit: {})",
-                    p.restarts,
-                    p.message.as_deref().unwrap_or("unknown")
-                )),
+                // A pod on its way out (the one replaced to pick the setting up) proves nothing.
+                Some(p) if p.restarts >= 1 && p.reason.as_deref() != Some("Terminating") => {
+                    Look::Done(format!(
+                        "rank-{rank} crashed and was restarted {} time(s) (last exit: {})",
+                        p.restarts,
+                        p.message.as_deref().unwrap_or("unknown")
+                    ))
+                }
                 _ => Look::NotYet(format!(
                     "rank-{rank} did not crash within {} s",
                     PROOF_DEADLINE.as_secs()

@@ -1,6 +1,7 @@
 //! The fault and remediation actions done through the API: storage delay (an ephemeral container running
 //! `tc netem`, or the latency proxy beside the volume server), in-place resize through `pods/resize`,
-//! the StatefulSet's scale, the world size in `lab-config`, and restarting a rank by deleting its pod.
+//! the StatefulSet's scale, the world size in `lab-config`, a rank's own settings (`rank-<N>.<NAME>` keys of
+//! `lab-config`), and restarting a rank by deleting its pod.
 //! What runs beside a rank in its container (slow-compute's hog, rank-hang's hold) is in `beside`.
 
 use std::time::{Duration, Instant};
@@ -518,6 +519,59 @@ impl KubeRuntime {
         Ok(())
     }
 
+    /// The settings of rank `rank` alone: its `rank-<N>.<NAME>` keys in lab-config.
+    async fn rank_settings(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
+        let cm = api::within("read lab-config", self.rec.request_timeout, async {
+            self.cm_api()
+                .get(obj::CONFIG)
+                .await
+                .map_err(|e| api::kube_err("read lab-config", e))
+        })
+        .await?;
+        let prefix = rank_setting_key(rank, "");
+        Ok(cm
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), v.trim().to_string())))
+            .collect())
+    }
+
+    /// Sets (or with `None` removes) a setting of rank `rank` alone in lab-config. The rank reads its
+    /// settings when it starts, so a change restarts it, as a pod whose environment changed would be:
+    /// its pod is deleted and the StatefulSet brings it back. An unchanged value changes nothing.
+    async fn set_rank_setting(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
+        lab_model::actions::check_rank_env_name(name).map_err(RuntimeError::InvalidInput)?;
+        let replicas = self
+            .statefulset()
+            .await?
+            .spec
+            .and_then(|s| s.replicas)
+            .map_or(0, |r| u32::try_from(r).unwrap_or(0));
+        if rank >= replicas {
+            return Err(RuntimeError::InvalidInput(format!(
+                "rank-{rank} does not exist (ranks 0..{replicas})"
+            )));
+        }
+        if self.rank_settings(rank).await?.get(name) == value.as_ref() {
+            return Ok(());
+        }
+        let key = rank_setting_key(rank, name);
+        let patch = json!({ "data": { key.clone(): value } });
+        api::within("set a rank's own setting", self.rec.request_timeout, async {
+            self.cm_api()
+                .patch(obj::CONFIG, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| api::kube_err(format!("set {key} in lab-config"), e))
+        })
+        .await?;
+        match self.delete_pod(&names::rank(rank)).await {
+            // Not there (being replaced already): its next pod reads the new value.
+            Ok(()) | Err(RuntimeError::NoSuchInstance(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn delete_pod(&self, name: &str) -> Result<()> {
         let what = format!("delete pod {name}");
         api::within(&what, self.rec.request_timeout, async {
@@ -672,17 +726,12 @@ impl Runtime for KubeRuntime {
         crate::parse_checkpoint(&text)
     }
 
-    async fn rank_env(&self, _rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
-        // No rank has settings of its own on this runtime.
-        Ok(std::collections::BTreeMap::new())
+    async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
+        self.rank_settings(rank).await
     }
 
-    async fn set_rank_env(&self, rank: u32, _name: &str, _value: Option<String>) -> Result<()> {
-        Err(RuntimeError::InvalidInput(format!(
-            "rank-{rank} cannot get a setting of its own on {}: {}",
-            self.kind(),
-            UNSUPPORTED_RANK_ENV
-        )))
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
+        self.set_rank_setting(rank, name, value).await
     }
 
     async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
@@ -690,10 +739,11 @@ impl Runtime for KubeRuntime {
     }
 }
 
-/// Why per-rank settings (the rank-crash fault) have no Kubernetes mechanism.
-pub(crate) const UNSUPPORTED_RANK_ENV: &str = "the ranks are one StatefulSet whose pods share one template, \
-    so a setting for one pod alone would need a per-rank configuration the rank image does not read yet; \
-    use the local runtime";
+/// The `lab-config` key of a setting of rank `rank` alone: the ranks mount lab-config and rank N reads its
+/// own `rank-<N>.<NAME>` keys when it starts (`lab-rank --rank-settings`).
+pub(crate) fn rank_setting_key(rank: u32, name: &str) -> String {
+    format!("rank-{rank}.{name}")
+}
 
 #[cfg(test)]
 mod tests {

@@ -1024,6 +1024,72 @@ async fn restart_rank_deletes_its_pod_and_names_a_missing_one() {
 }
 
 #[tokio::test]
+async fn a_ranks_own_setting_is_a_config_key_and_a_change_replaces_its_pod() {
+    let (rt, h) = runtime(DelayChoice::Auto);
+    let mut with_key = config(4);
+    with_key["data"]["rank-1.LAB_DEVICE_FAULT_AFTER"] = json!("150");
+    with_key["data"]["rank-12.LAB_DEVICE_FAULT_AFTER"] = json!("7");
+    let cm = format!("/api/v1/namespaces/{NS}/configmaps/lab-config");
+    let sts_path = format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank");
+    let server = serve(
+        h,
+        vec![
+            // Read: rank-1's own keys only (not rank-12's).
+            ex("GET", cm.clone(), Reply::Json(200, with_key.clone())),
+            // Set: the key patched, then rank-1's pod replaced.
+            ex("GET", sts_path.clone(), Reply::Json(200, sts(4, "400m"))),
+            ex("GET", cm.clone(), Reply::Json(200, config(4))),
+            ex("PATCH", cm.clone(), Reply::Json(200, with_key.clone())).body(|b| {
+                assert_eq!(b["data"]["rank-1.LAB_DEVICE_FAULT_AFTER"], "150");
+            }),
+            ex(
+                "DELETE",
+                pod_path("rank-1"),
+                Reply::Json(200, rank_pod(1, "Running", "400m", "400m")),
+            ),
+            // The same value again: nothing patched, no pod replaced.
+            ex("GET", sts_path.clone(), Reply::Json(200, sts(4, "400m"))),
+            ex("GET", cm.clone(), Reply::Json(200, with_key.clone())),
+            // Unset: the key removed (null in a merge patch), the pod replaced.
+            ex("GET", sts_path.clone(), Reply::Json(200, sts(4, "400m"))),
+            ex("GET", cm.clone(), Reply::Json(200, with_key.clone())),
+            ex("PATCH", cm.clone(), Reply::Json(200, config(4))).body(|b| {
+                assert!(b["data"]["rank-1.LAB_DEVICE_FAULT_AFTER"].is_null(), "{b}");
+            }),
+            ex(
+                "DELETE",
+                pod_path("rank-1"),
+                Reply::Json(404, api_status(404, "NotFound", "pods \"rank-1\" not found")),
+            ),
+            // A rank beyond the replicas: refused before anything changes.
+            ex("GET", sts_path.clone(), Reply::Json(200, sts(4, "400m"))),
+        ],
+    );
+    let env = rt.rank_env(1).await.unwrap();
+    assert_eq!(env.len(), 1, "{env:?}");
+    assert_eq!(env["LAB_DEVICE_FAULT_AFTER"], "150");
+    rt.set_rank_env(1, "LAB_DEVICE_FAULT_AFTER", Some("150".into()))
+        .await
+        .unwrap();
+    rt.set_rank_env(1, "LAB_DEVICE_FAULT_AFTER", Some("150".into()))
+        .await
+        .unwrap();
+    rt.set_rank_env(1, "LAB_DEVICE_FAULT_AFTER", None).await.unwrap();
+    let e = rt
+        .set_rank_env(4, "LAB_DEVICE_FAULT_AFTER", Some("1".into()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::InvalidInput(ref m) if m.contains("rank-4 does not exist")),
+        "{e}"
+    );
+    // Not a LAB_* name: refused without a request.
+    let e = rt.set_rank_env(1, "PATH", Some("/".into())).await.unwrap_err();
+    assert!(matches!(e, RuntimeError::InvalidInput(_)), "{e}");
+    finish(server).await;
+}
+
+#[tokio::test]
 async fn gpus_are_advertised_on_node_status_and_awaited_in_allocatable() {
     let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(svc, NS);

@@ -126,6 +126,28 @@ pub fn pod_status(
     } else if s.phase == Phase::Failed {
         s.reason = status.reason.clone();
         s.message = status.message.clone();
+    } else if s.phase == Phase::Running
+        && let Some(c) = container_statuses
+            .iter()
+            .find(|c| c.state.as_ref().is_some_and(|st| st.waiting.is_some()))
+    {
+        // A container that keeps exiting: the pod stays Running, not Ready, backing off. Say why it
+        // exited last (its exit code and the end of its log), as the local runtime does.
+        s.reason = c
+            .state
+            .as_ref()
+            .and_then(|st| st.waiting.as_ref()?.reason.clone());
+        s.message = c
+            .last_state
+            .as_ref()
+            .and_then(|l| l.terminated.as_ref())
+            .map(|t| {
+                let said = t.message.as_deref().map(str::trim).filter(|m| !m.is_empty());
+                match said.and_then(|m| m.lines().last()) {
+                    Some(last) => format!("exit code {}: {last}", t.exit_code),
+                    None => format!("exit code {}", t.exit_code),
+                }
+            });
     }
     // A pod being deleted is on its way out: its Service endpoints already drop it, and counting it as
     // Ready would say "4/4 Ready" for ranks that are about to restart.

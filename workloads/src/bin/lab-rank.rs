@@ -21,7 +21,9 @@ use lab_workloads::rank::{self, RankOptions};
 /// all-reduce, or reading data), 4 a peer went away, misbehaved or disagreed, 5 storage failure, 6 the
 /// (simulated) accelerator failed (--device-fault-after).
 #[derive(Debug, Parser)]
-#[command(name = "lab-rank", version, max_term_width = 110)]
+// A flag given twice takes its last value: the per-rank settings (--rank-settings) are added after the
+// template's own flags and win over them, as a rank's own environment does on the local runtime.
+#[command(name = "lab-rank", version, max_term_width = 110, args_override_self = true)]
 struct Cli {
     /// This rank, 0 to world size − 1. Rank 0 hosts the rendezvous and writes checkpoints.
     #[arg(
@@ -120,6 +122,58 @@ struct Cli {
     /// error; the job restarts from its checkpoint and the steps since are lost.
     #[arg(long, env = "LAB_DEVICE_FAULT_AFTER", default_value_t = 0)]
     device_fault_after: u64,
+
+    /// A folder of settings for single ranks, read once at start: a file `rank-<N>.<NAME>` sets NAME (one
+    /// of the LAB_* variables above) for rank N alone, over the flags and the environment. On Kubernetes
+    /// the job's ConfigMap mounted there: the ranks share one template, so this is how one rank gets a
+    /// setting of its own.
+    #[arg(long, env = "LAB_RANK_SETTINGS")]
+    rank_settings: Option<std::path::PathBuf>,
+}
+
+/// The settings of rank `rank` alone in `dir` (`rank-<N>.<NAME>` files), by name; a missing folder has none.
+fn rank_settings(
+    dir: &std::path::Path,
+    rank: u32,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let mut out = std::collections::BTreeMap::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("reading --rank-settings {}", dir.display())),
+    };
+    let prefix = format!("rank-{rank}.");
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading --rank-settings {}", dir.display()))?;
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(name) = file.strip_prefix(&prefix) else {
+            continue;
+        };
+        let path = entry.path();
+        let value = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the rank setting {}", path.display()))?;
+        out.insert(name.to_string(), value.trim().to_string());
+    }
+    Ok(out)
+}
+
+/// The command line with this rank's own settings added as flags (the flag whose variable each names).
+fn with_rank_settings(
+    args: Vec<std::ffi::OsString>,
+    settings: &std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<Vec<std::ffi::OsString>> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let mut args = args;
+    for (name, value) in settings {
+        let flag = cmd
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|e| e == name.as_str()) && a.get_action().takes_values())
+            .and_then(|a| a.get_long())
+            .with_context(|| format!("the rank setting {name} is not a setting of lab-rank"))?;
+        args.push(format!("--{flag}={value}").into());
+    }
+    Ok(args)
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -133,8 +187,21 @@ fn rank_from_hostname(name: &str) -> Option<u32> {
     n.parse().ok()
 }
 
-fn options(cli: Cli) -> anyhow::Result<RankOptions> {
-    let rank = match (cli.rank, cli.rank_from_hostname) {
+/// The parsed command line, with this rank's own settings from --rank-settings applied.
+fn parse(args: Vec<std::ffi::OsString>) -> anyhow::Result<Cli> {
+    let cli = Cli::try_parse_from(args.clone())?;
+    let Some(dir) = cli.rank_settings.clone() else {
+        return Ok(cli);
+    };
+    let settings = rank_settings(&dir, rank_of(&cli)?)?;
+    if settings.is_empty() {
+        return Ok(cli);
+    }
+    Ok(Cli::try_parse_from(with_rank_settings(args, &settings)?)?)
+}
+
+fn rank_of(cli: &Cli) -> anyhow::Result<u32> {
+    Ok(match (cli.rank, cli.rank_from_hostname) {
         (Some(r), _) => r,
         (None, true) => {
             let name = match std::env::var("HOSTNAME") {
@@ -149,7 +216,11 @@ fn options(cli: Cli) -> anyhow::Result<RankOptions> {
             })?
         }
         (None, false) => bail!("give --rank (LAB_RANK) or --rank-from-hostname"),
-    };
+    })
+}
+
+fn options(cli: Cli) -> anyhow::Result<RankOptions> {
+    let rank = rank_of(&cli)?;
     Ok(RankOptions {
         rank,
         world_size: cli.world_size,
@@ -175,7 +246,18 @@ fn options(cli: Cli) -> anyhow::Result<RankOptions> {
 }
 
 fn main() -> ExitCode {
-    let opts = match options(Cli::parse()) {
+    let cli = match parse(std::env::args_os().collect()) {
+        Ok(c) => c,
+        Err(e) => match e.downcast::<clap::Error>() {
+            // --help, --version and bad flags as clap prints them.
+            Ok(e) => e.exit(),
+            Err(e) => {
+                eprintln!("lab-rank: {e:#}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let opts = match options(cli) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("lab-rank: {e:#}");
@@ -207,6 +289,47 @@ mod tests {
         );
         assert_eq!(rank_from_hostname("ranks"), None);
         assert_eq!(rank_from_hostname("ranks-x"), None);
+    }
+
+    #[test]
+    fn a_rank_setting_wins_over_the_template_flag_for_that_rank_only() {
+        let dir = std::env::temp_dir().join(format!("lab-rank-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("rank-1.LAB_DEVICE_FAULT_AFTER"), "150\n").unwrap();
+        std::fs::write(dir.join("rank-12.LAB_DEVICE_FAULT_AFTER"), "7").unwrap();
+        std::fs::write(dir.join("world-size"), "4").unwrap();
+        let args = |rank: &str| -> Vec<std::ffi::OsString> {
+            [
+                "lab-rank",
+                "--rank",
+                rank,
+                "--world-size=4",
+                "--master=m:9333",
+                "--rendezvous=r:29500",
+                "--device-fault-after=0",
+                &format!("--rank-settings={}", dir.display()),
+            ]
+            .iter()
+            .map(Into::into)
+            .collect()
+        };
+        assert_eq!(parse(args("1")).unwrap().device_fault_after, 150);
+        assert_eq!(parse(args("12")).unwrap().device_fault_after, 7);
+        assert_eq!(parse(args("2")).unwrap().device_fault_after, 0);
+        std::fs::write(dir.join("rank-2.LAB_NO_SUCH_THING"), "1").unwrap();
+        let e = parse(args("2")).unwrap_err().to_string();
+        assert!(
+            e.contains("LAB_NO_SUCH_THING is not a setting of lab-rank"),
+            "{e}"
+        );
+        std::fs::write(dir.join("rank-3.LAB_DEVICE_FAULT_AFTER"), "soon").unwrap();
+        assert!(parse(args("3")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+        // No folder: no settings.
+        let mut a = args("1");
+        a.pop();
+        a.push("--rank-settings=/nonexistent-lab-rank-settings".into());
+        assert_eq!(parse(a).unwrap().device_fault_after, 0);
     }
 
     #[test]
