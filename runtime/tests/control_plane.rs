@@ -323,6 +323,63 @@ async fn the_lab_against_a_real_api_server_scheduler_and_controllers() {
         st1.containers
     );
 
+    // slow-disk: the resize subresource takes the lab's patch of the volume container's CPU limit (1000m
+    // as deployed) down to 10m; no kubelet applies it, so the wait for the applied limit times out.
+    let err = short.set_storage_cpu(1, Some(Millicores(10))).await.unwrap_err();
+    assert!(matches!(err, RuntimeError::Timeout { .. }), "{err}");
+    let storage1 = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/component=storage-server,lab.dev/index=1"))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    let volume = storage1
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers
+        .iter()
+        .find(|c| c.name == "volume")
+        .unwrap();
+    let limits = volume.resources.as_ref().unwrap().limits.as_ref().unwrap();
+    assert_eq!(limits["cpu"].0, "10m");
+
+    // competing-job: the foreign job's Deployment is accepted under strict validation, listed back from
+    // its annotations, and its pod (made by the Deployment controller) is a foreign job in the status,
+    // not a rank. Throttling applies it again with a rate; stopping deletes the Deployment (its pod, if
+    // the scheduler bound it to the node no kubelet runs, cannot finish terminating here, so the wait for
+    // it may time out).
+    let job = lab_model::jobs::ForeignJob {
+        name: "nightly-etl".into(),
+        server: 1,
+        threads: 64,
+        rate: None,
+    };
+    rt.run_foreign_job(&job).await.unwrap();
+    assert_eq!(rt.foreign_jobs().await.unwrap(), vec![job.clone()]);
+    let s = until(&rt, "the foreign job's pod", 60, |s| {
+        s.pods
+            .iter()
+            .any(|p| p.name == "nightly-etl" && p.role == lab_model::status::Role::ForeignJob)
+    })
+    .await;
+    assert!(
+        !s.ranks().any(|p| p.name == "nightly-etl"),
+        "the job is not a rank"
+    );
+    let throttled = lab_model::jobs::ForeignJob {
+        rate: Some(20.0),
+        ..job
+    };
+    rt.run_foreign_job(&throttled).await.unwrap();
+    assert_eq!(rt.foreign_jobs().await.unwrap(), vec![throttled]);
+    assert!(rt.stop_foreign_job("rank-1").await.is_err());
+    match short.stop_foreign_job("nightly-etl").await {
+        Ok(()) | Err(RuntimeError::Timeout { .. }) => {}
+        Err(e) => panic!("stopping the job: {e}"),
+    }
+    assert!(rt.foreign_jobs().await.unwrap().is_empty());
+
     // Back to four, then remove everything: the node first, so the pods bound to it can go.
     rt.scale_ranks(4).await.unwrap();
     rt.set_world_size(4).await.unwrap();

@@ -1,6 +1,7 @@
 //! `slow-disk`: the storage node itself is slow. Its own volume server process is held to a small CPU
 //! budget per CFS period (its own cgroup on the local runtime, with a long period: see
-//! `lab_runtime::local::cgroup::STORAGE_PERIOD_US`), so a request that arrives after the budget is spent waits
+//! `lab_runtime::local::cgroup::STORAGE_PERIOD_US`; on Kubernetes the volume container's CPU limit,
+//! resized in place, in the kubelet's 100 ms period), so a request that arrives after the budget is spent waits
 //! for the next period — reading its needles from its data directory included; the path to it (proxy,
 //! network) is left alone. Proven by timing requests straight to the server, bypassing the path the ranks
 //! use, on a fixed schedule: the server's own latency rises against its siblings' and its own before, which is
@@ -53,12 +54,9 @@ impl SlowDisk {
 #[async_trait]
 impl Injector for SlowDisk {
     fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
-        super::local_only(
-            status,
-            "slow-disk",
-            "starves the volume server's own process in a cgroup the local runtime owns; on Kubernetes that \
-             would be the storage pod's CPU limit, which the lab does not change yet",
-        )?;
+        // Every runtime has the actuator: the server's own cgroup locally, the volume container's CPU
+        // limit resized in place on Kubernetes. A cluster that refuses the resize fails the apply with
+        // the kubelet's reason, and nothing stays changed.
         super::storage_server(status, self.server)
     }
 

@@ -92,7 +92,7 @@ fn parse_delay_text(s: &str) -> Option<Delay> {
 
 impl KubeRuntime {
     /// The running pod of storage server `server`.
-    async fn storage_pod(&self, server: u32) -> Result<Pod> {
+    pub(super) async fn storage_pod(&self, server: u32) -> Result<Pod> {
         let want = names::storage(server);
         self.lab_pods()
             .await?
@@ -633,7 +633,18 @@ impl Runtime for KubeRuntime {
         let req = http::Request::get(target.address.clone())
             .body(Vec::new())
             .map_err(|e| RuntimeError::Other(e.to_string()))?;
-        api::request_text(&self.client, req, &format!("scrape {}", target.instance), timeout).await
+        let mut body =
+            api::request_text(&self.client, req, &format!("scrape {}", target.instance), timeout).await?;
+        if target.kind == crate::TargetKind::Storage && target.index < self.rec.storage_servers {
+            // The server's own latency beside SeaweedFS's figures, as on the local runtime: one request
+            // straight to its own port; one unanswered within the scrape's time counts as that long.
+            match tokio::time::timeout(timeout, self.probe_own_kube(target.index, 1)).await {
+                Ok(Ok(own)) => body.push_str(&crate::local::storage_ops::own_probe_text(own)),
+                Err(_) => body.push_str(&crate::local::storage_ops::own_probe_text(timeout)),
+                Ok(Err(_)) => {}
+            }
+        }
+        Ok(body)
     }
 
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
@@ -736,6 +747,38 @@ impl Runtime for KubeRuntime {
 
     async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
         self.stop_process(rank, pid).await
+    }
+
+    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
+        self.volumes_on(server).await
+    }
+
+    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
+        self.move_volume_kube(volume, from, to).await
+    }
+
+    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
+        self.storage_cpu_limit(server).await
+    }
+
+    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
+        self.resize_storage(server, cpu).await
+    }
+
+    async fn probe_storage_own(&self, server: u32, samples: usize) -> Result<Duration> {
+        self.probe_own_kube(server, samples).await
+    }
+
+    async fn foreign_jobs(&self) -> Result<Vec<lab_model::jobs::ForeignJob>> {
+        self.foreign_deployments().await
+    }
+
+    async fn run_foreign_job(&self, job: &lab_model::jobs::ForeignJob) -> Result<()> {
+        self.run_job(job).await
+    }
+
+    async fn stop_foreign_job(&self, name: &str) -> Result<()> {
+        self.stop_job(name).await
     }
 }
 

@@ -378,7 +378,7 @@ const BUSYBOX_APPLETS: &[&str] = &[
 /// When a binary it needs is missing, naming how to get it.
 pub fn lab_image(reference: &str, bin_dir: &Path, weed: &Path) -> Result<ImageSpec> {
     let mut spec = ImageSpec::new(reference);
-    for b in ["lab-rank", "lab-beside", "lab-seeder", "lab-proxy"] {
+    for b in ["lab-rank", "lab-beside", "lab-seeder", "lab-proxy", "lab-reader"] {
         let p = bin_dir.join(b);
         if !p.is_file() {
             return Err(RuntimeError::MissingTool {

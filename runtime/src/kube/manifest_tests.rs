@@ -448,3 +448,81 @@ fn offline_prometheus_scrapes_every_rank_and_server_by_name() {
     assert_eq!(dep.data["spec"]["template"]["spec"]["hostname"], "storage-1");
     assert_eq!(dep.data["spec"]["template"]["spec"]["subdomain"], "storage");
 }
+
+#[test]
+fn a_foreign_job_is_its_own_deployment_not_a_rank_and_reads_its_settings_back() {
+    use lab_model::jobs::ForeignJob;
+    let s = settings();
+    let job = ForeignJob {
+        name: "nightly-etl".into(),
+        server: 1,
+        threads: 16,
+        rate: None,
+    };
+    let objs = s.foreign_job(&job).unwrap();
+    assert_eq!(objs.len(), 1);
+    let d = &objs[0];
+    assert_eq!(kind_of(d), "Deployment");
+    assert_eq!(d.metadata.name.as_deref(), Some("nightly-etl"));
+    let labels = pod_template(d)["metadata"]["labels"].clone();
+    assert_eq!(labels[names::COMPONENT_LABEL], "foreign-job");
+    assert_eq!(labels[names::JOB_LABEL], "nightly-etl");
+    assert_eq!(
+        labels[names::INSTANCE_LABEL],
+        "demo",
+        "lab down deletes it with the lab"
+    );
+    // The selector matches its own pod and no rank's.
+    let sel = d.data["spec"]["selector"]["matchLabels"].as_object().unwrap();
+    for (k, v) in sel {
+        assert_eq!(&labels[k], v, "{k}");
+    }
+    assert_eq!(sel[names::COMPONENT_LABEL], "foreign-job");
+    let c = containers(d)[0].clone();
+    assert_eq!(c["command"], serde_json::json!(["lab-reader"]));
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        args.contains(&"--server=storage-1") && args.contains(&"--threads=16"),
+        "{args:?}"
+    );
+    assert!(!args.iter().any(|a| a.starts_with("--rate")), "{args:?}");
+    assert!(
+        c["resources"]["limits"].get("lab.dev/gpu").is_none(),
+        "no GPU: it is not a rank"
+    );
+    assert_eq!(c["resources"]["limits"]["cpu"], "500m");
+    assert_eq!(
+        c["securityContext"]["capabilities"]["drop"],
+        serde_json::json!(["ALL"])
+    );
+    let typed: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": serde_json::to_value(&d.metadata).unwrap(),
+        "spec": d.data["spec"].clone(),
+    }))
+    .unwrap();
+    assert_eq!(super::jobs::job_of(&typed), Some(job.clone()));
+
+    let throttled = ForeignJob {
+        rate: Some(20.0),
+        ..job
+    };
+    let objs = s.foreign_job(&throttled).unwrap();
+    let args = containers(&objs[0])[0]["args"].clone();
+    assert!(
+        args.as_array().unwrap().iter().any(|a| a == "--rate=20"),
+        "{args}"
+    );
+    let typed: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": serde_json::to_value(&objs[0].metadata).unwrap(),
+        "spec": objs[0].data["spec"].clone(),
+    }))
+    .unwrap();
+    assert_eq!(super::jobs::job_of(&typed), Some(throttled));
+}

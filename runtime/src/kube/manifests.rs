@@ -21,6 +21,8 @@ pub const STORAGE_SERVER: &str = include_str!("../../../manifests/storage-server
 pub const SEEDER: &str = include_str!("../../../manifests/seeder.yaml");
 /// The rendezvous and headless Services and the ranks' StatefulSet.
 pub const RANKS: &str = include_str!("../../../manifests/ranks.yaml");
+/// A job of another team reading from one volume server (the competing-job fault; `lab job`).
+pub const FOREIGN_JOB: &str = include_str!("../../../manifests/foreign-job.yaml");
 /// Prometheus, its RBAC and its configuration.
 pub const PROMETHEUS: &str = include_str!("../../../manifests/prometheus.yaml");
 /// The golden-signal rules Prometheus evaluates, embedded so `lab up` works outside the repository.
@@ -46,6 +48,12 @@ pub mod names {
     pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
     /// The label with a volume server's index.
     pub const INDEX_LABEL: &str = "lab.dev/index";
+    /// The component label of a foreign job's Deployment and pod.
+    pub const FOREIGN_JOB_COMPONENT: &str = "foreign-job";
+    /// The label with a foreign job's name.
+    pub const JOB_LABEL: &str = "lab.dev/job";
+    /// A foreign job's metrics port (`lab-reader --metrics-listen`).
+    pub const JOB_METRICS_PORT: u16 = 9400;
     /// The rank container's name.
     pub const RANK_CONTAINER: &str = "rank";
     /// The volume server container's name.
@@ -272,6 +280,35 @@ impl Settings {
     /// As [`Settings::namespace`].
     pub fn ranks(&self) -> Result<Vec<DynamicObject>> {
         objects(RANKS, &self.vars())
+    }
+
+    /// The Deployment of foreign job `job`: its own pod running `lab-reader` against `storage-<server>`,
+    /// with `--rate` when it is held to one. Its settings are also kept as annotations, which is how the
+    /// lab lists it again.
+    ///
+    /// # Errors
+    /// As [`Settings::namespace`].
+    pub fn foreign_job(&self, job: &lab_model::jobs::ForeignJob) -> Result<Vec<DynamicObject>> {
+        let rate = job.rate.map_or_else(|| "none".to_string(), |r| r.to_string());
+        let vars = self
+            .vars()
+            .with("JOB", &job.name)
+            .with("SERVER", job.server)
+            .with("THREADS", job.threads)
+            .with("RATE", &rate);
+        let mut out = objects(FOREIGN_JOB, &vars)?;
+        if let Some(r) = job.rate {
+            for o in &mut out {
+                if let Some(args) = o
+                    .data
+                    .pointer_mut("/spec/template/spec/containers/0/args")
+                    .and_then(serde_json::Value::as_array_mut)
+                {
+                    args.push(serde_json::Value::String(format!("--rate={r}")));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Prometheus as [`Settings::prometheus`], scraping fixed targets by their DNS names instead of

@@ -8,10 +8,12 @@ pub mod actions;
 pub mod api;
 pub mod beside;
 pub mod image;
+pub mod jobs;
 pub mod kind;
 pub mod lifecycle;
 pub mod manifests;
 pub mod status;
+pub mod storage;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -66,6 +66,7 @@ pub fn role_of(pod: &Pod) -> Option<(Role, Option<u32>, String)> {
         "storage-master" => Some((Role::StorageMaster, None, names::STORAGE_MASTER.to_string())),
         "seeder" => Some((Role::Seeder, None, "seeder".to_string())),
         "monitoring" => Some((Role::Monitoring, None, "prometheus".to_string())),
+        obj::FOREIGN_JOB_COMPONENT => Some((Role::ForeignJob, None, labels.get(obj::JOB_LABEL)?.clone())),
         _ => None,
     }
 }
@@ -460,7 +461,10 @@ impl KubeRuntime {
         let pods = self.lab_pods().await?;
         let mut out = Vec::new();
         for p in &pods {
-            let Some((role, Some(index), instance)) = role_of(p) else {
+            let Some((role, index, instance)) = role_of(p) else {
+                continue;
+            };
+            let Some(index) = index.or((role == Role::ForeignJob).then_some(0)) else {
                 continue;
             };
             let has_ip = p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some();
@@ -471,6 +475,7 @@ impl KubeRuntime {
             let (kind, port) = match role {
                 Role::Rank => (TargetKind::Rank, obj::RANK_METRICS_PORT),
                 Role::StorageServer => (TargetKind::Storage, obj::STORAGE_METRICS_PORT),
+                Role::ForeignJob => (TargetKind::Job, obj::JOB_METRICS_PORT),
                 _ => continue,
             };
             out.push(ScrapeTarget {
