@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
-use kube::api::AttachParams;
+use kube::api::{AttachParams, AttachedProcess};
 use lab_model::names;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
@@ -74,6 +74,31 @@ pub fn exec_failure(status: Option<&Status>) -> Option<String> {
     }
 }
 
+/// Reads an `exec`'s stdout and stderr to their ends, then its status: what it printed on each, and
+/// [`exec_failure`]'s verdict.
+pub(super) async fn finish(mut proc: AttachedProcess) -> (String, String, Option<String>) {
+    let status = proc.take_status();
+    let (mut out, mut err) = (String::new(), String::new());
+    let (o, e) = (proc.stdout(), proc.stderr());
+    let read_out = async {
+        if let Some(mut o) = o {
+            let _ = o.read_to_string(&mut out).await;
+        }
+    };
+    let read_err = async {
+        if let Some(mut e) = e {
+            let _ = e.read_to_string(&mut err).await;
+        }
+    };
+    tokio::join!(read_out, read_err);
+    let status = match status {
+        Some(s) => s.await,
+        None => None,
+    };
+    let _ = proc.join().await;
+    (out, err, exec_failure(status.as_ref()))
+}
+
 /// Why a rank container's image cannot run the command (an image from before `lab-beside`).
 fn missing_program(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
@@ -92,33 +117,15 @@ impl KubeRuntime {
                 .stdin(false)
                 .stdout(true)
                 .stderr(true);
-            let mut proc = match self.pods_api().exec(&pod, beside_command(args), &ap).await {
+            let proc = match self.pods_api().exec(&pod, beside_command(args), &ap).await {
                 Ok(p) => p,
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     return Err(RuntimeError::NoSuchInstance(pod.clone()));
                 }
                 Err(e) => return Err(api::kube_err(what.clone(), e)),
             };
-            let status = proc.take_status();
-            let (mut out, mut err) = (String::new(), String::new());
-            let (o, e) = (proc.stdout(), proc.stderr());
-            let read_out = async {
-                if let Some(mut o) = o {
-                    let _ = o.read_to_string(&mut out).await;
-                }
-            };
-            let read_err = async {
-                if let Some(mut e) = e {
-                    let _ = e.read_to_string(&mut err).await;
-                }
-            };
-            tokio::join!(read_out, read_err);
-            let status = match status {
-                Some(s) => s.await,
-                None => None,
-            };
-            let _ = proc.join().await;
-            match exec_failure(status.as_ref()) {
+            let (out, err, failure) = finish(proc).await;
+            match failure {
                 None => Ok(out),
                 Some(m) if missing_program(&m) => Err(RuntimeError::InvalidInput(format!(
                     "{pod}'s image has no {BESIDE_PROGRAM} ({m}): rebuild the lab image from this version \

@@ -19,9 +19,7 @@ use kube::api::{AttachParams, Patch, PatchParams};
 use lab_model::status::Role;
 use lab_model::{Millicores, names};
 use serde_json::json;
-use tokio::io::AsyncReadExt;
 
-use super::beside::exec_failure;
 use super::manifests::names as obj;
 use super::status::{cpu_limit, role_of};
 use super::{KubeRuntime, api};
@@ -199,32 +197,14 @@ impl KubeRuntime {
                 .stdin(false)
                 .stdout(true)
                 .stderr(true);
-            let mut proc = self
+            let proc = self
                 .pods_api()
                 .exec(&pod_name, command, &ap)
                 .await
                 .map_err(|e| api::kube_err(what.clone(), e))?;
-            let status = proc.take_status();
-            let (mut out, mut err) = (String::new(), String::new());
-            let (o, e) = (proc.stdout(), proc.stderr());
-            let read_out = async {
-                if let Some(mut o) = o {
-                    let _ = o.read_to_string(&mut out).await;
-                }
-            };
-            let read_err = async {
-                if let Some(mut e) = e {
-                    let _ = e.read_to_string(&mut err).await;
-                }
-            };
-            tokio::join!(read_out, read_err);
-            let status = match status {
-                Some(s) => s.await,
-                None => None,
-            };
-            let _ = proc.join().await;
+            let (out, err, failure) = super::beside::finish(proc).await;
             let text = format!("{out}{err}");
-            match exec_failure(status.as_ref()) {
+            match failure {
                 None => Ok(text),
                 Some(m) => Err(RuntimeError::Other(format!("{what}: {m}: {}", text.trim()))),
             }
