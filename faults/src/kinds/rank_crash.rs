@@ -86,7 +86,11 @@ impl Injector for RankCrash {
                     Look::Done(format!(
                         "rank-{rank} crashed and was restarted {} time(s) (last exit: {})",
                         p.restarts,
-                        p.message.as_deref().unwrap_or("unknown")
+                        // On Kubernetes the message is there only while the container waits to restart.
+                        p.message
+                            .clone()
+                            .or_else(|| p.last_exit_code.map(|c| format!("exit code {c}")))
+                            .unwrap_or_else(|| "unknown".into())
                     ))
                 }
                 _ => Look::NotYet(format!(

@@ -463,22 +463,26 @@ impl KubeRuntime {
         // stopped (seconds), so a Pending rank is deleted before any GPU is free; and with OrderedReady the
         // StatefulSet brings the ranks back in order, each once its predecessors are Ready. So the rank
         // beyond the GPUs is always the one left Pending, never a lower rank that lost a race for a GPU.
-        let mut ranks: Vec<(u32, String)> = self
+        // Each pod is deleted by its UID as listed here: a pod of the same name made since (the
+        // StatefulSet's replacement of one that went) already reads the new world size and stays.
+        let mut ranks: Vec<(u32, String, Option<String>)> = self
             .lab_pods()
             .await?
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .filter_map(|p| match role_of(&p) {
-                Some((lab_model::Role::Rank, Some(i), _)) => {
-                    Some((i, p.metadata.name.clone().unwrap_or_default()))
-                }
+                Some((lab_model::Role::Rank, Some(i), _)) => Some((
+                    i,
+                    p.metadata.name.clone().unwrap_or_default(),
+                    p.metadata.uid.clone(),
+                )),
                 _ => None,
             })
             .collect();
         ranks.sort();
-        for (_, name) in ranks {
-            match self.delete_pod(&name).await {
-                // Gone already (the rollout took it): nothing to restart.
+        for (_, name, uid) in ranks {
+            match self.delete_pod_of_uid(&name, uid).await {
+                // Gone already (the rollout took it, or replaced it): nothing to restart.
                 Ok(()) | Err(RuntimeError::NoSuchInstance(_)) => {}
                 Err(e) => return Err(e),
             }
@@ -573,11 +577,25 @@ impl KubeRuntime {
     }
 
     async fn delete_pod(&self, name: &str) -> Result<()> {
+        self.delete_pod_of_uid(name, None).await
+    }
+
+    /// Deletes pod `name`; with `uid`, only that very pod (a UID precondition): one made since under the
+    /// same name is left alone, and the answer is [`RuntimeError::NoSuchInstance`], as for a pod gone.
+    async fn delete_pod_of_uid(&self, name: &str, uid: Option<String>) -> Result<()> {
         let what = format!("delete pod {name}");
+        let checked = uid.is_some();
+        let params = DeleteParams {
+            preconditions: uid.map(|uid| kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
         api::within(&what, self.rec.request_timeout, async {
-            match self.pods_api().delete(name, &DeleteParams::default()).await {
+            match self.pods_api().delete(name, &params).await {
                 Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => {
+                Err(kube::Error::Api(s)) if s.code == 404 || (checked && s.code == 409) => {
                     Err(RuntimeError::NoSuchInstance(name.to_string()))
                 }
                 Err(e) => Err(api::kube_err(what.clone(), e)),

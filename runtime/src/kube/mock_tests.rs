@@ -823,6 +823,11 @@ async fn a_resize_that_never_applies_times_out() {
     server.abort();
 }
 
+fn uid(mut pod: Value, uid: &str) -> Value {
+    pod["metadata"]["uid"] = json!(uid);
+    pod
+}
+
 #[tokio::test]
 async fn unplaceable_rank_scales_through_the_scale_subresource_and_sets_the_world_size() {
     let (rt, h) = runtime(DelayChoice::Auto);
@@ -840,11 +845,14 @@ async fn unplaceable_rank_scales_through_the_scale_subresource_and_sets_the_worl
                 .body(|b| assert_eq!(b["spec"]["template"]["metadata"]["annotations"]["lab.dev/world-size"], "5")),
             // the pods are deleted only once the controller has seen the new template
             watch_list(format!("/apis/apps/v1/namespaces/{NS}/statefulsets"), "rank", "StatefulSetList", vec![generation(sts(5, "400m"), 3, 3)]),
-            lab_pods(vec![rank_pod(0, "Running", "400m", "400m"), rank_pod(1, "Running", "400m", "400m"), terminating, pending_rank(4)]),
-            // every rank but the one already going, lowest ordinal first; one the rollout took is fine
-            ex("DELETE", pod_path("rank-0"), Reply::Json(200, rank_pod(0, "Running", "400m", "400m"))),
-            ex("DELETE", pod_path("rank-1"), Reply::Json(404, api_status(404, "NotFound", "pods \"rank-1\" not found"))),
-            ex("DELETE", pod_path("rank-4"), Reply::Json(200, pending_rank(4))),
+            lab_pods(vec![uid(rank_pod(0, "Running", "400m", "400m"), "u0"), uid(rank_pod(1, "Running", "400m", "400m"), "u1"), terminating, uid(pending_rank(4), "u4")]),
+            // every rank but the one already going, lowest ordinal first, each by the UID listed (a pod
+            // made since under its name is left alone); one the rollout took or replaced is fine
+            ex("DELETE", pod_path("rank-0"), Reply::Json(200, rank_pod(0, "Running", "400m", "400m")))
+                .body(|b| assert_eq!(b["preconditions"]["uid"], "u0")),
+            ex("DELETE", pod_path("rank-1"), Reply::Json(409, api_status(409, "Conflict", "Precondition failed: UID in precondition: u1, UID in object meta: u1b"))),
+            ex("DELETE", pod_path("rank-4"), Reply::Json(200, pending_rank(4)))
+                .body(|b| assert_eq!(b["preconditions"]["uid"], "u4")),
         ],
     );
     rt.scale_ranks(5).await.unwrap();

@@ -178,6 +178,14 @@ pub fn pod_status(
         s.resources.cpu_spec = limits.get("cpu").and_then(cpu_of);
         s.resources.gpus = limits.get(gpu_resource).and_then(count_of).unwrap_or(0);
     }
+    // The main container's last exit that was followed by a restart, as kube-state-metrics'
+    // `kube_pod_container_status_last_terminated_exitcode` shows it; none when a signal ended it.
+    s.last_exit_code = container_statuses
+        .iter()
+        .find(|c| c.name == main)
+        .and_then(|c| c.last_state.as_ref()?.terminated.as_ref())
+        .filter(|t| t.signal.unwrap_or(0) == 0)
+        .map(|t| t.exit_code);
     s.resources.cpu_live = container_statuses
         .iter()
         .find(|c| c.name == main)
@@ -526,5 +534,43 @@ mod tests {
             Some("Insufficient cpu")
         );
         assert_eq!(super::short_reason("node(s) had untolerated taint"), None);
+    }
+
+    fn rank_pod(container_statuses: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "rank-1", "labels": {"app.kubernetes.io/component": "rank"}},
+            "spec": {"containers": [{"name": "rank"}, {"name": "delay"}]},
+            "status": {"phase": "Running", "containerStatuses": container_statuses},
+        }))
+        .expect("a pod")
+    }
+
+    #[test]
+    fn last_exit_code_is_the_rank_containers_last_termination() {
+        let pod = rank_pod(serde_json::json!([
+            {"name": "delay", "ready": true, "restartCount": 0, "image": "i", "imageID": "",
+             "lastState": {"terminated": {"exitCode": 9}}},
+            {"name": "rank", "ready": false, "restartCount": 2, "image": "i", "imageID": "",
+             "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+             "lastState": {"terminated": {"exitCode": 3, "message": "device lost"}}},
+        ]));
+        let s = super::pod_status(&pod, "lab.dev/gpu", None, &[]).expect("a rank");
+        assert_eq!(s.last_exit_code, Some(3));
+        assert_eq!(s.restarts, 2);
+        assert_eq!(s.reason.as_deref(), Some("CrashLoopBackOff"));
+
+        let fresh = rank_pod(serde_json::json!([
+            {"name": "rank", "ready": true, "restartCount": 0, "image": "i", "imageID": "",
+             "state": {"running": {}}},
+        ]));
+        let s = super::pod_status(&fresh, "lab.dev/gpu", None, &[]).expect("a rank");
+        assert_eq!(s.last_exit_code, None, "no exit before the first restart");
+
+        let signalled = rank_pod(serde_json::json!([
+            {"name": "rank", "ready": true, "restartCount": 1, "image": "i", "imageID": "",
+             "lastState": {"terminated": {"exitCode": 137, "signal": 9}}},
+        ]));
+        let s = super::pod_status(&signalled, "lab.dev/gpu", None, &[]).expect("a rank");
+        assert_eq!(s.last_exit_code, None, "a signal is not an exit code");
     }
 }
