@@ -66,7 +66,7 @@ pub const RANK_CRASH_LOOPING: Rule = Rule {
     for_ms: 0,
     keep_firing_ms: 0,
 };
-/// A rank is CPU-starved: throttled in over 10% of its CFS periods, and far more than its siblings.
+/// A rank is CPU-starved: throttled in over 25% of its CFS periods, and far more than its siblings.
 pub const CPU_THROTTLED: Rule = Rule {
     name: "LabRankCpuThrottled",
     signal: GoldenSignal::Saturation,
@@ -171,13 +171,10 @@ pub const COMPUTE_SLOW_FACTOR: f64 = 1.3;
 /// machine, and short enough to open the incident within seconds.
 pub const COMMIT_WAITING_MAX_SECONDS: f64 = 5.0;
 
-/// The baseline's window: `[5s]` over the recorded 3 s throughput. Five 1 s evaluations of a 3 s rate
-/// cover 7 s of training, and neighbouring values share at most 2 s of it, so a small spread among them
-/// says the job is steady; the former latch over 10 values of the 10 s rate needed 10 s and more, and its
-/// values, each sharing 9 s of data with the next, varied little even while the job still warmed up.
-pub const BASELINE_WINDOW_MS: i64 = 5_000;
-/// The baseline needs this many recorded values in its window (a full window at 1 s).
-pub const BASELINE_MIN_SAMPLES: usize = 5;
+/// The baseline's window: `[10s]` over the recorded throughput.
+pub const BASELINE_WINDOW_MS: i64 = 10_000;
+/// The baseline needs this many recorded values in its window (a full window at 1 s, some slack).
+pub const BASELINE_MIN_SAMPLES: usize = 8;
 /// ... and a standard deviation under this fraction of the mean (the job is stable).
 pub const BASELINE_MAX_VARIATION: f64 = 0.1;
 
@@ -187,7 +184,7 @@ pub mod recorded {
     pub const JOB_SAMPLES: &str = "lab:job_samples_per_second";
     /// `sum(rate(lab_samples_total[3s])) or vector(0)`: what the throughput rule compares.
     pub const JOB_SAMPLES_SHORT: &str = "lab:job_samples_per_second:rate3s";
-    /// The latched baseline of [`JOB_SAMPLES_SHORT`].
+    /// The latched baseline of [`JOB_SAMPLES`].
     pub const JOB_SAMPLES_BASELINE: &str = "lab:job_samples_per_second:baseline";
     /// `histogram_quantile(0.5, sum by (le) (rate(lab_step_duration_seconds_bucket[10s])))`.
     pub const JOB_STEP_SECONDS: &str = "lab:job_step_seconds";
@@ -451,12 +448,12 @@ impl Engine {
     }
 }
 
-/// The baseline latch (the rule file's self-referencing recording rule): once the last 5 s hold at
-/// least 5 recorded 3 s throughput values, all above zero, with a standard deviation under 10% of their
+/// The baseline latch (the rule file's self-referencing recording rule): once the last 10 s hold at
+/// least 8 recorded throughput values, all above zero, with a standard deviation under 10% of their
 /// mean, the mean is the baseline, and it stays.
 fn learn(store: &Store, t: i64) -> Option<LearnedBaseline> {
     let any = |_: &Labels| true;
-    let series = store.range(recorded::JOB_SAMPLES_SHORT, t, BASELINE_WINDOW_MS, any);
+    let series = store.range(recorded::JOB_SAMPLES, t, BASELINE_WINDOW_MS, any);
     let pts = &series.first()?.1;
     let mean = avg_over_time(pts);
     let stable = pts.len() >= BASELINE_MIN_SAMPLES

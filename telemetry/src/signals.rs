@@ -45,12 +45,8 @@ pub const WINDOW_MS: i64 = 3_000;
 /// The window of the job's throughput and step time, `[10s]`: the baseline, the display and the drills'
 /// verification read these, and they need to be steady rather than quick.
 pub const JOB_WINDOW_MS: i64 = 10_000;
-/// A rank throttled in more than this share of its CFS periods may be CPU-starved... On a loaded machine
-/// the ranks get under 150m each anyway, so a limit cut to 150m binds only now and then: measured (load
-/// near 19) 17-20% of rank-1's periods throttled against none of its siblings', which a 25% floor missed
-/// for 40 s and more. The sibling test below keeps a quiet lab's healthy ranks, all throttled alike,
-/// from firing.
-pub const THROTTLED_MIN_RATIO: f64 = 0.1;
+/// A rank throttled in more than this share of its CFS periods may be CPU-starved...
+pub const THROTTLED_MIN_RATIO: f64 = 0.25;
 /// ...when its throttled seconds per second are also more than this many times the ranks' median.
 pub const THROTTLED_SIBLING_FACTOR: f64 = 2.0;
 
