@@ -22,15 +22,14 @@ pub struct LastCheckpoint {
 
 /// Judges one remediation: `detected_ms` is when the fault was detected (the expect step's detection, or
 /// the injection when the drill expects nothing), `since_detection` the change records from then to the
-/// end of the remediation, `fix_by` the `by` its own changes carry (`remediation 1`, `agent 2`): its first
-/// change is the first of those that is not a checkpoint, whoever else changed the lab meanwhile. `Ok` says which checkpoint saved the run,
+/// end of the remediation, `remediation_start_ms` when it began. `Ok` says which checkpoint saved the run,
 /// `Err` why none did.
 ///
 /// # Errors
 /// A sentence for the report when no checkpoint was saved on request in the window.
 pub fn judge(
     detected_ms: u64,
-    fix_by: &str,
+    remediation_start_ms: u64,
     since_detection: &[ChangeRecord],
     last: LastCheckpoint,
 ) -> Result<String, String> {
@@ -41,7 +40,7 @@ pub fn judge(
     changes.sort_by_key(|c| c.at_ms);
     let fix = changes
         .iter()
-        .find(|c| !is_checkpoint(c) && c.by.as_deref() == Some(fix_by));
+        .find(|c| !is_checkpoint(c) && c.at_ms >= remediation_start_ms);
     let saved: Vec<&&ChangeRecord> = changes.iter().filter(|c| is_checkpoint(c)).collect();
     let before_fix = saved
         .iter()
@@ -120,8 +119,6 @@ mod tests {
 
     const DETECTED: u64 = 1_000_000;
     const START: u64 = 1_002_000;
-    /// The `by` of the judged remediation's changes.
-    const FIX: &str = "remediation 1";
 
     fn change(at_ms: u64, target: &str, what: &str, after: &str) -> ChangeRecord {
         ChangeRecord {
@@ -146,7 +143,6 @@ mod tests {
     fn clear(at_ms: u64) -> ChangeRecord {
         let mut c = change(at_ms, "storage-1", "added delay", "0 ms");
         c.source = ChangeSource::Fault;
-        c.by = Some(FIX.into());
         c
     }
 
@@ -159,7 +155,7 @@ mod tests {
     fn a_checkpoint_before_the_first_change_passes() {
         let ok = judge(
             DETECTED,
-            FIX,
+            START,
             &[saved(START + 500, 412), clear(START + 900)],
             PERIODIC_BEFORE,
         )
@@ -171,7 +167,7 @@ mod tests {
         assert!(
             judge(
                 DETECTED,
-                FIX,
+                START,
                 &[clear(START + 500), saved(START + 500, 412)],
                 PERIODIC_BEFORE
             )
@@ -181,7 +177,7 @@ mod tests {
         assert!(
             judge(
                 DETECTED,
-                FIX,
+                START,
                 &[saved(START - 1_000, 405), clear(START + 10)],
                 PERIODIC_BEFORE
             )
@@ -191,7 +187,7 @@ mod tests {
 
     #[test]
     fn no_checkpoint_says_which_was_the_last() {
-        let e = judge(DETECTED, FIX, &[clear(START + 900)], PERIODIC_BEFORE).unwrap_err();
+        let e = judge(DETECTED, START, &[clear(START + 900)], PERIODIC_BEFORE).unwrap_err();
         assert!(
             e.starts_with("no checkpoint saved before the fix: the last checkpoint was step 400 at "),
             "{e}"
@@ -207,14 +203,14 @@ mod tests {
             step: Some(500),
             at_ms: Some(START + 100),
         };
-        let e = judge(DETECTED, FIX, &[clear(START + 900)], periodic).unwrap_err();
+        let e = judge(DETECTED, START, &[clear(START + 900)], periodic).unwrap_err();
         assert!(e.contains("on its own schedule, not asked for"), "{e}");
         let none = LastCheckpoint {
             step: None,
             at_ms: None,
         };
         assert!(
-            judge(DETECTED, FIX, &[], none)
+            judge(DETECTED, START, &[], none)
                 .unwrap_err()
                 .contains("no checkpoint at all")
         );
@@ -224,7 +220,7 @@ mod tests {
     fn a_checkpoint_after_the_fix_is_too_late() {
         let e = judge(
             DETECTED,
-            FIX,
+            START,
             &[clear(START + 100), saved(START + 2_100, 470)],
             PERIODIC_BEFORE,
         )
@@ -237,7 +233,7 @@ mod tests {
     fn checkpoints_before_the_detection_do_not_count() {
         let e = judge(
             DETECTED,
-            FIX,
+            START,
             &[saved(DETECTED - 5_000, 380), clear(START + 100)],
             PERIODIC_BEFORE,
         )
@@ -249,37 +245,8 @@ mod tests {
     }
 
     #[test]
-    fn the_fix_is_told_by_who_made_the_change_not_by_when() {
-        // A fault's own change (no `by`) after the detection, before the remediation saved and fixed: not
-        // the fix's first change.
-        let mut fault = clear(START + 100);
-        fault.by = None;
-        let ok = judge(
-            DETECTED,
-            FIX,
-            &[fault.clone(), saved(START + 500, 412), clear(START + 900)],
-            PERIODIC_BEFORE,
-        )
-        .unwrap();
-        assert!(ok.starts_with("checkpoint saved first: step 412"), "{ok}");
-        // Another remediation's change is not this one's either.
-        let mut other = clear(START + 100);
-        other.by = Some("remediation 2".into());
-        assert!(judge(DETECTED, FIX, &[other, saved(START + 500, 412)], PERIODIC_BEFORE).is_ok());
-        // This one's own change before its checkpoint fails it, wherever its command started.
-        let e = judge(
-            DETECTED,
-            FIX,
-            &[fault, clear(START - 1_500), saved(START + 500, 412)],
-            PERIODIC_BEFORE,
-        )
-        .unwrap_err();
-        assert!(e.contains("after the fix's first change"), "{e}");
-    }
-
-    #[test]
     fn a_remediation_that_only_saves_passes_this_judge() {
-        let ok = judge(DETECTED, FIX, &[saved(START + 300, 410)], PERIODIC_BEFORE).unwrap();
+        let ok = judge(DETECTED, START, &[saved(START + 300, 410)], PERIODIC_BEFORE).unwrap();
         assert!(ok.contains("changed nothing else"), "{ok}");
     }
 }

@@ -118,10 +118,10 @@ impl<S: SnapshotSource> Session<'_, S> {
             }
         };
         let end = now_ms();
-        let by = crate::bundle::FixBy::Agent.tag(self.fixes.len() + 1);
+        super::session::past_ms(end);
         let mut saved = None;
         let (ok, summary, verdict) =
-            match self.checkpoint_first(ok && checkpoint_first, started, end, &by, last_checkpoint) {
+            match self.checkpoint_first(ok && checkpoint_first, started, end, last_checkpoint) {
                 Some(Ok(s)) => {
                     saved = Some(s);
                     (ok, summary, verdict)
@@ -133,7 +133,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             report.problem = Some(summary.clone());
         }
         self.fixes.push(crate::bundle::FixBy::Agent);
-        let changes = self.changes_by(&by);
+        let changes = self.changes_between(started, end);
         self.mitigated_ms = Some(end);
         let mut ev: Vec<String> = saved.into_iter().chain(changes.iter().cloned()).collect();
         ev.push(format!(

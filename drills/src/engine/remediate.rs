@@ -200,9 +200,9 @@ impl<S: SnapshotSource> Session<'_, S> {
             }
         };
         let end = now_ms();
-        let by = crate::bundle::FixBy::Remediation.tag(nth + 1);
+        super::session::past_ms(end);
         self.fixes.push(crate::bundle::FixBy::Remediation);
-        report.changes = self.changes_by(&by);
+        report.changes = self.changes_between(started, end);
         if report.duration_s == 0.0 {
             report.duration_s = end.saturating_sub(started) as f64 / 1000.0;
         }
@@ -212,7 +212,6 @@ impl<S: SnapshotSource> Session<'_, S> {
             ok && spec.checkpoint_before_fix,
             started,
             end,
-            &by,
             last_checkpoint,
         ) {
             Some(Ok(saved)) => {
@@ -246,14 +245,12 @@ impl<S: SnapshotSource> Session<'_, S> {
     }
 
     /// When `required`, whether a checkpoint was saved on request after the fault was detected and before
-    /// the first change of the remediation that ran from `started` to `end`, its changes marked `by` (`Ok`:
-    /// which one). The window is time (since the detection); the remediation's changes are told by `by`.
+    /// the first change of the remediation that ran from `started` to `end` (`Ok`: which one).
     pub(super) fn checkpoint_first(
         &self,
         required: bool,
         started: u64,
         end: u64,
-        by: &str,
         last: LastCheckpoint,
     ) -> Option<Result<String, String>> {
         if !required {
@@ -275,18 +272,17 @@ impl<S: SnapshotSource> Session<'_, S> {
                 .collect(),
             Err(e) => return Some(Err(format!("cannot read the change log: {e}"))),
         };
-        Some(crate::checkpoint_first::judge(detected, by, &changes, last))
+        Some(crate::checkpoint_first::judge(detected, started, &changes, last))
     }
 
-    /// The change log's lines of the changes one remediation made: those that carry its `by`.
-    pub(super) fn changes_by(&self, by: &str) -> Vec<String> {
+    pub(super) fn changes_between(&self, from: u64, to: u64) -> Vec<String> {
         self.lab
             .ledger
             .read()
             .map(|d| {
                 d.changes
                     .iter()
-                    .filter(|c| c.by.as_deref() == Some(by))
+                    .filter(|c| c.at_ms >= from && c.at_ms <= to)
                     .map(lab_model::ChangeRecord::line)
                     .collect()
             })
