@@ -839,6 +839,7 @@ fn every_manifest_grants_added_capabilities_only_to_the_delay_container() {
         manifests::SEEDER,
         manifests::RANKS,
         manifests::PROMETHEUS,
+        manifests::FOREIGN_JOB,
     ];
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
     for f in std::fs::read_dir(&dir).unwrap().flatten() {
@@ -874,6 +875,16 @@ fn every_manifest_grants_added_capabilities_only_to_the_delay_container() {
     objects.extend(s.seeder().unwrap());
     objects.extend(s.ranks().unwrap());
     objects.extend(s.prometheus("groups: []\n").unwrap());
+    // The competing-job fault's foreign job, a Deployment of its own.
+    objects.extend(
+        s.foreign_job(&lab_model::jobs::ForeignJob {
+            name: "nightly-etl".into(),
+            server: 1,
+            threads: 64,
+            rate: None,
+        })
+        .unwrap(),
+    );
 
     // Every container of every pod the lab deploys, plus the ephemeral container the slow-storage fault adds.
     let mut containers: Vec<(String, Value)> = Vec::new();
