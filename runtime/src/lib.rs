@@ -355,6 +355,40 @@ pub fn unsupported(kind: RuntimeKind, what: &str) -> RuntimeError {
 ///
 /// # Errors
 /// [`RuntimeError::InvalidInput`] when rank 0 has no endpoint now (it is not running).
+/// The median of `samples` timed probes (at least one) sent `spacing` apart without waiting for answers, so
+/// a server held to a CPU budget per period is caught mid-period too. A probe that times out counts as
+/// `timeout`; any other error is the answer.
+pub(crate) async fn median_probe<F, Fut>(
+    samples: usize,
+    spacing: std::time::Duration,
+    timeout: std::time::Duration,
+    probe: F,
+) -> Result<std::time::Duration>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let n = u32::try_from(samples.max(1)).unwrap_or(u32::MAX);
+    let one = |i: u32| {
+        let p = probe();
+        async move {
+            tokio::time::sleep(spacing * i).await;
+            let t = std::time::Instant::now();
+            match p.await {
+                Ok(()) => Ok(t.elapsed()),
+                Err(RuntimeError::Timeout { .. }) => Ok(timeout),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let mut times = futures::future::join_all((0..n).map(one))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
 pub(crate) fn rank0_target(targets: Vec<ScrapeTarget>) -> Result<ScrapeTarget> {
     targets
         .into_iter()

@@ -280,30 +280,18 @@ impl KubeRuntime {
         let pod = self.storage_pod(server).await?;
         let pod_name = pod.metadata.name.unwrap_or_default();
         let path = api::pod_proxy_path(&self.rec.namespace, &pod_name, VOLUME_PORT, "status");
-        let one = |i: u32| {
+        crate::median_probe(samples, PROBE_SPACING, PROBE_TIMEOUT, || {
             let path = path.clone();
             async move {
-                tokio::time::sleep(PROBE_SPACING * i).await;
                 let req = http::Request::get(path)
                     .body(Vec::new())
                     .map_err(|e| RuntimeError::Other(e.to_string()))?;
-                let t = Instant::now();
-                match api::request_text(&self.client, req, "probe a volume server directly", PROBE_TIMEOUT)
+                api::request_text(&self.client, req, "probe a volume server directly", PROBE_TIMEOUT)
                     .await
-                {
-                    Ok(_) => Ok(t.elapsed()),
-                    Err(RuntimeError::Timeout { .. }) => Ok(PROBE_TIMEOUT),
-                    Err(e) => Err(e),
-                }
+                    .map(|_| ())
             }
-        };
-        let n = u32::try_from(samples.max(1)).unwrap_or(u32::MAX);
-        let mut times = futures::future::join_all((0..n).map(one))
-            .await
-            .into_iter()
-            .collect::<Result<Vec<_>>>()?;
-        times.sort();
-        Ok(times[times.len() / 2])
+        })
+        .await
     }
 
     /// Moves volume `vid` from server `from` to `to` with `volume.move`, then waits until the master

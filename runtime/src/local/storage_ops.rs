@@ -131,26 +131,16 @@ impl LocalRuntime {
     /// [`PROBE_TIMEOUT`].
     pub(super) async fn probe_own(&self, server: u32, samples: usize) -> Result<Duration> {
         let url = format!("http://{}/status", self.weed_node(server));
-        let one = |i: u32| {
+        crate::median_probe(samples, PROBE_SPACING, PROBE_TIMEOUT, || {
             let url = url.clone();
             async move {
-                tokio::time::sleep(PROBE_SPACING * i).await;
-                let t = Instant::now();
-                match http::get(&url, PROBE_TIMEOUT).await {
-                    Ok((200, _)) => Ok(t.elapsed()),
-                    Ok((code, _)) => Err(RuntimeError::Other(format!("storage-{server} answered {code}"))),
-                    Err(RuntimeError::Timeout { .. }) => Ok(PROBE_TIMEOUT),
-                    Err(e) => Err(e),
+                match http::get(&url, PROBE_TIMEOUT).await? {
+                    (200, _) => Ok(()),
+                    (code, _) => Err(RuntimeError::Other(format!("storage-{server} answered {code}"))),
                 }
             }
-        };
-        let n = u32::try_from(samples.max(1)).unwrap_or(u32::MAX);
-        let mut times = futures::future::join_all((0..n).map(one))
-            .await
-            .into_iter()
-            .collect::<Result<Vec<_>>>()?;
-        times.sort();
-        Ok(times[times.len() / 2])
+        })
+        .await
     }
 
     /// Moves volume `vid` from server `from` to server `to`: `weed backup` into `to`'s data directory,
