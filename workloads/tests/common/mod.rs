@@ -233,6 +233,9 @@ impl Weed {
                     &format!("-port.grpc={grpc}"),
                     &format!("-mdir={}", dir.path().join("master").display()),
                     "-volumeSizeLimitMB=64",
+                    // One master needs no election: without this the first volume server's heartbeat
+                    // meets "not current leader" and retries 5 s later, as the lab's own master does not.
+                    "-peers=none",
                 ]),
                 dir.path(),
             );
