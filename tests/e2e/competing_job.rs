@@ -1,14 +1,15 @@
 //! The competing-job fault end to end on the local runtime, on one lab: another team's job (its own
 //! process and cgroup, not a rank) loads storage-1; the evidence names the client that loads it and the
 //! server's own latency beside the ranks'; `lab job list/throttle/stop` see and fix it, and refuse what
-//! is not a foreign job, a zero rate or garbage without changing anything; the built-in drill passes with
-//! the right fix (throttling that job).
+//! is not a foreign job, a zero rate or garbage without changing anything; in the built-in drill the
+//! look-alike's fix (draining storage-1, slow-disk's right fix) fails and the right fix (throttling that
+//! job) then passes.
 
 use std::time::{Duration, Instant};
 
 use lab_model::Snapshot;
 use lab_model::status::{Phase, Role};
-use lab_tests::{Lab, pct, serial, text};
+use lab_tests::{Edits, Lab, drill_copy, pct, serial, text, trap_first};
 use serde_json::Value;
 
 const JOB: &str = "nightly-etl";
@@ -181,21 +182,56 @@ fn competing_job_loads_one_server_and_throttling_that_job_fixes_it() {
     // The fault's clear finds the job gone and changes nothing more.
     lab.ok(&["fault", "clear", "--all"]);
 
-    // The built-in drill with the right fix passes.
+    // The built-in drill: draining storage-1 first (the slow-disk fix: the ranks' data moves, and the
+    // neighbour, reading the same needles through the master, follows it) must fail its verification;
+    // throttling the neighbour then passes. Its trap's deadline is 30 s: the right fix was back 21 s after
+    // the inject on kind, and within its verification's first seconds here.
     let report = lab.dir().parent().unwrap().join("competing-job-drill.json");
+    let file = lab.dir().parent().unwrap().join("competing-job-trap-first.yaml");
+    let right = drill_copy(
+        "competing-job",
+        &Edits {
+            command: Some("lab job throttle nightly-etl --rate 20"),
+            ..Edits::default()
+        },
+    );
+    std::fs::write(&file, trap_first(&right, "lab storage drain 1", "30s")).unwrap();
     let out = lab.run(&[
         "drill",
         "run",
-        "competing-job",
-        "--remediate",
-        "lab job throttle nightly-etl --rate 20",
+        file.to_str().unwrap(),
         "--report",
         report.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "the drill failed:\n{}", text(&out));
     let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    eprintln!("drill figures: {}", r["drills"][0]["figures"]);
-
+    let d = &r["drills"][0];
+    let verified: Vec<(bool, &str)> = d["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["step"] == "verify")
+        .map(|s| (s["ok"] == true, s["summary"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(verified.len(), 2, "{}", d["steps"]);
+    assert!(
+        !verified[0].0,
+        "draining storage-1 must not fix a noisy neighbour: {}",
+        verified[0].1
+    );
+    assert!(verified[1].0, "throttling the neighbour must: {}", verified[1].1);
+    let changes: Vec<String> = d["remediations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["changes"].to_string())
+        .collect();
+    assert!(
+        changes[0].contains("storage-1"),
+        "the drain's changes: {}",
+        changes[0]
+    );
+    eprintln!("drill figures: {}; the trap: {}", d["figures"], verified[0].1);
     lab.down();
     let left = lab.leftovers(&ports);
     assert!(left.is_empty(), "left behind: {left:?}");

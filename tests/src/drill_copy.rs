@@ -86,6 +86,40 @@ pub fn drill_copy(builtin: &str, edits: &Edits) -> String {
     out
 }
 
+/// A copy whose last remediation is tried twice: first `trap` (the look-alike's fix), judged with a verify
+/// deadline of `deadline`, which must fail; then the copy's own remediation and verification, which must
+/// pass. The drill goes back for its second attempt on the failed verification, so one drill shows the
+/// trap failing and the right fix passing, at the cost of one fault's set-up. `copy` must end with its
+/// last `remediate` and `verify` steps, as every built-in does.
+pub fn trap_first(copy: &str, trap: &str, deadline: &str) -> String {
+    let start = copy
+        .rfind("\n  - remediate:")
+        .expect("a drill with a remediate step")
+        + 1;
+    let tail = &copy[start..];
+    assert!(
+        tail.contains("\n  - verify:"),
+        "the last remediate is followed by its verify"
+    );
+    let mut trapped = String::new();
+    for line in tail.lines() {
+        let t = line.trim_start();
+        let indent = &line[..line.len() - t.len()];
+        match t.split_once(": ").map_or(t, |(k, _)| k) {
+            // The copy's own command, if it has one, is the right fix's: the trap's replaces it.
+            "command" if indent.len() > 2 => continue,
+            "timeout" => trapped.push_str(&format!(
+                "{line}\n{indent}command: '{}'",
+                trap.replace('\'', "''")
+            )),
+            "deadline" => trapped.push_str(&format!("{indent}deadline: {deadline}")),
+            _ => trapped.push_str(line),
+        }
+        trapped.push('\n');
+    }
+    format!("{}{trapped}{tail}", &copy[..start])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +172,47 @@ mod tests {
             .replace("      hold: 10s\n", "      hold: 3s\n");
         assert_ne!(builtin, want);
         assert_eq!(copy, want);
+    }
+
+    #[test]
+    fn a_trap_first_copy_tries_the_trap_then_the_right_fix() {
+        let right = drill_copy(
+            "slow-disk",
+            &Edits {
+                command: Some("lab storage drain 1"),
+                ..Edits::default()
+            },
+        );
+        let copy = trap_first(&right, "lab restart rank 1", "25s");
+        let steps: Vec<&str> = copy
+            .lines()
+            .filter(|l| l.starts_with("  - "))
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            steps,
+            [
+                "- inject:",
+                "- expect:",
+                "- remediate:",
+                "- verify:",
+                "- remediate:",
+                "- verify:"
+            ]
+        );
+        let commands: Vec<&str> = copy
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("command: "))
+            .collect();
+        assert_eq!(commands, ["'lab restart rank 1'", "'lab storage drain 1'"]);
+        let deadlines: Vec<&str> = copy
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("deadline: "))
+            .collect();
+        assert_eq!(deadlines, ["25s", "60s"]);
+        // Everything before the remediation is the copy's, untouched, and the right fix comes last as it was.
+        let at = right.rfind("  - remediate:").unwrap();
+        assert!(copy.starts_with(&right[..at]));
+        assert!(copy.ends_with(&right[at..]));
     }
 }

@@ -16,7 +16,7 @@ use lab_model::Snapshot;
 
 pub mod drill_copy;
 pub mod tmux;
-pub use drill_copy::{Edits, drill_copy};
+pub use drill_copy::{Edits, drill_copy, trap_first};
 pub use tmux::Tmux;
 
 /// End-to-end labs share two cores: one at a time, whatever test binary thread asks.
