@@ -4,8 +4,9 @@
 #   bad input refused (no record, no cluster left) → lab up --runtime kind → status, incident, console (in
 #   tmux) → Prometheus in the cluster agrees with the lab's alerts on a throttled rank → three built-in
 #   drills (stuck-rollout with a shorter verify deadline, also with its trap, which must fail) → slow-compute,
-#   rank-hang and rank-crash with their right fixes (through `exec` in the rank containers) → lab down (cluster and
-#   kind's network gone) → lab up --nodes 2 (GPUs split 2 + 2, ranks on both nodes) → the three faults by
+#   rank-hang, rank-crash, slow-disk, competing-job and the chained week, each with its trap first (which
+#   must fail) and then its right fix (which must pass), through `exec` in the rank and storage containers
+#   → lab down (cluster and kind's network gone) → lab up --nodes 2 (GPUs split 2 + 2, ranks on both nodes) → the three faults by
 #   hand, each with its proof → lab down → nothing left
 #
 #   scripts/kind-e2e.sh
@@ -35,6 +36,13 @@ DRILLS=(slow-storage throttled-rank)
 # (147 ms steps, the machine at load 37); 30 s covers steps up to 300 ms. The trap with it failed on the
 # stall (0 % of baseline 30 s after `lab scale ranks 4`).
 STUCK_DEADLINE=30s
+# The verify deadline of a trap tried before the right fix (trap_first below). A trap fails only when it
+# runs out, so it is as long as the right fix needed there, no longer. Measured on kind (2026-12-02, nothing
+# else running), from the right fix's remediation to back at baseline, after the trap: slow-compute 6.7 s,
+# competing-job 8.9 s, chained-week 8.2 s (30 s for these); rank-hang 30.0 s (40 s); rank-crash 76.9 s (80 s:
+# its rank must train 100 steps without the next crash). slow-disk's right fix without a trap before it
+# was back about 40 s after the drain (45 s).
+TRAP_DEADLINE=30s
 E2E_T0=$(date +%s)
 mkdir -p "$REPORTS"
 # The lab's state in a folder of this run's, so the kubeconfig of the cluster is known.
@@ -231,6 +239,48 @@ for line in sys.stdin.read().splitlines():
     print(line)
 ' "$2" "$3" "$4" "${5:-}" < "$src" > "$REPORTS/$2.yaml" || die "copying drill $1"
 }
+# trap_first <name> <trap command> <trap's verify deadline>: $REPORTS/<name>.yaml (a drill_copy) with its
+# last remediation tried twice: first the trap (a look-alike's fix), whose verification must fail, then the
+# copy's own command, whose verification must pass. The drill goes back for its second attempt on the failed
+# verification, so one drill shows both verdicts at the cost of one fault's set-up (the local end-to-end
+# tests run each trap as a drill of its own: tests/e2e/rank_drills.rs).
+trap_first() {
+  python3 -c '
+import sys
+path, trap, deadline = sys.argv[1:]
+copy = open(path).read()
+start = copy.rindex("\n  - remediate:") + 1
+tail = copy[start:]
+out = []
+for line in tail.splitlines():
+    t = line.lstrip()
+    ind = line[: len(line) - len(t)]
+    key = t.split(": ")[0]
+    if key == "command" and len(ind) > 2:
+        continue
+    if key == "timeout":
+        line += "\n" + ind + "command: " + chr(39) + trap.replace(chr(39), 2 * chr(39)) + chr(39)
+    elif key == "deadline":
+        line = ind + "deadline: " + deadline
+    out.append(line)
+open(path, "w").write(copy[:start] + "\n".join(out) + "\n" + tail)
+' "$REPORTS/$1.yaml" "$2" "$3" || die "making $1's trap-first copy"
+}
+# run_trap_first <name>: runs the copy, which must pass, with its trap's verification failed before it.
+run_trap_first() {
+  local t r=$REPORTS/$1.json
+  t=$(now)
+  run_drill "$REPORTS/$1.yaml" "$1"
+  figure "drill $1, trap then right fix (s)" "$(since "$t")"
+  drill_figures "$1"
+  if ! jq -e '[.drills[0].steps[] | select(.step == "verify") | .ok][-2:] == [false, true]' "$r" >/dev/null 2>&1; then
+    say "drill $1: the trap's verification did not fail before the right fix's passed (report: $r)"
+    FAILED+=("$1 trap verdict")
+  else
+    say "$1: the trap failed as it must: $(jq -r '[.drills[0].steps[] | select(.step == "verify")][-2].summary' "$r" | cut -c1-160)"
+  fi
+  expect_all_ready "after drill $1"
+}
 drill_copy stuck-rollout stuck-rollout "$STUCK_DEADLINE" no
 drill_copy stuck-rollout stuck-rollout-trap "$STUCK_DEADLINE" no "lab scale ranks 4"
 for d in "${DRILLS[@]}" stuck-rollout; do
@@ -263,18 +313,17 @@ expect_all_ready "after the stuck-rollout trap"
 # paid for by stuck-rollout's shorter verify deadline (60 s less for its trap).
 stop_hogs='for r in 1 2; do for p in $(lab rank procs $r --json | jq -r ".[] | select(.rank_itself | not) | .pid"); do lab rank stop $r --pid $p || exit 1; done; done'
 drill_copy slow-compute slow-compute - yes "$stop_hogs"
+trap_first slow-compute "lab apply --cpu 400m" "$TRAP_DEADLINE"
 drill_copy rank-hang rank-hang - yes "lab restart rank 1"
+trap_first rank-hang "lab restart rank 2" 40s
 # rank-crash with its right fix (rank-1's own key removed from lab-config); it keeps the built-in's 100 steps
 # to verify, as the local tier's copy does. By hand on kind (load ~15): 97 s, LabRankCrashLooping on rank-1
 # 23.9 s after the inject, back 72.1 s after it; its trap (`lab restart rank 1`) failed as it must.
 drill_copy rank-crash rank-crash - no "lab rank env 1 --unset LAB_DEVICE_FAULT_AFTER"
 sed -i -e 's/^warmup: .*/warmup: 2s/' -e 's/^baseline: .*/baseline: 8s/' "$REPORTS/rank-crash.yaml"
+trap_first rank-crash "lab restart rank 1" 80s
 for d in slow-compute rank-hang rank-crash; do
-  t=$(now)
-  run_drill "$REPORTS/$d.yaml" "$d"
-  figure "drill $d (s)" "$(since "$t")"
-  drill_figures "$d"
-  expect_all_ready "after drill $d"
+  run_trap_first "$d"
 done
 # "Storage is slow" on the cluster, with the right fixes: storage-1's volume container held to 6m of CPU
 # (resized in place; the kubelet's floor makes it 10m in each 100 ms), fixed by moving the job's data off it
@@ -283,23 +332,40 @@ done
 # storage-1 hard, fixed by stopping it. A checkpoint is saved before each fix. Short copies: on kind (load
 # 13-22, another kind lab starting beside it) slow-disk took 102 s (detected after 7.1 s, 25 % of baseline,
 # back 88.6 s after the inject) and competing-job 76 s (4.2 s, 66 %, 20.7 s).
-drill_copy slow-disk slow-disk - yes "lab checkpoint && lab storage drain 1"
+# The seed's week on the cluster: fault 1 fixed and verified; then fault 2 with fault 1's fix in the change
+# log, and the seed agent's second fix first (putting the delay back: the last change treated as the
+# newest suspect), which must fail; then the lab's own clear, which must pass. Before the storage drills:
+# its slow-storage needs rank-1's data on storage-1.
+drill_copy chained-week chained-week - yes "lab fault clear --all"
+trap_first chained-week "lab fault inject slow-storage --server 1 --delay 300ms" "$TRAP_DEADLINE"
+run_trap_first chained-week
+# After slow-disk's trap the job is stalled: restarting rank-1 sends its peers back to rendezvous too, each
+# rank's pod is restarted with the kubelet's back-off, and each reads its shards again, rank-1 from the
+# starved server. No checkpoint can be saved then (rank-0 answers a checkpoint request at a step; `lab
+# checkpoint` timed out after 5 s), so the right fix is the drain alone, and its verification gets 150 s
+# (the built-in's 60 s ran out 5 s before the job was back, the ranks still in back-off). The local
+# end-to-end test (tests/e2e/slow_disk.rs) checks checkpoint first behind the same trap, where the job kept
+# training.
+drill_copy slow-disk slow-disk 150s yes "lab storage drain 1"
+trap_first slow-disk "lab restart rank 1" 45s
+# competing-job's trap is slow-disk's right fix: draining storage-1 moves the ranks' data, and the
+# neighbour, reading the same needles through the master, follows it.
 drill_copy competing-job competing-job - yes "lab checkpoint && lab job stop nightly-etl"
+trap_first competing-job "lab storage drain 1" "$TRAP_DEADLINE"
 for d in slow-disk competing-job; do
-  t=$(now)
-  run_drill "$REPORTS/$d.yaml" "$d"
-  figure "drill $d (s)" "$(since "$t")"
-  drill_figures "$d"
-  if [ "$d" = slow-disk ]; then
-    t=$(now)
-    lab storage undrain 1 >&2 || { say "lab storage undrain 1 failed"; FAILED+=("undrain after slow-disk"); }
-    figure "lab storage undrain 1 (s)" "$(since "$t")"
-  fi
+  run_trap_first "$d"
   if [ -n "$(lab job list --json | jq -r '.[] | select(.kind == "foreign") | .name')" ]; then
     say "a foreign job is still running after drill $d"
     FAILED+=("foreign job left after $d")
   fi
-  expect_all_ready "after drill $d"
+  # Both drained storage-1 (slow-disk's right fix, competing-job's trap). Its volumes go back for
+  # competing-job, whose neighbour reads what storage-1 holds; after competing-job the lab goes down.
+  if [ "$d" = slow-disk ]; then
+    t=$(now)
+    lab storage undrain 1 >&2 || { say "lab storage undrain 1 failed"; FAILED+=("undrain after $d"); }
+    figure "lab storage undrain 1 (s)" "$(since "$t")"
+    expect_all_ready "after undrain, after drill $d"
+  fi
 done
 status_json > "$REPORTS/status-drills.json"
 jq -e '.delay_path | test("proxy|netem")' "$REPORTS/status-drills.json" >/dev/null \

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lab_model::Snapshot;
 use lab_model::status::{Phase, Role};
-use lab_tests::{Edits, Lab, drill_copy, pct, serial, text, trap_first};
+use lab_tests::{Edits, Lab, drill_copy, pct, serial, trap_first};
 use serde_json::Value;
 
 const JOB: &str = "nightly-etl";
@@ -186,7 +186,6 @@ fn competing_job_loads_one_server_and_throttling_that_job_fixes_it() {
     // neighbour, reading the same needles through the master, follows it) must fail its verification;
     // throttling the neighbour then passes. Its trap's deadline is 30 s: the right fix was back 21 s after
     // the inject on kind, and within its verification's first seconds here.
-    let report = lab.dir().parent().unwrap().join("competing-job-drill.json");
     let file = lab.dir().parent().unwrap().join("competing-job-trap-first.yaml");
     let right = drill_copy(
         "competing-job",
@@ -196,16 +195,7 @@ fn competing_job_loads_one_server_and_throttling_that_job_fixes_it() {
         },
     );
     std::fs::write(&file, trap_first(&right, "lab storage drain 1", "30s")).unwrap();
-    let out = lab.run(&[
-        "drill",
-        "run",
-        file.to_str().unwrap(),
-        "--report",
-        report.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "the drill failed:\n{}", text(&out));
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    let d = &r["drills"][0];
+    let d = lab.passing_drill(&file);
     let verified: Vec<(bool, &str)> = d["steps"]
         .as_array()
         .unwrap()

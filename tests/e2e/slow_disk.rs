@@ -1,13 +1,17 @@
 //! `slow-disk` end to end on the local runtime, on one lab: bad input refused with the ledger untouched;
 //! the fault slows the storage server's own answers (not only the path the ranks use) and the job with
-//! it while every pod stays Ready; restarting the rank (a look-alike's fix) leaves the job slow; moving the
-//! job's data off the server (`lab storage drain`) brings throughput back, and the ranks found the new
-//! place through the master. Prints the figures the docs quote.
+//! it while every pod stays Ready; moving the job's data off the server (`lab storage drain`) brings
+//! throughput back, and the ranks found the new place through the master. Then the built-in drill (a short
+//! copy) with the trap first: restarting the rank (a look-alike's fix: the new rank reads from the same
+//! slow server) must fail its verification, and the right fix, a checkpoint and then the drain, must pass,
+//! the checkpoint saved before the fix's first change (`checkpoint_before_fix`). Prints the figures the
+//! docs quote.
 
 use std::time::{Duration, Instant};
 
 use lab_model::Snapshot;
-use lab_tests::{Lab, pct, serial, text, wait_until};
+use lab_tests::{Edits, Lab, drill_copy, pct, serial, text, trap_first, wait_until};
+use serde_json::Value;
 
 fn own(s: &Snapshot, i: usize) -> f64 {
     s.storage.get(i).and_then(|v| v.own_probe).unwrap_or(f64::NAN)
@@ -75,15 +79,7 @@ fn slow_disk_is_the_servers_own_latency_and_only_draining_it_recovers_the_job() 
     // A look-alike's fix, clearing a network delay, has nothing to clear: the path to storage-1 adds none.
     assert_eq!(lab.proxy_delay_ms(1), 0.0, "slow-disk must not touch the path");
 
-    // Another look-alike's fix: a new rank reads from the same slow server, so the job stays slow.
-    lab.ok(&["restart", "rank", "1"]);
-    std::thread::sleep(Duration::from_secs(15));
-    let trap = lab.snapshot_over(5);
-    assert!(
-        pct(&trap) < 80.0,
-        "restarting the rank must not fix a slow node: {:.0}%",
-        pct(&trap)
-    );
+    // Another look-alike's fix, restarting the rank, is the drill's trap below.
 
     // The right fix: move the data off storage-1; the ranks re-resolve the volumes through the master.
     let t = Instant::now();
@@ -107,16 +103,65 @@ fn slow_disk_is_the_servers_own_latency_and_only_draining_it_recovers_the_job() 
     // again, which is why the evidence must be read while it serves the job.
     lab.ok(&["fault", "clear", "--all"]);
     lab.ok(&["storage", "undrain", "1"]);
+    let drill = drill_trap_first(&lab);
+    lab.ok(&["storage", "undrain", "1"]);
     lab.down();
     eprintln!(
         "slow-disk figures: own latency before {:?} s; under the fault storage-1 {:.3} s, siblings at most {:.3} s; first right alert {alert_s:.1} s after inject; throughput \
-         under the fault {under_pct:.0}% of baseline; after restarting rank 1 {:.0}%; drain took {drain_s:.1} s; \
-         back to ≥90% ({:.0}%) {recovery_s:.1} s after the drain started; whole test {:.0} s",
+         under the fault {under_pct:.0}% of baseline; drain took {drain_s:.1} s; \
+         back to ≥90% ({:.0}%) {recovery_s:.1} s after the drain started; the drill: {drill}; whole test {:.0} s",
         base_own,
         own_under.0,
         own_under.1,
-        pct(&trap),
         pct(&back),
         started.elapsed().as_secs_f64()
     );
+}
+
+/// The built-in drill, a short copy (2 s warm-up, 8 s baseline, 50 good steps to verify), with restarting
+/// rank-1 tried first (a 30 s verify deadline: the drain's verification passed well within it) and then
+/// `lab checkpoint && lab storage drain 1`, which must save the checkpoint before its first change.
+/// Returns the drill's figures and the trap's verdict.
+fn drill_trap_first(lab: &Lab) -> String {
+    let lab_dir = lab.dir();
+    let dir = lab_dir.parent().unwrap();
+    let right = drill_copy(
+        "slow-disk",
+        &Edits {
+            name: Some("slow-disk-trap-first"),
+            warmup: Some("2s"),
+            baseline: Some("8s"),
+            command: Some("lab checkpoint && lab storage drain 1"),
+            consecutive_steps: Some(50),
+            ..Edits::default()
+        },
+    );
+    let mut yaml = trap_first(&right, "lab restart rank 1", "30s");
+    // Checkpoint first on the right fix's step alone: the trap saves nothing, and fails on its own.
+    let last = yaml.rfind("      timeout: ").unwrap();
+    yaml.insert_str(last, "      checkpoint_before_fix: true\n");
+    let file = dir.join("slow-disk-trap-first.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let d = lab.passing_drill(&file);
+    let steps = d["steps"].as_array().unwrap();
+    let of = |name: &str| -> Vec<&Value> { steps.iter().filter(|s| s["step"] == name).collect() };
+    let (verify, remediate) = (of("verify"), of("remediate"));
+    assert_eq!((verify.len(), remediate.len()), (2, 2), "{}", d["steps"]);
+    assert_eq!(
+        verify[0]["ok"], false,
+        "restarting the rank must not fix a slow node: {}",
+        verify[0]
+    );
+    assert_eq!(verify[1]["ok"], true, "the drain must: {}", verify[1]);
+    let saved = remediate[1]["evidence"]
+        .as_array()
+        .and_then(|e| e.first())
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    assert!(saved.starts_with("checkpoint saved first"), "{}", remediate[1]);
+    format!(
+        "{}; the trap: {}; the right fix: {saved}",
+        d["figures"],
+        verify[0]["summary"].as_str().unwrap_or("")
+    )
 }

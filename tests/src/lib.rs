@@ -128,6 +128,23 @@ impl Lab {
         c
     }
 
+    /// Runs the drill file `file` (`lab drill run FILE --report FILE.json`), panics unless it passes, and
+    /// returns its drill's report (`drills[0]` of the JSON report).
+    pub fn passing_drill(&self, file: &Path) -> serde_json::Value {
+        let report = file.with_extension("json");
+        let out = self.run(&[
+            "drill",
+            "run",
+            file.to_str().expect("a UTF-8 path"),
+            "--report",
+            report.to_str().expect("a UTF-8 path"),
+        ]);
+        assert!(out.status.success(), "the drill failed:\n{}", text(&out));
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).expect("the report")).expect("the report is JSON");
+        r["drills"][0].clone()
+    }
+
     /// Runs `lab ARGS` to completion.
     pub fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().expect("run lab")
