@@ -351,13 +351,12 @@ pub fn unsupported(kind: RuntimeKind, what: &str) -> RuntimeError {
     ))
 }
 
-/// Rank 0's metrics target, the endpoint its checkpoint control is on.
-///
-/// # Errors
-/// [`RuntimeError::InvalidInput`] when rank 0 has no endpoint now (it is not running).
 /// The median of `samples` timed probes (at least one) sent `spacing` apart without waiting for answers, so
 /// a server held to a CPU budget per period is caught mid-period too. A probe that times out counts as
 /// `timeout`; any other error is the answer.
+///
+/// # Errors
+/// The first error of a probe other than a timeout.
 pub(crate) async fn median_probe<F, Fut>(
     samples: usize,
     spacing: std::time::Duration,
@@ -389,6 +388,10 @@ where
     Ok(times[times.len() / 2])
 }
 
+/// Rank 0's metrics target, the endpoint its checkpoint control is on.
+///
+/// # Errors
+/// [`RuntimeError::InvalidInput`] when rank 0 has no endpoint now (it is not running).
 pub(crate) fn rank0_target(targets: Vec<ScrapeTarget>) -> Result<ScrapeTarget> {
     targets
         .into_iter()
