@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # End-to-end test of the kind runtime: the product's headline path, on a real kind cluster.
 #
-#   bad input refused (no record, no cluster left) → lab up --runtime kind → status, incident, console (in
-#   tmux) → Prometheus in the cluster agrees with the lab's alerts on a throttled rank → three built-in
-#   drills (stuck-rollout with a shorter verify deadline, also with its trap, which must fail) → slow-compute,
-#   rank-hang, rank-crash, slow-disk, competing-job and the chained week, each with its trap first (which
-#   must fail) and then its right fix (which must pass), through `exec` in the rank and storage containers
+#   bad input refused (no record, no cluster left) → lab up --runtime kind --database → status, incident,
+#   console (in tmux) → Prometheus in the cluster agrees with the lab's alerts on a throttled rank → three
+#   built-in drills (stuck-rollout with a shorter verify deadline, also with its trap, which must fail) →
+#   slow-compute, rank-hang, rank-crash, sync-replica, slow-disk, competing-job and the chained week, each
+#   with its trap first (which must fail) and then its right fix (which must pass), through `exec` in the
+#   rank, storage and database containers
 #   → lab down (cluster and kind's network gone) → lab up --nodes 2 (GPUs split 2 + 2, ranks on both nodes) → the three faults by
 #   hand, each with its proof → lab down → nothing left
 #
@@ -147,15 +148,33 @@ refused() { # refused <what> <expected words> <lab args...>
 }
 refused "--nodes 9" "out of range" up --runtime kind --nodes 9 "${node_image_args[@]}"
 refused "a node image that does not exist" "cannot be pulled" up --runtime kind --node-image straggler-lab/no-such-node:v0
+refused "--database on an existing cluster" "local and kind runtimes" up --kubeconfig "$REPORTS/no-such-kubeconfig" --database
 if out=$(lab status 2>&1); then die "lab status found a lab after refused ups: $out"; fi
 
 # --- one node: up, status, incident, console ------------------------------------------------------------
-say "lab up --runtime kind ${node_image_args[*]}"
+# With the database beside the job (its image built offline from this machine's PostgreSQL): the
+# primary db-0, the standby db-1 and the writer.
+say "lab up --runtime kind --database ${node_image_args[*]}"
 t=$(now)
 lab_up=1
-(cd "$root" && lab up --runtime kind "${node_image_args[@]}") || die "lab up"
-figure "lab up, 1 node (s)" "$(since "$t")"
+(cd "$root" && lab up --runtime kind --database "${node_image_args[@]}") || die "lab up"
+figure "lab up --database, 1 node (s)" "$(since "$t")"
 expect_all_ready "after lab up"
+wait_db_ready() { # wait_db_ready <when>: db-0, db-1 and the writer Running and Ready, commits flowing
+  local s
+  for _ in $(seq 1 60); do
+    s=$(lab db status --json 2>/dev/null || true)
+    if jq -e '([.pods[] | select(.phase == "Running" and .ready)] | length) == 3
+        and (.writer.commits_per_second // 0) > 5 and .database.synchronous_standby_names == ""' <<<"$s" >/dev/null 2>&1; then
+      say "$1: db-0, db-1 and lab-writer Ready, $(jq -r '.writer.commits_per_second' <<<"$s") commits/s"
+      return 0
+    fi
+    sleep 2
+  done
+  printf '%s\n' "$s" >&2
+  die "$1: the database is not Running and Ready with commits flowing"
+}
+wait_db_ready "after lab up"
 status_json > "$REPORTS/status-up.json"
 jq -e '.runtime == "kind" and .gpus_capacity == 4 and .world_size == 4' "$REPORTS/status-up.json" >/dev/null \
   || die "status after up: not the kind runtime with 4 GPUs and world size 4"
@@ -330,6 +349,15 @@ trap_first rank-crash "lab restart rank 1" 60s
 for d in slow-compute rank-hang rank-crash; do
   run_trap_first "$d"
 done
+# The seed's general version on the cluster: db-1's template asks for a label no node has, db-1 made again
+# from it stays Pending, every commit waits for it. The trap fixes the template alone: on Kubernetes the pod
+# already made from the old version stays Pending (the StatefulSet updates OnDelete, as a stuck rollout
+# leaves it), so the commits stay hung; the right fix also deletes db-1 by name. By hand on kind the right
+# fix's commits were back 11.2 s after it (20 s for the trap).
+drill_copy sync-replica sync-replica - yes "lab db template --node-selector '' && lab db delete-pod db-1"
+trap_first sync-replica "lab db template --node-selector ''" 20s
+run_trap_first sync-replica
+wait_db_ready "after drill sync-replica"
 # "Storage is slow" on the cluster, with the right fixes: storage-1's volume container held to 6m of CPU
 # (resized in place; the kubelet's floor makes it 10m in each 100 ms), fixed by moving the job's data off it
 # with SeaweedFS's own volume.move (`lab storage drain 1`, run in the master's container through exec), then

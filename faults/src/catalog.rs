@@ -100,7 +100,7 @@ impl FaultKind {
                 "[--server 1] [--cpu 6m]  one storage server itself is slow: its own process starved of CPU"
             }
             FaultKind::SyncReplica => {
-                "[--node-selector lab/disk=nvme]  the database's synchronous standby made unschedulable: every commit hangs, reads and Ready look fine (local runtime, lab up --database)"
+                "[--node-selector lab/disk=nvme]  the database's synchronous standby made unschedulable: every commit hangs, reads and Ready look fine (needs lab up --database)"
             }
         }
     }

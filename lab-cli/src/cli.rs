@@ -156,7 +156,8 @@ pub struct UpArgs {
     pub retain: bool,
     /// Also run a database beside the job: a PostgreSQL primary (db-0), a streaming standby (db-1, a
     /// StatefulSet's pod with a template) and a writer committing to the primary (lab-writer), for the
-    /// sync-replica fault. Needs PostgreSQL installed (or LAB_PG_BIN); local runtime only.
+    /// sync-replica fault. Needs PostgreSQL installed (or LAB_PG_BIN): the local runtime runs it, the kind
+    /// runtime builds its image from it.
     #[arg(long)]
     pub database: bool,
     /// Use the existing cluster of this kubeconfig (no cluster is created or deleted).
@@ -369,7 +370,7 @@ pub enum InjectCmd {
     /// for a node label no node has; the standby pod is made again from it and stays Pending. Every
     /// commit hangs while reads and Ready look fine. Fixing the template alone does not move the Pending
     /// pod: the right fix also deletes it by name (`lab db template --node-selector ''`, then
-    /// `lab db delete-pod db-1`). Needs `lab up --database`; local runtime only.
+    /// `lab db delete-pod db-1`). Needs `lab up --database` (local or kind runtime).
     SyncReplica {
         /// The label the changed template asks for, KEY=VALUE (one the node lacks).
         #[arg(long, default_value = "lab/disk=nvme")]

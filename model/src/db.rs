@@ -79,6 +79,27 @@ pub fn parse_selector(s: &str) -> Result<BTreeMap<String, String>, String> {
     Ok(m)
 }
 
+/// Refuses a node selector whose keys or values are not labels: 1 to 63 letters, digits, `-`, `_`, `.`
+/// or `/`.
+///
+/// # Errors
+/// A sentence naming the first pair that is not a label.
+pub fn check_selector(selector: &BTreeMap<String, String>) -> Result<(), String> {
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+    };
+    match selector.iter().find(|(k, v)| !ok(k) || !ok(v)) {
+        None => Ok(()),
+        Some((k, v)) => Err(format!(
+            "node selector {k}={v} is not a label: keys and values are 1 to 63 letters, digits, '-', '_', \
+             '.' or '/'"
+        )),
+    }
+}
+
 /// The database as a runtime reports it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DbStatus {
@@ -111,6 +132,13 @@ mod tests {
             Some(("lab/disk".into(), "nvme-raid".into()))
         );
         assert_eq!(t.selector_text(), "lab/disk=nvme-raid");
+    }
+
+    #[test]
+    fn selectors_that_are_not_labels_are_refused() {
+        assert!(check_selector(&parse_selector("lab/disk=nvme").unwrap()).is_ok());
+        assert!(check_selector(&parse_selector("lab/disk=nv me").unwrap()).is_err());
+        assert!(check_selector(&parse_selector("a=b\"}").unwrap()).is_err());
     }
 
     #[test]

@@ -45,8 +45,7 @@ pub struct BesideProcess {
 /// Why a runtime without the database refuses its actions.
 fn no_database_here(kind: RuntimeKind) -> RuntimeError {
     RuntimeError::InvalidInput(format!(
-        "the {kind} runtime runs no database yet: `lab up --database` needs the local runtime (on Kubernetes \
-         it needs a PostgreSQL image built offline, which the lab does not build yet)"
+        "the {kind} runtime runs no database: `lab up --database` runs on the local and kind runtimes"
     ))
 }
 

@@ -51,6 +51,7 @@ fn record(ns: &str, wait: Duration) -> KubeRecord {
         delay: DelayChoice::Auto,
         wait_timeout: wait,
         request_timeout: Duration::from_secs(10),
+        db_image: None,
     }
 }
 

@@ -26,8 +26,14 @@ pub struct DbOptions {
     pub pg_bin: PathBuf,
     /// Its data folder (its volume).
     pub data: PathBuf,
-    /// Its port on 127.0.0.1.
+    /// Its port.
     pub port: u16,
+    /// The address it listens on: `127.0.0.1` (the local lab), or `0.0.0.0` in a pod, where the standby
+    /// and the writer reach the primary over the pod network.
+    pub listen: String,
+    /// A network (CIDR) trusted besides loopback, for connections and for replication: the pod network
+    /// in a cluster (`None`: loopback only).
+    pub trust: Option<String>,
 }
 
 fn invalid(what: String) -> WorkloadError {
@@ -87,7 +93,7 @@ fn run(mut c: Command, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// The server's settings on the command line: loopback TCP only, no Unix socket, small.
+/// The server's settings on the command line: TCP on `listen` only, no Unix socket, small.
 fn server_args(o: &DbOptions) -> Vec<String> {
     let mut a = vec![
         "-D".into(),
@@ -96,7 +102,7 @@ fn server_args(o: &DbOptions) -> Vec<String> {
         o.port.to_string(),
     ];
     for (k, v) in [
-        ("listen_addresses", "127.0.0.1"),
+        ("listen_addresses", o.listen.as_str()),
         ("unix_socket_directories", ""),
         // The lab measures waiting for a standby, not the disk: no fsync on a shared test machine.
         ("fsync", "off"),
@@ -106,6 +112,8 @@ fn server_args(o: &DbOptions) -> Vec<String> {
         ("hot_standby", "on"),
         ("max_connections", "30"),
         ("shared_buffers", "16MB"),
+        // No LLVM: the database image leaves the JIT's module out.
+        ("jit", "off"),
     ] {
         a.push("-c".into());
         a.push(format!("{k}={v}"));
@@ -113,11 +121,47 @@ fn server_args(o: &DbOptions) -> Vec<String> {
     a
 }
 
+/// Refuses a `--trust` value that is not an IPv4 network in CIDR form (before anything is written).
+///
+/// # Errors
+/// A sentence saying what it should look like.
+pub fn check_network(net: &str) -> Result<()> {
+    let ok = net.split_once('/').is_some_and(|(ip, bits)| {
+        ip.parse::<std::net::Ipv4Addr>().is_ok() && bits.parse::<u8>().is_ok_and(|b| b <= 32)
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "--trust {net:?} is not an IPv4 network (e.g. 203.0.113.0/24)"
+        )))
+    }
+}
+
+/// `host` lines for `net` in the primary's `pg_hba.conf`: connections and replication from that network
+/// trusted, as loopback is (the standby copies the file with the rest).
+///
+/// # Errors
+/// When `net` is not an IPv4 network in CIDR form, or the file cannot be written.
+fn trust_network(data: &Path, net: &str) -> Result<()> {
+    check_network(net)?;
+    let path = data.join("pg_hba.conf");
+    let mut text =
+        std::fs::read_to_string(&path).map_err(|e| invalid(format!("reading {}: {e}", path.display())))?;
+    text.push_str(&format!(
+        "# the lab's pod network\nhost all all {net} trust\nhost replication all {net} trust\n"
+    ));
+    std::fs::write(&path, text).map_err(|e| invalid(format!("writing {}: {e}", path.display())))
+}
+
 /// Prepares the primary's data folder on first start, then becomes the primary.
 ///
 /// # Errors
 /// When `initdb` fails or the server cannot be started.
 pub fn primary(o: &DbOptions) -> Result<()> {
+    if let Some(net) = &o.trust {
+        check_network(net)?;
+    }
     if !o.data.join("PG_VERSION").exists() {
         own(&o.data)?;
         let mut c = as_db_user(&o.pg_bin.join("initdb"));
@@ -132,6 +176,9 @@ pub fn primary(o: &DbOptions) -> Result<()> {
             "--locale=C",
         ]);
         run(c, "initdb")?;
+        if let Some(net) = &o.trust {
+            trust_network(&o.data, net)?;
+        }
     }
     let mut c = as_db_user(&o.pg_bin.join("postgres"));
     c.args(server_args(o));
@@ -139,11 +186,11 @@ pub fn primary(o: &DbOptions) -> Result<()> {
 }
 
 /// Copies the primary on first start (or after a copy that did not finish), then becomes a standby
-/// streaming from `primary_port` under `name`.
+/// streaming from `primary_host:primary_port` under `name`.
 ///
 /// # Errors
 /// When the copy fails or the server cannot be started.
-pub fn standby(o: &DbOptions, primary_port: u16, name: &str) -> Result<()> {
+pub fn standby(o: &DbOptions, primary_host: &str, primary_port: u16, name: &str) -> Result<()> {
     // pg_basebackup -R writes standby.signal last: without it the copy did not finish.
     if !o.data.join("standby.signal").exists() {
         if o.data.exists() {
@@ -158,7 +205,7 @@ pub fn standby(o: &DbOptions, primary_port: u16, name: &str) -> Result<()> {
         let mut c = as_db_user(&o.pg_bin.join("pg_basebackup"));
         c.args([
             "-h",
-            "127.0.0.1",
+            primary_host,
             "-p",
             &primary_port.to_string(),
             "-U",
@@ -172,7 +219,9 @@ pub fn standby(o: &DbOptions, primary_port: u16, name: &str) -> Result<()> {
     let mut c = as_db_user(&o.pg_bin.join("postgres"));
     c.args(server_args(o)).args([
         "-c".to_string(),
-        format!("primary_conninfo=host=127.0.0.1 port={primary_port} user={DB_USER} application_name={name}"),
+        format!(
+            "primary_conninfo=host={primary_host} port={primary_port} user={DB_USER} application_name={name}"
+        ),
     ]);
     Err(invalid(format!("starting postgres: {}", c.exec())))
 }
@@ -212,9 +261,24 @@ mod tests {
             pg_bin: "/x".into(),
             data: "/d".into(),
             port: 5999,
+            listen: "127.0.0.1".into(),
+            trust: None,
         });
         assert!(a.contains(&"listen_addresses=127.0.0.1".to_string()));
         assert!(a.contains(&"unix_socket_directories=".to_string()));
         assert!(a.windows(2).any(|w| w[0] == "-p" && w[1] == "5999"));
+    }
+
+    #[test]
+    fn only_ipv4_networks_are_trusted() {
+        assert!(check_network("203.0.113.0/24").is_ok());
+        for bad in [
+            "203.0.113.0",
+            "0.0.0.0/33",
+            "all",
+            "203.0.113.0/24 trust\nhost all all 0.0.0.0/0",
+        ] {
+            assert!(check_network(bad).is_err(), "{bad}");
+        }
     }
 }

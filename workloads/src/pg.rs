@@ -55,11 +55,16 @@ impl PgConn {
             let (addr, what) = (addr.to_string(), what.to_string());
             move |source| PgError::Io { addr, what, source }
         };
-        let sock: std::net::SocketAddr = addr.parse().map_err(|_| {
-            PgError::Protocol(format!(
-                "{addr:?} is not an address (HOST:PORT, e.g. 127.0.0.1:5432)"
-            ))
-        })?;
+        // A name (a pod's Service name on Kubernetes) is looked up at every connect: a primary made
+        // again answers at its new address.
+        let sock = std::net::ToSocketAddrs::to_socket_addrs(addr)
+            .map_err(|e| {
+                PgError::Protocol(format!(
+                    "{addr:?} is not an address that resolves (HOST:PORT, e.g. 127.0.0.1:5432): {e}"
+                ))
+            })?
+            .next()
+            .ok_or_else(|| PgError::Protocol(format!("{addr:?} resolves to no address")))?;
         let stream = TcpStream::connect_timeout(&sock, timeout).map_err(io("connect"))?;
         stream.set_nodelay(true).map_err(io("set no-delay"))?;
         let mut c = PgConn {
@@ -78,7 +83,7 @@ impl PgConn {
                     if code != 0 {
                         return Err(PgError::Protocol(format!(
                             "the server asks for authentication method {code}; the lab's database trusts \
-                             connections from 127.0.0.1 and this client sends no password"
+                             the lab's own connections and this client sends no password"
                         )));
                     }
                 }

@@ -30,7 +30,7 @@ const RETRY_AFTER: Duration = Duration::from_millis(500);
 /// What the writer is told.
 #[derive(Debug, Clone)]
 pub struct WriterOptions {
-    /// The primary, `127.0.0.1:PORT`.
+    /// The primary, `HOST:PORT` (`127.0.0.1:5432`, or a name such as `db-0.db:5432`).
     pub primary: String,
     /// The database user (trusted on loopback).
     pub user: String,
@@ -54,7 +54,13 @@ pub fn validate(opts: &WriterOptions) -> Result<()> {
             ),
         ));
     }
-    if opts.primary.parse::<std::net::SocketAddr>().is_err() {
+    // HOST:PORT, HOST an address or a name (resolved at each connect, so not here: on Kubernetes the
+    // primary's name answers only once its pod runs).
+    let port_ok = opts
+        .primary
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+    if !port_ok {
         return Err(WorkloadError::invalid(
             "--primary",
             format!("{:?} is not HOST:PORT (e.g. 127.0.0.1:5432)", opts.primary),
@@ -348,12 +354,23 @@ mod tests {
             })
             .is_err()
         );
+        for bad in ["db", "db-0.db:", ":5432", "db-0.db:0", "db-0.db:http"] {
+            assert!(
+                validate(&WriterOptions {
+                    primary: bad.into(),
+                    ..ok.clone()
+                })
+                .is_err(),
+                "{bad}"
+            );
+        }
+        // A name is resolved when the writer connects, not here.
         assert!(
             validate(&WriterOptions {
-                primary: "db".into(),
+                primary: "db-0.db:5432".into(),
                 ..ok
             })
-            .is_err()
+            .is_ok()
         );
     }
 }

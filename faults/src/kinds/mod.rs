@@ -196,17 +196,6 @@ where
     }
 }
 
-/// Refuses `kind` on a runtime other than the local one, saying why (`why`).
-pub(crate) fn local_only(status: &LabStatus, kind: &str, why: &str) -> Result<(), FaultError> {
-    if status.runtime == lab_model::status::RuntimeKind::Local {
-        return Ok(());
-    }
-    Err(FaultError::Invalid(format!(
-        "{kind} runs on the local runtime only, and this lab runs on {}: it {why}",
-        status.runtime
-    )))
-}
-
 /// The ledger holds a `before` that does not belong to this kind of fault.
 pub(crate) fn mismatched(cx: &Cx<'_>, before: &Before) -> FaultError {
     FaultError::Ledger {

@@ -125,12 +125,6 @@ fn names_text(n: &str) -> String {
 #[async_trait]
 impl Injector for SyncReplica {
     fn check(&self, status: &LabStatus) -> Result<(), FaultError> {
-        super::local_only(
-            status,
-            "sync-replica",
-            "needs the lab's database, which runs on the local runtime only (on Kubernetes it needs a \
-             PostgreSQL image built offline)",
-        )?;
         database_pods(status)
     }
 

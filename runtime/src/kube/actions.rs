@@ -647,6 +647,22 @@ impl Runtime for KubeRuntime {
         self.targets().await
     }
 
+    async fn database(&self) -> Result<lab_model::db::DbStatus> {
+        self.db_status().await
+    }
+
+    async fn set_db_template(&self, node_selector: std::collections::BTreeMap<String, String>) -> Result<()> {
+        self.set_db_selector(node_selector).await
+    }
+
+    async fn delete_pod(&self, name: &str) -> Result<()> {
+        self.delete_db_pod(name).await
+    }
+
+    async fn set_synchronous_standby_names(&self, names: &str) -> Result<()> {
+        self.set_standby_names(names).await
+    }
+
     async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String> {
         let req = http::Request::get(target.address.clone())
             .body(Vec::new())

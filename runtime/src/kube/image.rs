@@ -430,6 +430,132 @@ pub fn lab_image(reference: &str, bin_dir: &Path, weed: &Path) -> Result<ImageSp
     Ok(spec)
 }
 
+/// The user the database's pods run as: PostgreSQL refuses to run as root.
+pub const DB_UID: u64 = 999;
+
+/// The database image from this machine's files: `lab-db` and `lab-writer` from `bin_dir`, PostgreSQL's
+/// server programs from its installed packages (`pg_bin`: `postgres`, `initdb`, `pg_basebackup`, `psql`,
+/// each with the libraries it loads), its loadable modules (`plpgsql`, the snowball dictionaries `initdb`
+/// installs, the standby's `libpqwalreceiver`; not the JIT, which would bring LLVM: the servers run with
+/// `jit=off`), its share folder, the UTC zone, busybox for a shell, and a `postgres` user.
+///
+/// # Errors
+/// When a binary it needs is missing, naming how to get it, or PostgreSQL's folders cannot be read.
+pub fn db_image(reference: &str, bin_dir: &Path, pg_bin: &Path) -> Result<ImageSpec> {
+    let mut spec = ImageSpec::new(reference);
+    for b in ["lab-db", "lab-writer"] {
+        let p = bin_dir.join(b);
+        if !p.is_file() {
+            return Err(RuntimeError::MissingTool {
+                tool: b.into(),
+                hint: format!(
+                    "{} has no {b}: build the workspace's binaries with `cargo build --release` (the image is made from them)",
+                    bin_dir.display()
+                ),
+            });
+        }
+        spec.binary("/usr/local/bin", &p)?;
+    }
+    let pg_dir = pg_bin.to_string_lossy().into_owned();
+    for b in ["postgres", "initdb", "pg_basebackup", "psql"] {
+        spec.binary(&pg_dir, &pg_bin.join(b))?;
+    }
+    let config = |what: &str| -> Result<PathBuf> {
+        let out = std::process::Command::new(pg_bin.join("pg_config"))
+            .arg(what)
+            .output()
+            .map_err(|e| RuntimeError::io("run pg_config (PostgreSQL's development files)", e))?;
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !out.status.success() || dir.is_empty() {
+            return Err(RuntimeError::Other(format!("pg_config {what} gave no folder")));
+        }
+        Ok(PathBuf::from(dir))
+    };
+    let modules = config("--pkglibdir")?;
+    let read = |dir: &Path| {
+        std::fs::read_dir(dir).map_err(|e| RuntimeError::io(format!("reading {}", dir.display()), e))
+    };
+    let mut libs: Vec<PathBuf> = read(&modules)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            p.is_file() && name.ends_with(".so") && !name.starts_with("llvmjit")
+        })
+        .collect();
+    libs.sort();
+    let modules_dir = modules.to_string_lossy().into_owned();
+    for lib in &libs {
+        spec.binary(&modules_dir, lib)?;
+    }
+    let share = config("--sharedir")?;
+    let mut stack = vec![share];
+    while let Some(dir) = stack.pop() {
+        for e in read(&dir)?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.is_file() {
+                spec.file(&p.to_string_lossy(), &p, 0o644);
+            }
+        }
+    }
+    for zone in ["/usr/share/zoneinfo/UTC", "/usr/share/zoneinfo/Etc/UTC"] {
+        let p = Path::new(zone);
+        if !p.is_file() {
+            return Err(RuntimeError::MissingTool {
+                tool: "tzdata".into(),
+                hint: format!("{zone} is missing: install Debian's tzdata (`apt-get install tzdata`)"),
+            });
+        }
+        spec.file(zone, p, 0o644);
+    }
+    let busybox = which("busybox").ok_or_else(|| RuntimeError::MissingTool {
+        tool: "busybox".into(),
+        hint: "install Debian's busybox (`apt-get install busybox`)".into(),
+    })?;
+    spec.binary("/bin", &busybox)?;
+    for a in BUSYBOX_APPLETS {
+        spec.symlink(&format!("/bin/{a}"), "busybox");
+    }
+    spec.dir("/tmp", 0o1777, 0)
+        .dir("/pgdata", 0o700, DB_UID)
+        .bytes(
+            "/etc/passwd",
+            format!(
+                "root:x:0:0:root:/root:/bin/sh\npostgres:x:{DB_UID}:{DB_UID}:PostgreSQL:/pgdata:/bin/sh\n\
+                 nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+            ),
+            0o644,
+        )
+        .bytes(
+            "/etc/group",
+            format!("root:x:0:\npostgres:x:{DB_UID}:\nnogroup:x:65534:\n"),
+            0o644,
+        );
+    // PostgreSQL's programs on the PATH too (`psql` through `exec`, by the lab or by hand).
+    for e in &mut spec.env {
+        if let Some(path) = e.strip_prefix("PATH=") {
+            *e = format!("PATH={path}:{pg_dir}");
+        }
+    }
+    spec.env.push("TZ=UTC".into());
+    spec.env.push(format!("LAB_PG_BIN={pg_dir}"));
+    spec.cmd = vec!["lab-db".into(), "--help".into()];
+    spec.workdir = Some("/pgdata".into());
+    spec.user = Some(DB_UID.to_string());
+    spec.labels
+        .insert("org.opencontainers.image.title".into(), "straggler-lab-db".into());
+    spec.labels.insert(
+        "org.opencontainers.image.description".into(),
+        "the lab's database (PostgreSQL from this machine's packages) and its writer, built offline".into(),
+    );
+    Ok(spec)
+}
+
 /// Prometheus from Debian's `prometheus` package, for clusters that cannot pull its image.
 ///
 /// # Errors

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use lab_model::metrics;
 use lab_model::status::RuntimeKind;
+use lab_model::{db, metrics};
 
 use super::manifests::names as obj;
 use super::{ClusterMode, KubeOptions, KubeRecord, KubeRuntime, api, connect, kind, read_record};
@@ -65,6 +65,7 @@ pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) 
         delay: kopts.delay,
         wait_timeout: kopts.wait_timeout,
         request_timeout: kopts.request_timeout,
+        db_image: opts.database.then(|| super::DEFAULT_DB_IMAGE.to_string()),
     };
     if kopts.mode == ClusterMode::Kind {
         rec.kubeconfig = Some(dir.join(KIND_KUBECONFIG));
@@ -97,12 +98,16 @@ pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) 
 
 fn validate(opts: &UpOptions, kopts: &KubeOptions) -> Result<()> {
     state::validate_name(&opts.name)?;
-    if opts.database {
+    if opts.database && kopts.mode != ClusterMode::Kind {
         return Err(RuntimeError::InvalidInput(
-            "--database runs on the local runtime only: on Kubernetes it needs a PostgreSQL image built \
-             offline, which the lab does not build yet (use --runtime local)"
+            "--database runs on the local and kind runtimes: its image is built from this machine's \
+             PostgreSQL and loaded into the lab's own kind cluster, which an existing cluster cannot take \
+             (use --runtime kind or --runtime local)"
                 .into(),
         ));
+    }
+    if opts.database && kopts.build_image {
+        crate::local::db::find_pg_bin()?;
     }
     if opts.ranks == 0 || opts.storage_servers == 0 {
         return Err(RuntimeError::InvalidInput(
@@ -326,6 +331,36 @@ pub async fn deploy(
         Ok::<_, RuntimeError>(())
     })
     .await?;
+    if let Some(db_image) = rec.db_image.clone() {
+        step(progress, "deploy database", async {
+            api::apply_all(
+                &client,
+                &rec.namespace,
+                &settings.database(&db_image, kind::POD_SUBNET)?,
+            )
+            .await?;
+            let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &rec.namespace);
+            api::wait_for(
+                sts,
+                obj::DATABASE,
+                "the database's primary and standby to be Ready",
+                rec.wait_timeout,
+                |s: Option<&StatefulSet>| s.and_then(|s| s.status.as_ref()?.ready_replicas).unwrap_or(0) >= 2,
+            )
+            .await?;
+            let deployments: Api<Deployment> = Api::namespaced(client.clone(), &rec.namespace);
+            api::wait_for(
+                deployments,
+                db::WRITER,
+                "the writer to be available",
+                rec.wait_timeout,
+                deployment_available,
+            )
+            .await?;
+            Ok::<_, RuntimeError>(())
+        })
+        .await?;
+    }
     if rec.monitoring {
         step(progress, "deploy monitoring", async {
             api::apply_all(
@@ -889,6 +924,35 @@ async fn build_images(
                     .map_err(|e| RuntimeError::Other(e.to_string()))??;
                 images.push(LabImage::Archive(archive));
             }
+        }
+    }
+    if let Some(db_image) = rec.db_image.clone() {
+        if kopts.build_image {
+            // Always offline: the database image is this machine's PostgreSQL, as the local lab's is.
+            let bin_dir = std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+                .ok_or_else(|| RuntimeError::Other("cannot tell where the lab binary is".into()))?;
+            let pg_bin = crate::local::db::find_pg_bin()?;
+            progress.note(&format!(
+                "database image {db_image}: building it offline from {} and PostgreSQL in {}",
+                bin_dir.display(),
+                pg_bin.display()
+            ));
+            let spec = super::image::db_image(&db_image, &bin_dir, &pg_bin)?;
+            let archive = dir.join("images").join("db.tar");
+            let out = archive.clone();
+            tokio::task::spawn_blocking(move || spec.write_archive(&out))
+                .await
+                .map_err(|e| RuntimeError::Other(e.to_string()))??;
+            images.push(LabImage::Archive(archive));
+        } else {
+            docker.inspect_image(&db_image).await.map_err(|e| {
+                RuntimeError::InvalidInput(format!(
+                    "the database image {db_image} is not in Docker ({e}): drop --no-build so the lab builds it"
+                ))
+            })?;
+            images.push(LabImage::InDocker(db_image));
         }
     }
     if rec.monitoring {

@@ -23,6 +23,8 @@ pub const SEEDER: &str = include_str!("../../../manifests/seeder.yaml");
 pub const RANKS: &str = include_str!("../../../manifests/ranks.yaml");
 /// A job of another team reading from one volume server (the competing-job fault; `lab job`).
 pub const FOREIGN_JOB: &str = include_str!("../../../manifests/foreign-job.yaml");
+/// The database (`lab up --database`): its Service, its StatefulSet `db` and the writer.
+pub const DATABASE: &str = include_str!("../../../manifests/database.yaml");
 /// Prometheus, its RBAC and its configuration.
 pub const PROMETHEUS: &str = include_str!("../../../manifests/prometheus.yaml");
 /// The golden-signal rules Prometheus evaluates, embedded so `lab up` works outside the repository.
@@ -70,6 +72,18 @@ pub mod names {
     pub const PROXY_PORT: u16 = 8480;
     /// The latency proxy's control API.
     pub const PROXY_CONTROL_PORT: u16 = 8481;
+    /// The database's StatefulSet (pods `db-0`, the primary, and `db-1`, the standby).
+    pub const DATABASE: &str = "db";
+    /// The database's container.
+    pub const DB_CONTAINER: &str = "postgres";
+    /// The component label of the database's pods.
+    pub const DATABASE_COMPONENT: &str = "database";
+    /// The component label of the writer's Deployment and pod.
+    pub const WRITER_COMPONENT: &str = "db-writer";
+    /// The database's port.
+    pub const DB_PORT: u16 = 5432;
+    /// The writer's metrics port.
+    pub const WRITER_METRICS_PORT: u16 = 9410;
 }
 
 /// Values substituted into the manifests.
@@ -280,6 +294,22 @@ impl Settings {
     /// As [`Settings::namespace`].
     pub fn ranks(&self) -> Result<Vec<DynamicObject>> {
         objects(RANKS, &self.vars())
+    }
+
+    /// The database: its Service, its StatefulSet (`db-0` the primary, `db-1` the standby) and the
+    /// writer, run from `db_image`, trusting connections from `trust` (the cluster's pod network).
+    ///
+    /// # Errors
+    /// As [`Settings::namespace`].
+    pub fn database(&self, db_image: &str, trust: &str) -> Result<Vec<DynamicObject>> {
+        objects(
+            DATABASE,
+            &self
+                .vars()
+                .with("DB_IMAGE", db_image)
+                .with("DB_TRUST", trust)
+                .with("DB_UID", super::image::DB_UID),
+        )
     }
 
     /// The Deployment of foreign job `job`: its own pod running `lab-reader` against `storage-<server>`,

@@ -86,6 +86,7 @@ fn record(delay: DelayChoice) -> KubeRecord {
         delay,
         wait_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_millis(300),
+        db_image: None,
     }
 }
 

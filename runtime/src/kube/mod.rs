@@ -7,6 +7,7 @@
 pub mod actions;
 pub mod api;
 pub mod beside;
+pub mod database;
 pub mod image;
 pub mod jobs;
 pub mod kind;
@@ -180,7 +181,13 @@ pub struct KubeRecord {
     pub wait_timeout: Duration,
     #[serde(with = "secs")]
     pub request_timeout: Duration,
+    /// The lab runs the database (`lab up --database`), from this image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db_image: Option<String>,
 }
+
+/// The database image's reference for this version of the lab.
+pub const DEFAULT_DB_IMAGE: &str = concat!("straggler-lab/db:", env!("CARGO_PKG_VERSION"));
 
 fn yes() -> bool {
     true

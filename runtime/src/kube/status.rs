@@ -67,6 +67,11 @@ pub fn role_of(pod: &Pod) -> Option<(Role, Option<u32>, String)> {
         "seeder" => Some((Role::Seeder, None, "seeder".to_string())),
         "monitoring" => Some((Role::Monitoring, None, "prometheus".to_string())),
         obj::FOREIGN_JOB_COMPONENT => Some((Role::ForeignJob, None, labels.get(obj::JOB_LABEL)?.clone())),
+        obj::DATABASE_COMPONENT => {
+            let i = names::index_of(pod_name, obj::DATABASE)?;
+            Some((Role::Database, Some(i), pod_name.to_string()))
+        }
+        obj::WRITER_COMPONENT => Some((Role::DbWriter, None, lab_model::db::WRITER.to_string())),
         _ => None,
     }
 }
@@ -472,7 +477,7 @@ impl KubeRuntime {
             let Some((role, index, instance)) = role_of(p) else {
                 continue;
             };
-            let Some(index) = index.or((role == Role::ForeignJob).then_some(0)) else {
+            let Some(index) = index.or(matches!(role, Role::ForeignJob | Role::DbWriter).then_some(0)) else {
                 continue;
             };
             let has_ip = p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some();
@@ -484,6 +489,7 @@ impl KubeRuntime {
                 Role::Rank => (TargetKind::Rank, obj::RANK_METRICS_PORT),
                 Role::StorageServer => (TargetKind::Storage, obj::STORAGE_METRICS_PORT),
                 Role::ForeignJob => (TargetKind::Job, obj::JOB_METRICS_PORT),
+                Role::DbWriter => (TargetKind::Writer, obj::WRITER_METRICS_PORT),
                 _ => continue,
             };
             out.push(ScrapeTarget {

@@ -9,7 +9,7 @@ use lab_model::format::error_chain;
 use lab_workloads::db::{self, DbOptions};
 
 /// A PostgreSQL server of the lab's database: `initdb` (primary) or `pg_basebackup` (standby) on first
-/// start, then the server itself, on 127.0.0.1 only, trusting loopback connections.
+/// start, then the server itself, on 127.0.0.1 (or --listen), trusting loopback (and --trust) connections.
 ///
 /// Exit codes: 2 bad flags, 3 the data folder could not be prepared or the server not started.
 #[derive(Debug, Parser)]
@@ -23,9 +23,19 @@ struct Cli {
     #[arg(long)]
     data: PathBuf,
 
-    /// Its port on 127.0.0.1.
+    /// Its port.
     #[arg(long)]
     port: u16,
+
+    /// The address it listens on (0.0.0.0 in a pod, where the standby and the writer reach it over the
+    /// pod network).
+    #[arg(long, default_value = "127.0.0.1")]
+    listen: String,
+
+    /// A network (CIDR, e.g. the cluster's pod network) trusted for connections and replication besides
+    /// loopback; written into the primary's pg_hba.conf when its data folder is made.
+    #[arg(long, value_name = "CIDR")]
+    trust: Option<String>,
 
     #[command(subcommand)]
     role: Role,
@@ -37,7 +47,10 @@ enum Role {
     Primary,
     /// A standby streaming from the primary.
     Standby {
-        /// The primary's port on 127.0.0.1.
+        /// The primary's host (a name such as db-0.db in a pod).
+        #[arg(long, default_value = "127.0.0.1")]
+        primary_host: String,
+        /// The primary's port.
         #[arg(long)]
         primary_port: u16,
         /// Its name on the primary (`application_name`, what synchronous_standby_names names).
@@ -58,10 +71,16 @@ fn main() -> ExitCode {
         pg_bin,
         data: cli.data,
         port: cli.port,
+        listen: cli.listen,
+        trust: cli.trust,
     };
     let r = match cli.role {
         Role::Primary => db::primary(&o),
-        Role::Standby { primary_port, name } => db::standby(&o, primary_port, &name),
+        Role::Standby {
+            primary_host,
+            primary_port,
+            name,
+        } => db::standby(&o, &primary_host, primary_port, &name),
     };
     if let Err(e) = r {
         eprintln!("lab-db: {}", error_chain(&e));

@@ -16,7 +16,7 @@ use lab_workloads::writer::{self, WriterOptions};
 #[derive(Debug, Parser)]
 #[command(name = "lab-writer", version, max_term_width = 110)]
 struct Cli {
-    /// The primary, 127.0.0.1:PORT.
+    /// The primary, HOST:PORT (127.0.0.1:5432, or a name such as db-0.db:5432, looked up at each connect).
     #[arg(long, env = "LAB_DB_PRIMARY")]
     primary: String,
 

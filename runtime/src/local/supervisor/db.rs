@@ -60,20 +60,7 @@ impl Sup {
         let Some(dbs) = self.spec.database.as_mut() else {
             return Err(no_database());
         };
-        for (k, v) in &node_selector {
-            let ok = |s: &str| {
-                !s.is_empty()
-                    && s.len() <= 63
-                    && s.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
-            };
-            if !ok(k) || !ok(v) {
-                return Err(format!(
-                    "node selector {k}={v} is not a label: keys and values are 1 to 63 letters, digits, \
-                     '-', '_', '.' or '/'"
-                ));
-            }
-        }
+        db::check_selector(&node_selector)?;
         if dbs.template.node_selector != node_selector {
             dbs.template.node_selector = node_selector;
             dbs.template.revision += 1;
