@@ -35,6 +35,10 @@ fn all_objects(s: &Settings) -> Vec<DynamicObject> {
     v.extend(s.seeder().unwrap());
     v.extend(s.ranks().unwrap());
     v.extend(s.prometheus("groups: []\n").unwrap());
+    v.extend(
+        s.database(super::DEFAULT_DB_IMAGE, super::kind::POD_SUBNET)
+            .unwrap(),
+    );
     v
 }
 
@@ -70,8 +74,8 @@ fn workloads(objs: &[DynamicObject]) -> Vec<&DynamicObject> {
 fn every_file_renders_and_parses() {
     let objs = all_objects(&settings());
     // namespace, config, master (2) and the servers' headless Service, 3 servers, seeder, ranks (3),
-    // prometheus (6 + rules)
-    assert_eq!(objs.len(), 1 + 1 + 3 + 3 + 1 + 3 + 7);
+    // prometheus (6 + rules), the database (its Service, its StatefulSet, the writer)
+    assert_eq!(objs.len(), 1 + 1 + 3 + 3 + 1 + 3 + 7 + 3);
     for o in &objs {
         manifests::api_resource(o).unwrap();
         let labels = o.metadata.labels.as_ref().unwrap();
@@ -525,4 +529,52 @@ fn a_foreign_job_is_its_own_deployment_not_a_rank_and_reads_its_settings_back() 
     }))
     .unwrap();
     assert_eq!(super::jobs::job_of(&typed), Some(throttled));
+}
+
+#[test]
+fn the_database_is_one_statefulset_updated_on_delete_and_a_writer_beside_it() {
+    let objs = all_objects(&settings());
+    let sts = find(&objs, "StatefulSet", names::DATABASE);
+    // A template change moves no pod: a pod made from another version keeps it until deleted by name.
+    assert_eq!(sts.data["spec"]["updateStrategy"]["type"], "OnDelete");
+    assert_eq!(sts.data["spec"]["replicas"], 2);
+    assert_eq!(sts.data["spec"]["serviceName"], names::DATABASE);
+    assert!(
+        pod_template(sts)["spec"]["nodeSelector"].is_null(),
+        "no selector until a fault sets one"
+    );
+    let c = containers(sts)[0];
+    assert_eq!(c["name"], names::DB_CONTAINER);
+    assert_eq!(c["image"], super::DEFAULT_DB_IMAGE);
+    let script = c["args"][0].as_str().unwrap();
+    // db-0 is the primary, trusting the pod network only; the standby streams under its pod name.
+    assert!(script.contains("*-0) exec lab-db"), "{script}");
+    assert!(
+        script.contains(&format!("--trust {} primary", super::kind::POD_SUBNET)),
+        "{script}"
+    );
+    assert!(
+        script.contains("--primary-host db-0.db --primary-port 5432 --name \"$HOSTNAME\""),
+        "{script}"
+    );
+    assert_eq!(c["ports"][0]["containerPort"], names::DB_PORT);
+    // PostgreSQL refuses root: the pod runs as the image's postgres user.
+    let uid = super::image::DB_UID;
+    assert_eq!(pod_template(sts)["spec"]["securityContext"]["runAsUser"], uid);
+    let writer = find(&objs, "Deployment", lab_model::db::WRITER);
+    let w = containers(writer)[0];
+    assert!(
+        w["args"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::String(format!("--primary=db-0.db:{}", names::DB_PORT))),
+        "{w}"
+    );
+    assert_eq!(w["ports"][0]["containerPort"], names::WRITER_METRICS_PORT);
+    assert_eq!(
+        pod_template(writer)["metadata"]["labels"][names::COMPONENT_LABEL],
+        names::WRITER_COMPONENT
+    );
+    let svc = find(&objs, "Service", names::DATABASE);
+    assert_eq!(svc.data["spec"]["clusterIP"], "None");
 }
