@@ -64,6 +64,35 @@ async fn slow_storage_is_applied_proven_recorded_and_cleared_to_exactly_before()
 }
 
 #[tokio::test]
+async fn a_sibling_slow_for_a_moment_is_looked_at_again_and_one_that_stays_slow_fails_the_proof() {
+    let ms = Duration::from_millis;
+    // storage-0's probes: the one before the inject normal, the first after it 50 ms slower (a moment of
+    // load), then normal again: the proof looks again and holds.
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    rt.update(|lab| {
+        lab.probe_noise.insert(0, [ms(0), ms(50)].into());
+    });
+    let done = inject(&rt, &l, slow(1)).await.unwrap();
+    assert!(
+        done.entry.proof.as_deref().unwrap().contains("siblings 2.0 ms, 2.0 ms"),
+        "{:?}",
+        done.entry.proof
+    );
+    assert_eq!(count(&rt, "probe_storage"), 2 + 1 + 2 + 1, "{:?}", rt.calls());
+
+    // Slow at every look after the inject, as a delay on it too would be: the proof fails, nothing stays.
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    rt.update(|lab| {
+        lab.probe_noise.insert(0, [ms(0), ms(50), ms(50), ms(50), ms(50)].into());
+    });
+    let e = inject(&rt, &l, slow(1)).await.unwrap_err();
+    assert!(e.to_string().contains("a sibling slowed down too"), "{e}");
+    assert!(rt.state().delays.is_empty(), "rolled back");
+}
+
+#[tokio::test]
 async fn clearing_twice_changes_nothing_the_second_time() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();

@@ -60,6 +60,9 @@ pub struct FakeLab {
     /// Rank 0's checkpoint control: a request is answered at the next read while rank 0 runs unfrozen
     /// (between two steps), with the step it is at.
     pub checkpoint: CheckpointState,
+    /// Extra latency each of a server's next probes sees, in order (none left: none): a moment of load,
+    /// or a delay that landed on the wrong server.
+    pub probe_noise: BTreeMap<u32, std::collections::VecDeque<Duration>>,
 }
 
 impl Default for FakeLab {
@@ -85,6 +88,7 @@ impl Default for FakeLab {
             storage_cpu: BTreeMap::new(),
             volumes: (0..3).map(|s| (s, vec![2 * s + 1, 2 * s + 2])).collect(),
             checkpoint: CheckpointState::default(),
+            probe_noise: BTreeMap::new(),
         }
     }
 }
@@ -330,12 +334,17 @@ impl Runtime for FakeRuntime {
 
     async fn probe_storage(&self, server: u32, _samples: usize) -> Result<Duration> {
         self.call("probe_storage", server.to_string()).await?;
-        let lab = self.lab();
+        let mut lab = self.lab();
         let added = match lab.delays.get(&server) {
             Some(d) if lab.delays_take_effect => d.delay,
             _ => Duration::ZERO,
         };
-        Ok(lab.base_latency + added)
+        let noise = lab
+            .probe_noise
+            .get_mut(&server)
+            .and_then(std::collections::VecDeque::pop_front)
+            .unwrap_or_default();
+        Ok(lab.base_latency + added + noise)
     }
 
     async fn cpu_limits(&self, rank: u32) -> Result<CpuLimits> {

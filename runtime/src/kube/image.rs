@@ -370,19 +370,17 @@ const BUSYBOX_APPLETS: &[&str] = &[
     "date", "timeout", "true", "false", "nslookup", "df", "du", "find", "touch",
 ];
 
-/// The lab image from this machine's files: the `lab-*` binaries found in `bin_dir` (beside the `lab`
-/// CLI: the workspace's release build), `weed`, iproute2's `tc` (the netem delay container), and
-/// Debian's dynamic busybox for a shell.
+/// The workspace binaries `names` from `bin_dir` (beside the `lab` CLI) at `/usr/local/bin`, each with the
+/// libraries it loads.
 ///
 /// # Errors
-/// When a binary it needs is missing, naming how to get it.
-pub fn lab_image(reference: &str, bin_dir: &Path, weed: &Path) -> Result<ImageSpec> {
-    let mut spec = ImageSpec::new(reference);
-    for b in ["lab-rank", "lab-beside", "lab-seeder", "lab-proxy", "lab-reader"] {
+/// When one is missing, saying how to build it.
+fn lab_binaries(spec: &mut ImageSpec, bin_dir: &Path, names: &[&str]) -> Result<()> {
+    for b in names {
         let p = bin_dir.join(b);
         if !p.is_file() {
             return Err(RuntimeError::MissingTool {
-                tool: b.into(),
+                tool: (*b).into(),
                 hint: format!(
                     "{} has no {b}: build the workspace's binaries with `cargo build --release` (the image is made from them)",
                     bin_dir.display()
@@ -391,6 +389,38 @@ pub fn lab_image(reference: &str, bin_dir: &Path, weed: &Path) -> Result<ImageSp
         }
         spec.binary("/usr/local/bin", &p)?;
     }
+    Ok(())
+}
+
+/// Debian's dynamic busybox at `/bin`, with the applets the lab's containers use.
+///
+/// # Errors
+/// When busybox is not installed.
+fn with_busybox(spec: &mut ImageSpec) -> Result<()> {
+    let busybox = which("busybox").ok_or_else(|| RuntimeError::MissingTool {
+        tool: "busybox".into(),
+        hint: "install Debian's busybox (`apt-get install busybox`)".into(),
+    })?;
+    spec.binary("/bin", &busybox)?;
+    for a in BUSYBOX_APPLETS {
+        spec.symlink(&format!("/bin/{a}"), "busybox");
+    }
+    Ok(())
+}
+
+/// The lab image from this machine's files: the `lab-*` binaries found in `bin_dir` (beside the `lab`
+/// CLI: the workspace's release build), `weed`, iproute2's `tc` (the netem delay container), and
+/// Debian's dynamic busybox for a shell.
+///
+/// # Errors
+/// When a binary it needs is missing, naming how to get it.
+pub fn lab_image(reference: &str, bin_dir: &Path, weed: &Path) -> Result<ImageSpec> {
+    let mut spec = ImageSpec::new(reference);
+    lab_binaries(
+        &mut spec,
+        bin_dir,
+        &["lab-rank", "lab-beside", "lab-seeder", "lab-proxy", "lab-reader"],
+    )?;
     if !weed.is_file() {
         return Err(RuntimeError::MissingTool {
             tool: "weed".into(),
@@ -403,14 +433,7 @@ pub fn lab_image(reference: &str, bin_dir: &Path, weed: &Path) -> Result<ImageSp
         hint: "install iproute2 (`apt-get install iproute2`)".into(),
     })?;
     spec.binary("/sbin", &tc)?;
-    let busybox = which("busybox").ok_or_else(|| RuntimeError::MissingTool {
-        tool: "busybox".into(),
-        hint: "install Debian's busybox (`apt-get install busybox`)".into(),
-    })?;
-    spec.binary("/bin", &busybox)?;
-    for a in BUSYBOX_APPLETS {
-        spec.symlink(&format!("/bin/{a}"), "busybox");
-    }
+    with_busybox(&mut spec)?;
     spec.dir("/tmp", 0o1777, 0)
         .dir("/data", 0o777, 0)
         .bytes(
@@ -443,19 +466,7 @@ pub const DB_UID: u64 = 999;
 /// When a binary it needs is missing, naming how to get it, or PostgreSQL's folders cannot be read.
 pub fn db_image(reference: &str, bin_dir: &Path, pg_bin: &Path) -> Result<ImageSpec> {
     let mut spec = ImageSpec::new(reference);
-    for b in ["lab-db", "lab-writer"] {
-        let p = bin_dir.join(b);
-        if !p.is_file() {
-            return Err(RuntimeError::MissingTool {
-                tool: b.into(),
-                hint: format!(
-                    "{} has no {b}: build the workspace's binaries with `cargo build --release` (the image is made from them)",
-                    bin_dir.display()
-                ),
-            });
-        }
-        spec.binary("/usr/local/bin", &p)?;
-    }
+    lab_binaries(&mut spec, bin_dir, &["lab-db", "lab-writer"])?;
     let pg_dir = pg_bin.to_string_lossy().into_owned();
     for b in ["postgres", "initdb", "pg_basebackup", "psql"] {
         spec.binary(&pg_dir, &pg_bin.join(b))?;
@@ -513,14 +524,7 @@ pub fn db_image(reference: &str, bin_dir: &Path, pg_bin: &Path) -> Result<ImageS
         }
         spec.file(zone, p, 0o644);
     }
-    let busybox = which("busybox").ok_or_else(|| RuntimeError::MissingTool {
-        tool: "busybox".into(),
-        hint: "install Debian's busybox (`apt-get install busybox`)".into(),
-    })?;
-    spec.binary("/bin", &busybox)?;
-    for a in BUSYBOX_APPLETS {
-        spec.symlink(&format!("/bin/{a}"), "busybox");
-    }
+    with_busybox(&mut spec)?;
     spec.dir("/tmp", 0o1777, 0)
         .dir("/pgdata", 0o700, DB_UID)
         .bytes(
