@@ -75,7 +75,11 @@ async fn a_sibling_slow_for_a_moment_is_looked_at_again_and_one_that_stays_slow_
     });
     let done = inject(&rt, &l, slow(1)).await.unwrap();
     assert!(
-        done.entry.proof.as_deref().unwrap().contains("siblings 2.0 ms, 2.0 ms"),
+        done.entry
+            .proof
+            .as_deref()
+            .unwrap()
+            .contains("siblings 2.0 ms, 2.0 ms"),
         "{:?}",
         done.entry.proof
     );
@@ -85,7 +89,8 @@ async fn a_sibling_slow_for_a_moment_is_looked_at_again_and_one_that_stays_slow_
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
     rt.update(|lab| {
-        lab.probe_noise.insert(0, [ms(0), ms(50), ms(50), ms(50), ms(50)].into());
+        lab.probe_noise
+            .insert(0, [ms(0), ms(50), ms(50), ms(50), ms(50)].into());
     });
     let e = inject(&rt, &l, slow(1)).await.unwrap_err();
     assert!(e.to_string().contains("a sibling slowed down too"), "{e}");
