@@ -840,6 +840,7 @@ fn every_manifest_grants_added_capabilities_only_to_the_delay_container() {
         manifests::RANKS,
         manifests::PROMETHEUS,
         manifests::FOREIGN_JOB,
+        manifests::DATABASE,
     ];
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
     for f in std::fs::read_dir(&dir).unwrap().flatten() {
@@ -883,6 +884,14 @@ fn every_manifest_grants_added_capabilities_only_to_the_delay_container() {
             threads: 64,
             rate: None,
         })
+        .unwrap(),
+    );
+    // The database beside the job (`lab up --runtime kind --database`).
+    objects.extend(
+        s.database(
+            lab_runtime::kube::DEFAULT_DB_IMAGE,
+            lab_runtime::kube::kind::POD_SUBNET,
+        )
         .unwrap(),
     );
 
