@@ -103,7 +103,7 @@ if [ -z "${LAB_BIN:-}" ]; then
   LAB_BIN="$root/target/release/lab"
 fi
 env_file=$(mktemp)
-"$root/scripts/tools.sh" weed promtool tmux busybox > "$env_file" || die "installing weed, promtool, tmux and busybox failed"
+"$root/scripts/tools.sh" weed promtool tmux busybox postgres > "$env_file" || die "installing weed, promtool, tmux, busybox and PostgreSQL (the database image is made from it) failed"
 # shellcheck source=/dev/null
 . "$env_file"
 rm -f "$env_file"

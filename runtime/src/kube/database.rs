@@ -37,28 +37,18 @@ pub fn selector_patch(now: &BTreeMap<String, String>, want: &BTreeMap<String, St
 
 /// The `psql` command line for `sql` on the primary, from inside its container.
 pub fn psql_command(sql: &str) -> Vec<String> {
-    let port = obj::DB_PORT.to_string();
-    [
-        "psql",
-        "-X",
-        "-A",
-        "-t",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-h",
+    let mut c = vec!["psql".to_string()];
+    c.extend(crate::local::db::psql_args(
         "127.0.0.1",
-        "-p",
-        &port,
-        "-U",
-        "postgres",
-        "-d",
-        "postgres",
-        "-c",
+        &obj::DB_PORT.to_string(),
         sql,
-    ]
-    .iter()
-    .map(ToString::to_string)
-    .collect()
+    ));
+    c
+}
+
+/// A pod spec's node selector (none: empty).
+fn selector_of(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> BTreeMap<String, String> {
+    spec.and_then(|s| s.node_selector.clone()).unwrap_or_default()
 }
 
 impl KubeRuntime {
@@ -144,9 +134,6 @@ impl KubeRuntime {
     pub(super) async fn db_status(&self) -> Result<DbStatus> {
         let sts = self.db_statefulset().await?;
         let revisions = self.db_revisions().await?;
-        let selector_of = |p: Option<&k8s_openapi::api::core::v1::PodSpec>| {
-            p.and_then(|s| s.node_selector.clone()).unwrap_or_default()
-        };
         let template = DbTemplate {
             node_selector: selector_of(sts.spec.as_ref().and_then(|s| s.template.spec.as_ref())),
             revision: sts
@@ -196,7 +183,13 @@ impl KubeRuntime {
     /// Sets the StatefulSet's template node selector, as `kubectl apply` would: no pod changes.
     pub(super) async fn set_db_selector(&self, want: BTreeMap<String, String>) -> Result<()> {
         db::check_selector(&want).map_err(RuntimeError::InvalidInput)?;
-        let now = self.db_status().await?.template.node_selector;
+        let now = selector_of(
+            self.db_statefulset()
+                .await?
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref()),
+        );
         if now == want {
             return Ok(());
         }

@@ -901,10 +901,7 @@ async fn build_images(
             }
             (_, why) => {
                 let why = why.unwrap_or_default();
-                let bin_dir = std::env::current_exe()
-                    .ok()
-                    .and_then(|p| p.parent().map(Path::to_path_buf))
-                    .ok_or_else(|| RuntimeError::Other("cannot tell where the lab binary is".into()))?;
+                let bin_dir = lab_bin_dir()?;
                 let weed =
                     weed_binary(kopts.build_context.as_deref()).ok_or_else(|| RuntimeError::MissingTool {
                         tool: "weed".into(),
@@ -929,10 +926,7 @@ async fn build_images(
     if let Some(db_image) = rec.db_image.clone() {
         if kopts.build_image {
             // Always offline: the database image is this machine's PostgreSQL, as the local lab's is.
-            let bin_dir = std::env::current_exe()
-                .ok()
-                .and_then(|p| p.parent().map(Path::to_path_buf))
-                .ok_or_else(|| RuntimeError::Other("cannot tell where the lab binary is".into()))?;
+            let bin_dir = lab_bin_dir()?;
             let pg_bin = crate::local::db::find_pg_bin()?;
             progress.note(&format!(
                 "database image {db_image}: building it offline from {} and PostgreSQL in {}",
@@ -977,6 +971,15 @@ async fn build_images(
         }
     }
     Ok(images)
+}
+
+/// The folder of the running `lab` binary: the workspace's other binaries, which the offline images are
+/// made from, are beside it.
+fn lab_bin_dir() -> Result<PathBuf> {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .ok_or_else(|| RuntimeError::Other("cannot tell where the lab binary is".into()))
 }
 
 /// The first base image of the Dockerfile in `root` that Docker neither has nor can pull, with why.

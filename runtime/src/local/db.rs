@@ -56,6 +56,32 @@ pub fn find_pg_bin() -> Result<PathBuf> {
         })
 }
 
+/// `psql`'s arguments for one statement `sql` on the server at `host:port`, as the trusted `postgres` user,
+/// unaligned and tuples only, stopping at the first error (the local lab runs it on this machine; the kind
+/// runtime through `exec` in the primary's container).
+pub fn psql_args(host: &str, port: &str, sql: &str) -> Vec<String> {
+    [
+        "-X",
+        "-A",
+        "-t",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-h",
+        host,
+        "-p",
+        port,
+        "-U",
+        "postgres",
+        "-d",
+        "postgres",
+        "-c",
+        sql,
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect()
+}
+
 /// Runs `sql` on the server at `addr` with `psql` and returns its unaligned output.
 ///
 /// # Errors
@@ -65,9 +91,7 @@ pub async fn psql(pg_bin: &Path, addr: &str, sql: &str) -> Result<String> {
         .rsplit_once(':')
         .ok_or_else(|| RuntimeError::Other(format!("{addr:?} is not HOST:PORT")))?;
     let mut c = tokio::process::Command::new(pg_bin.join("psql"));
-    c.args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", host, "-p", port])
-        .args(["-U", "postgres", "-d", "postgres", "-c", sql])
-        .kill_on_drop(true);
+    c.args(psql_args(host, port, sql)).kill_on_drop(true);
     let out = tokio::time::timeout(PSQL_TIMEOUT, c.output())
         .await
         .map_err(|_| RuntimeError::Timeout {
