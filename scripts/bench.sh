@@ -26,7 +26,9 @@
 #                               each beside the figure of its previous run
 #
 # Settings (environment): RUNS, READS, RECOVER_PCT (90), PROFILE (release | debug), LAB_BIN_DIR (built
-# binaries to use instead of building), BENCH_NAME (bench), DRILL (slow-storage; "" for none),
+# binaries to use instead of building), BENCH_NAME (bench), DRILL (slow-storage; "" for none), FAULTS (the
+# faults each run measures, default "slow-storage throttled-rank unplaceable-rank"; "" for none: only lab up,
+# its baseline's trustworthiness, status and lab down, about 40 s a run),
 # COMPONENTS (full run: the bench-*.sh to call, default "step alerts allreduce storage scale").
 #
 # Each figure is printed beside its previous median (README.md's figures table before this script's
@@ -44,6 +46,7 @@ else
 fi
 RECOVER_PCT=${RECOVER_PCT:-90}
 DRILL=${DRILL-slow-storage}
+FAULTS=${FAULTS-slow-storage throttled-rank unplaceable-rank}
 NAME=${BENCH_NAME:-bench}
 T0=$(date +%s)
 say() { printf '[bench +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
@@ -158,12 +161,15 @@ for ((run = 1; run <= RUNS; run++)); do
       rec "drill passed" "$([ "$passed" = true ] && echo 1 || echo 0)"
     }
   fi
-  say "run $run/$RUNS: slow-storage"
-  measure_fault slow-storage slow-storage --server 1 --delay 300ms
-  say "run $run/$RUNS: throttled-rank"
-  measure_fault throttled-rank throttled-rank --rank 1 --cpu 150m
-  say "run $run/$RUNS: unplaceable-rank"
-  measure_fault unplaceable-rank unplaceable-rank --ranks 5
+  for fault in $FAULTS; do
+    say "run $run/$RUNS: $fault"
+    case $fault in
+      slow-storage) measure_fault slow-storage slow-storage --server 1 --delay 300ms ;;
+      throttled-rank) measure_fault throttled-rank throttled-rank --rank 1 --cpu 150m ;;
+      unplaceable-rank) measure_fault unplaceable-rank unplaceable-rank --ranks 5 ;;
+      *) die "FAULTS: unknown fault $fault (slow-storage, throttled-rank, unplaceable-rank)" ;;
+    esac
+  done
   rec "supervisor peak MB" "$(awk -v k="$(supervisor_kb VmHWM)" 'BEGIN { printf "%.1f", k / 1024 }')"
   say "run $run/$RUNS: lab down"
   t=$(now)
@@ -206,7 +212,8 @@ def spread(k):
 print(f"scripts/bench.sh — {date}")
 print(f"machine at the start: {m0}")
 print(f"machine at the end:   {m1}")
-print(f"{profile} binaries; {runs} runs of lab up → 3 faults → lab down; {reads} reads of 10 s per fault per run")
+faults = sum(1 for f in ("slow-storage", "throttled-rank", "unplaceable-rank") if v[f + " ready"])
+print(f"{profile} binaries; {runs} runs of lab up → {faults} faults → lab down; {reads} reads of 10 s per fault per run")
 print()
 print(f"{'lab up to a steady baseline':<34} {f('up s', ' s')}")
 for k in sorted(k for k in v if k.startswith("up: ")):
@@ -225,6 +232,8 @@ print(f"{'supervisor memory, peak':<34} {f('supervisor peak MB', ' MB')} (VmHWM,
 for fault, what in [("slow-storage", "storage-1 +300 ms"), ("throttled-rank", "rank-1 150m"),
                     ("unplaceable-rank", "5 ranks, 4 GPUs")]:
     ready = v[f"{fault} ready"]
+    if not ready:
+        continue
     print(f"{fault} ({what})")
     print(f"  {'throughput, % of the baseline':<32} {f(fault + ' pct', ' %')}")
     print(f"  {'ranks Running and Ready':<32} {int(min(ready))}–{int(max(ready))} of the running ranks in every read")

@@ -78,7 +78,7 @@ for load in $LOADS; do
     report="$OUT/$load-$drill-$kind.json"
     args=(drill run "$drill" --name "$NAME" --repeat "$RUNS" --report "$report")
     [ -n "$fix" ] && args+=(--remediate "$fix")
-    say "$load: $drill, $kind fix (${fix:-the drill\'s own}), $RUNS runs, must $want"
+    say "$load: $drill, $kind fix (${fix:-its own clear}), $RUNS runs, must $want"
     "$LAB_BIN" "${args[@]}" >/dev/null 2>&1 || true
     if [ ! -s "$report" ]; then
       say "no report from $drill ($kind): counted as $RUNS unexpected verdicts"

@@ -644,17 +644,21 @@ pub struct StepsLost {
 impl StepsLost {
     /// Adds a snapshot.
     pub fn push(&mut self, s: &Snapshot) {
-        if let Some(step) = job_step(s) {
-            match self.high {
-                // Ranks of a synchronous job are at most a step apart; one step back is a rank not scraped.
-                Some(h) if step + 1 < h => {
-                    self.lost += h - step;
-                    self.high = Some(step);
-                }
-                Some(h) if step > h => self.high = Some(step),
-                None => self.high = Some(step),
-                _ => {}
+        let Some(step) = job_step(s) else {
+            // No rank reports (every rank restarting, a tick before the first scrape): the job's counter
+            // reads 0 here, which is not its value. Taken as the first, it would count every step the job
+            // lost before the drill.
+            return;
+        };
+        match self.high {
+            // Ranks of a synchronous job are at most a step apart; one step back is a rank not scraped.
+            Some(h) if step + 1 < h => {
+                self.lost += h - step;
+                self.high = Some(step);
             }
+            Some(h) if step > h => self.high = Some(step),
+            None => self.high = Some(step),
+            _ => {}
         }
         let c = s.training.steps_lost;
         self.counter_first.get_or_insert(c);
@@ -1219,5 +1223,25 @@ pub(crate) mod tests {
             26,
             "106 → 80; a one-step dip and no report at all are not losses"
         );
+    }
+
+    #[test]
+    fn steps_lost_counts_from_the_jobs_counter_before_the_fault_not_from_a_tick_with_no_rank() {
+        // The job had lost 900 steps before the drill; every rank restarts (no rank reports, and the
+        // snapshot's counter reads 0), then the job resumes from its checkpoint with 73 more lost.
+        let mut l = StepsLost::default();
+        let mut before = snap(0, Some(1.0), Some(0.3), 5000);
+        before.training.steps_lost = 900;
+        l.push(&before);
+        let mut gone = snap(1, Some(0.0), None, 0);
+        for r in &mut gone.ranks {
+            r.step = None;
+        }
+        gone.training.steps_lost = 0;
+        l.push(&gone);
+        let mut back = snap(2, Some(1.0), Some(0.3), 4960);
+        back.training.steps_lost = 973;
+        l.push(&back);
+        assert_eq!(l.lost(), 73);
     }
 }

@@ -171,10 +171,10 @@ pub const COMPUTE_SLOW_FACTOR: f64 = 1.3;
 /// machine, and short enough to open the incident within seconds.
 pub const COMMIT_WAITING_MAX_SECONDS: f64 = 5.0;
 
-/// The baseline's window: `[10s]` over the recorded throughput.
-pub const BASELINE_WINDOW_MS: i64 = 10_000;
+/// The baseline's window: `[5s]` over the recorded 3 s throughput ([`recorded::JOB_SAMPLES_SHORT`]).
+pub const BASELINE_WINDOW_MS: i64 = 5_000;
 /// The baseline needs this many recorded values in its window (a full window at 1 s, some slack).
-pub const BASELINE_MIN_SAMPLES: usize = 8;
+pub const BASELINE_MIN_SAMPLES: usize = 4;
 /// ... and a standard deviation under this fraction of the mean (the job is stable).
 pub const BASELINE_MAX_VARIATION: f64 = 0.1;
 
@@ -184,7 +184,7 @@ pub mod recorded {
     pub const JOB_SAMPLES: &str = "lab:job_samples_per_second";
     /// `sum(rate(lab_samples_total[3s])) or vector(0)`: what the throughput rule compares.
     pub const JOB_SAMPLES_SHORT: &str = "lab:job_samples_per_second:rate3s";
-    /// The latched baseline of [`JOB_SAMPLES`].
+    /// The latched baseline of [`JOB_SAMPLES_SHORT`].
     pub const JOB_SAMPLES_BASELINE: &str = "lab:job_samples_per_second:baseline";
     /// `histogram_quantile(0.5, sum by (le) (rate(lab_step_duration_seconds_bucket[10s])))`.
     pub const JOB_STEP_SECONDS: &str = "lab:job_step_seconds";
@@ -448,12 +448,13 @@ impl Engine {
     }
 }
 
-/// The baseline latch (the rule file's self-referencing recording rule): once the last 10 s hold at
-/// least 8 recorded throughput values, all above zero, with a standard deviation under 10% of their
-/// mean, the mean is the baseline, and it stays.
+/// The baseline latch (the rule file's self-referencing recording rule): once the last 5 s hold at
+/// least 4 recorded values of the 3 s throughput (the figure the throughput rule compares with the
+/// baseline), all above zero, with a standard deviation under 10% of their mean, the mean is the
+/// baseline, and it stays.
 fn learn(store: &Store, t: i64) -> Option<LearnedBaseline> {
     let any = |_: &Labels| true;
-    let series = store.range(recorded::JOB_SAMPLES, t, BASELINE_WINDOW_MS, any);
+    let series = store.range(recorded::JOB_SAMPLES_SHORT, t, BASELINE_WINDOW_MS, any);
     let pts = &series.first()?.1;
     let mean = avg_over_time(pts);
     let stable = pts.len() >= BASELINE_MIN_SAMPLES

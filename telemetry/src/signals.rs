@@ -42,8 +42,8 @@ pub const KUBE_STATE: &str = "kube-state-metrics";
 /// ones have aged out of the window). Each rule that compares a count-based figure guards it with a
 /// minimum number of events in the window.
 pub const WINDOW_MS: i64 = 3_000;
-/// The window of the job's throughput and step time, `[10s]`: the baseline, the display and the drills'
-/// verification read these, and they need to be steady rather than quick.
+/// The window of the job's throughput and step time, `[10s]`: the display and the drills' verification
+/// read these, and they need to be steady rather than quick (the baseline's step time too).
 pub const JOB_WINDOW_MS: i64 = 10_000;
 /// A rank throttled in more than this share of its CFS periods may be CPU-starved...
 pub const THROTTLED_MIN_RATIO: f64 = 0.25;
