@@ -1229,19 +1229,26 @@ pub(crate) mod tests {
     fn steps_lost_counts_from_the_jobs_counter_before_the_fault_not_from_a_tick_with_no_rank() {
         // The job had lost 900 steps before the drill; every rank restarts (no rank reports, and the
         // snapshot's counter reads 0), then the job resumes from its checkpoint with 73 more lost.
-        let mut l = StepsLost::default();
         let mut before = snap(0, Some(1.0), Some(0.3), 5000);
         before.training.steps_lost = 900;
-        l.push(&before);
         let mut gone = snap(1, Some(0.0), None, 0);
         for r in &mut gone.ranks {
             r.step = None;
         }
         gone.training.steps_lost = 0;
-        l.push(&gone);
         let mut back = snap(2, Some(1.0), Some(0.3), 4960);
         back.training.steps_lost = 973;
-        l.push(&back);
+        // Counted from the snapshot before the fault (as a drill does from its injection): 73.
+        let mut l = StepsLost::default();
+        for s in [&before, &gone, &back] {
+            l.push(s);
+        }
         assert_eq!(l.lost(), 73);
+        // A rankless tick first is not the counter's first value: 0 there would count the 900 too.
+        let mut l = StepsLost::default();
+        for s in [&gone, &back] {
+            l.push(s);
+        }
+        assert_eq!(l.lost(), 0, "the job's whole-life total is not this drill's loss");
     }
 }

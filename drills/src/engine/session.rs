@@ -30,8 +30,6 @@ pub struct Session<'a, S: SnapshotSource> {
     pub(super) remediations: Vec<RemediationReport>,
     pub(super) timeline: Vec<Point>,
     pub(super) lost: StepsLost,
-    /// Whether `lost` has begun counting (from the last snapshot before the injection).
-    pub(super) lost_started: bool,
     pub(super) inject_ms: Option<u64>,
     /// When the latest injection started: a chained drill's later expect steps time their fault from it.
     pub(super) fault_ms: Option<u64>,
@@ -94,7 +92,6 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             remediations: Vec::new(),
             timeline: Vec::new(),
             lost: StepsLost::default(),
-            lost_started: false,
             inject_ms: None,
             fault_ms: None,
             fixes: Vec::new(),
@@ -166,14 +163,6 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             world_size: t.world_size,
         });
         if self.inject_ms.is_some() {
-            // The job as it was just before the injection is where the count starts: a fault that
-            // restarts every rank at once leaves no rank reporting in the snapshots right after it.
-            if !self.lost_started {
-                self.lost_started = true;
-                if let Some(before) = &self.last {
-                    self.lost.push(before);
-                }
-            }
             self.lost.push(s);
         }
         self.last = Some(s.clone());

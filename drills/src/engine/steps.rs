@@ -140,6 +140,13 @@ impl<S: SnapshotSource> Session<'_, S> {
     pub async fn inject(&mut self, fault: Fault) -> StepReport {
         let what = fault.to_string();
         let started = self.start(StepName::Inject, &what);
+        if self.inject_ms.is_none()
+            && let Some(before) = &self.last
+        {
+            // Steps lost count from the job as it was just before the first injection: a fault that
+            // restarts every rank at once leaves no rank reporting in the snapshots right after it.
+            self.lost.push(before);
+        }
         self.inject_ms.get_or_insert(started);
         self.fault_ms = Some(started);
         self.injected.push(fault.clone());
