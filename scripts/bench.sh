@@ -184,13 +184,13 @@ v = collections.defaultdict(list)
 for line in open(data):
     k, x = line.rstrip("\n").split("\t")
     v[k].append(float(x))
-# The previous medians (README.md's figures table, `scripts/bench.sh --quick`, 2026-12-01, load 1.4-3.4)
-# and the goals, beside each figure.
-previous = {"up s": "36.8 s", "baseline step ms": "34.5 ms", "baseline samples/s": "29 385 samples/s",
+# The previous medians (README.md's figures table, `scripts/bench.sh --quick`, 2026-12-01, load 1.4-3.4;
+# lab up and lab down from 2026-12-02) and the goals, beside each figure.
+previous = {"up s": "11.2 s", "baseline step ms": "34.5 ms", "baseline samples/s": "29 385 samples/s",
             "status live s": "0.01 s", "status watched s": "6.05 s", "supervisor rss MB": "28.5 MB",
             "supervisor peak MB": "29.0 MB", "slow-storage pct": "10.9 %", "throttled-rank pct": "78.8 %",
             "unplaceable-rank pct": "0 %", "slow-storage back s": "2.0 s", "throttled-rank back s": "2.1 s",
-            "unplaceable-rank back s": "16.8 s", "down s": "3.7 s"}
+            "unplaceable-rank back s": "16.8 s", "down s": "0.7 s"}
 goal = {"up s": "10 s", "slow-storage back s": "5 s", "throttled-rank back s": "5 s",
         "unplaceable-rank back s": "5 s", "down s": "3 s", "drill fixed s": "20 s"}
 def f(k, unit, nd=1):

@@ -4,11 +4,12 @@
 # and once with one core kept busy by another process (a shell loop in its own process group, ended by
 # this script), and prints the expected-verdict rate of every pair in both conditions.
 #
-#   scripts/verdict-rates.sh                 RUNS=10, both conditions
-#   RUNS=3 LOADS=quiet scripts/verdict-rates.sh
+#   scripts/verdict-rates.sh                 the seed's three drills, RUNS=10, both conditions
+#   DRILLS=all RUNS=3 LOADS=quiet scripts/verdict-rates.sh      every built-in drill
 #   PAIRS="throttled-rank:right throttled-rank:trap" scripts/verdict-rates.sh
 #
-# Settings (environment): RUNS (10), LOADS ("quiet busy"), PAIRS (every pair below), NAME (verdicts),
+# Settings (environment): RUNS (10), LOADS ("quiet busy"), DRILLS (the seed's three; "all": every built-in
+# drill), PAIRS (both pairs of every drill in DRILLS), NAME (verdicts),
 # LAB_BIN (target/debug/lab, built when missing), OUT (target/verdict-rates: the JSON reports).
 # Exits non-zero when any pair gave an unexpected verdict, so a CI job can run it as it is.
 set -euo pipefail
@@ -23,9 +24,11 @@ LAB_BIN=${LAB_BIN:-$root/target/debug/lab}
 T0=$(date +%s)
 say() { printf '[verdicts +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
 
-# drill : kind of fix : remediation (empty: the drill's own) : the verdict it must give.
-# The traps are the seed's: restarting the rank for a slow disk, re-applying the template that was right
-# all along, scaling back without setting the world size back.
+# drill : kind of fix : remediation (empty: the drill's own; several, for a drill with several remediate
+# steps, separated by " | ", one per step in order) : the verdict it must give. The traps are the seed's and
+# the incident library's: restarting the rank that waits on a slow server, re-applying the template that was
+# right all along, scaling back without setting the world size back, fixing a template without deleting the
+# pod stuck on the old one, restarting a sibling instead of the hung rank, putting the last fix back.
 declare -A FIX=(
   [slow-storage:right]=""
   [slow-storage:trap]="lab restart rank 1"
@@ -33,8 +36,37 @@ declare -A FIX=(
   [throttled-rank:trap]="lab apply --cpu 400m"
   [unplaceable-rank:right]=""
   [unplaceable-rank:trap]="lab scale ranks 4"
+  [stuck-rollout:right]="lab config world-size 4 && lab scale ranks 4"
+  [stuck-rollout:trap]="lab scale ranks 4"
+  [rank-crash:right]="lab rank env 1 --unset LAB_DEVICE_FAULT_AFTER"
+  [rank-crash:trap]="lab restart rank 1"
+  [rank-hang:right]="lab restart rank 1"
+  [rank-hang:trap]="lab restart rank 2"
+  [slow-compute:right]=""
+  [slow-compute:trap]="lab apply --cpu 400m"
+  [competing-job:right]="lab job stop nightly-etl"
+  [competing-job:trap]="lab restart rank 1"
+  [slow-disk:right]="lab storage drain 1"
+  [slow-disk:trap]="lab restart rank 1"
+  [sync-replica:right]="lab db template --node-selector '' && lab db delete-pod db-1"
+  [sync-replica:trap]="lab db template --node-selector ''"
+  [chained-week:right]="lab fault clear --all | lab resize rank 1 --cpu 400m"
+  [chained-week:trap]="lab fault clear --all | lab fault inject slow-storage --server 1 --delay 300ms"
 )
-PAIRS=${PAIRS:-slow-storage:right slow-storage:trap throttled-rank:right throttled-rank:trap unplaceable-rank:right unplaceable-rank:trap}
+SEED="slow-storage throttled-rank unplaceable-rank"
+ALL="$SEED stuck-rollout rank-crash rank-hang slow-compute competing-job slow-disk sync-replica chained-week"
+DRILLS=${DRILLS:-$SEED}
+[ "$DRILLS" = all ] && DRILLS=$ALL
+if [ -z "${PAIRS:-}" ]; then
+  PAIRS=
+  for d in $DRILLS; do PAIRS+=" $d:right $d:trap"; done
+fi
+for pair in $PAIRS; do
+  [ -n "${FIX[$pair]+set}" ] || { say "unknown pair $pair (a built-in drill, then :right or :trap)"; exit 2; }
+done
+# sync-replica needs the lab's database.
+up_args=(up --name "$NAME")
+case " $PAIRS " in *" sync-replica:"*) up_args+=(--database) ;; esac
 
 command -v jq >/dev/null || { say "jq is missing: apt-get install jq"; exit 1; }
 if [ ! -x "$LAB_BIN" ]; then
@@ -58,8 +90,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-say "lab up --name $NAME"
-"$LAB_BIN" up --name "$NAME" >/dev/null
+say "lab ${up_args[*]}"
+"$LAB_BIN" "${up_args[@]}" >/dev/null
 
 results=()
 failures=0
@@ -77,7 +109,14 @@ for load in $LOADS; do
     [ "$kind" = trap ] && want=fail
     report="$OUT/$load-$drill-$kind.json"
     args=(drill run "$drill" --name "$NAME" --repeat "$RUNS" --report "$report")
-    [ -n "$fix" ] && args+=(--remediate "$fix")
+    if [ -n "$fix" ]; then
+      rest=$fix
+      while :; do
+        args+=(--remediate "${rest%% | *}")
+        [ "$rest" = "${rest#* | }" ] && break
+        rest=${rest#* | }
+      done
+    fi
     say "$load: $drill, $kind fix (${fix:-its own clear}), $RUNS runs, must $want"
     "$LAB_BIN" "${args[@]}" >/dev/null 2>&1 || true
     if [ ! -s "$report" ]; then

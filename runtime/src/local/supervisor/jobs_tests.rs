@@ -9,7 +9,7 @@ use lab_model::jobs::ForeignJob;
 use lab_model::status::{Phase, Role};
 use nix::sys::signal::Signal;
 
-use super::{all_ready, lab, ok, pod};
+use super::{all_ready, lab, ok, pod, storage_up};
 use crate::TargetKind;
 use crate::local::proto::{Request, Response};
 
@@ -33,8 +33,7 @@ fn refused(r: Response, want: &str) {
 fn a_foreign_job_runs_on_its_own_is_replaced_on_a_new_rate_and_stops() {
     let (_d, mut sup, procs) = lab();
     let t0 = Instant::now();
-    sup.reconcile(t0);
-    all_ready(&mut sup);
+    storage_up(&mut sup, t0);
     ok(sup.request(Request::RunJob { job: etl(None) }, t0));
     sup.reconcile(t0);
     let cmd = procs.last_command("nightly-etl");

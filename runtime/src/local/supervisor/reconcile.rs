@@ -480,7 +480,8 @@ impl Sup {
             wanted.push(Kind::Proxy(i));
             wanted.push(Kind::Volume(i));
         }
-        let storage_ready = self.is_ready(Kind::Master)
+        let master_ready = self.is_ready(Kind::Master);
+        let storage_ready = master_ready
             && (0..self.cfg.storage_servers)
                 .all(|i| self.is_ready(Kind::Volume(i)) && self.is_ready(Kind::Proxy(i)));
         if self.spec.seed && storage_ready {
@@ -558,6 +559,11 @@ impl Sup {
                 continue;
             }
             if inst.not_before.is_some_and(|t| now < t) {
+                continue;
+            }
+            // A volume server that finds no master at start sleeps 1.79 s before it asks again: start it
+            // once the master answers.
+            if matches!(kind, Kind::Volume(_)) && !master_ready {
                 continue;
             }
             inst.generation = generation;

@@ -201,6 +201,14 @@ fn running(sup: &Sup) -> Vec<String> {
         .collect()
 }
 
+/// The master starts and answers, then the volume servers start (they wait for it) and answer too.
+fn storage_up(sup: &mut Sup, t: Instant) {
+    sup.reconcile(t);
+    all_ready(sup);
+    sup.reconcile(t);
+    all_ready(sup);
+}
+
 /// What the probes do when every endpoint answers.
 fn all_ready(sup: &mut Sup) {
     for i in sup.insts.values_mut().filter(|i| i.running.is_some()) {
@@ -224,12 +232,10 @@ fn pod(sup: &Sup, name: &str) -> PodStatus {
 /// A lab with storage up and `ranks` ranks started at `t0`.
 fn with_ranks(ranks: u32, t0: Instant) -> (tempfile::TempDir, Sup, Procs) {
     let (d, mut sup, procs) = lab();
-    sup.reconcile(t0);
-    all_ready(&mut sup);
+    storage_up(&mut sup, t0);
     ok(sup.request(Request::Scale { ranks }, t0));
     ok(sup.request(Request::WorldSize { world_size: ranks }, t0));
-    sup.reconcile(t0);
-    all_ready(&mut sup);
+    storage_up(&mut sup, t0);
     (d, sup, procs)
 }
 
@@ -243,6 +249,15 @@ fn storage_starts_first_and_the_seeder_runs_once_storage_is_ready() {
     ok(sup.request(Request::Seed, Instant::now()));
     let t0 = Instant::now();
     sup.reconcile(t0);
+    assert_eq!(
+        running(&sup),
+        ["storage-0-proxy", "storage-1-proxy", "storage-master"],
+        "a volume server waits for the master to answer"
+    );
+    sup.reconcile(secs(t0, 0.5));
+    assert_eq!(procs.starts("storage-0"), 0, "the master is not Ready yet");
+    all_ready(&mut sup);
+    sup.reconcile(secs(t0, 0.7));
     assert_eq!(
         running(&sup),
         [
@@ -278,8 +293,7 @@ fn a_finished_seeder_is_not_run_again_when_a_storage_server_misses_a_probe() {
     let (_d, mut sup, procs) = lab();
     ok(sup.request(Request::Seed, Instant::now()));
     let t0 = Instant::now();
-    sup.reconcile(t0);
-    all_ready(&mut sup);
+    storage_up(&mut sup, t0);
     sup.reconcile(secs(t0, 1.0));
     procs.exit("seeder", 0);
     sup.reconcile(secs(t0, 2.0));
@@ -298,8 +312,7 @@ fn a_seeder_that_keeps_failing_is_given_up_after_its_attempts() {
     let (_d, mut sup, procs) = lab();
     ok(sup.request(Request::Seed, Instant::now()));
     let t0 = Instant::now();
-    sup.reconcile(t0);
-    all_ready(&mut sup);
+    storage_up(&mut sup, t0);
     let mut t = 0.0;
     for _ in 0..20 {
         sup.reconcile(secs(t0, t));
@@ -444,6 +457,8 @@ fn a_program_that_cannot_start_is_retried_with_backoff_and_shows_why() {
     let (_d, mut sup, procs) = lab();
     procs.table().refused.push("storage-1".into());
     let t0 = Instant::now();
+    sup.reconcile(t0);
+    all_ready(&mut sup);
     sup.reconcile(t0);
     let p = pod(&sup, "storage-1");
     assert_eq!(p.reason.as_deref(), Some("CrashLoopBackOff"));
