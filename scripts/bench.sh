@@ -47,10 +47,24 @@ fi
 RECOVER_PCT=${RECOVER_PCT:-90}
 DRILL=${DRILL-slow-storage}
 FAULTS=${FAULTS-slow-storage throttled-rank unplaceable-rank}
+# Each fault this script measures: its `lab fault inject` arguments and what the summary calls it.
+declare -A FAULT_ARGS=(
+  [slow-storage]="--server 1 --delay 300ms"
+  [throttled-rank]="--rank 1 --cpu 150m"
+  [unplaceable-rank]="--ranks 5"
+)
+declare -A FAULT_WHAT=(
+  [slow-storage]="storage-1 +300 ms"
+  [throttled-rank]="rank-1 150m"
+  [unplaceable-rank]="5 ranks, 4 GPUs"
+)
 NAME=${BENCH_NAME:-bench}
 T0=$(date +%s)
 say() { printf '[bench +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
 die() { say "FAILED: $*"; exit 1; }
+for fault in $FAULTS; do
+  [ -n "${FAULT_ARGS[$fault]+set}" ] || die "FAULTS: unknown fault $fault (one of: ${!FAULT_ARGS[*]})"
+done
 command -v jq >/dev/null || die "jq is needed: apt-get install jq"
 
 env_file=$(mktemp)
@@ -163,12 +177,8 @@ for ((run = 1; run <= RUNS; run++)); do
   fi
   for fault in $FAULTS; do
     say "run $run/$RUNS: $fault"
-    case $fault in
-      slow-storage) measure_fault slow-storage slow-storage --server 1 --delay 300ms ;;
-      throttled-rank) measure_fault throttled-rank throttled-rank --rank 1 --cpu 150m ;;
-      unplaceable-rank) measure_fault unplaceable-rank unplaceable-rank --ranks 5 ;;
-      *) die "FAULTS: unknown fault $fault (slow-storage, throttled-rank, unplaceable-rank)" ;;
-    esac
+    # shellcheck disable=SC2086 # the fault's arguments, split on purpose
+    measure_fault "$fault" "$fault" ${FAULT_ARGS[$fault]}
   done
   rec "supervisor peak MB" "$(awk -v k="$(supervisor_kb VmHWM)" 'BEGIN { printf "%.1f", k / 1024 }')"
   say "run $run/$RUNS: lab down"
@@ -177,9 +187,12 @@ for ((run = 1; run <= RUNS; run++)); do
   rec "down s" "$(since "$t")"
 done
 
-python3 - "$DATA" "$START_DATE" "$START_MACHINE" "$(machine)" "$PROFILE" "$RUNS" "$READS" "$RECOVER_PCT" <<'EOF'
+for fault in $FAULTS; do printf '%s\t%s\n' "$fault" "${FAULT_WHAT[$fault]}"; done >"$STATE/faults.tsv"
+python3 - "$DATA" "$START_DATE" "$START_MACHINE" "$(machine)" "$PROFILE" "$RUNS" "$READS" "$RECOVER_PCT" \
+  "$STATE/faults.tsv" <<'EOF'
 import collections, statistics, sys
-data, date, m0, m1, profile, runs, reads, back = sys.argv[1:]
+data, date, m0, m1, profile, runs, reads, back, faults_file = sys.argv[1:]
+measured = [line.rstrip("\n").split("\t") for line in open(faults_file) if line.strip()]
 v = collections.defaultdict(list)
 for line in open(data):
     k, x = line.rstrip("\n").split("\t")
@@ -212,7 +225,7 @@ def spread(k):
 print(f"scripts/bench.sh — {date}")
 print(f"machine at the start: {m0}")
 print(f"machine at the end:   {m1}")
-faults = sum(1 for f in ("slow-storage", "throttled-rank", "unplaceable-rank") if v[f + " ready"])
+faults = sum(1 for f, _ in measured if v[f + " ready"])
 print(f"{profile} binaries; {runs} runs of lab up → {faults} faults → lab down; {reads} reads of 10 s per fault per run")
 print()
 print(f"{'lab up to a steady baseline':<34} {f('up s', ' s')}")
@@ -229,8 +242,7 @@ print(f"{'lab status --json (live snapshot)':<34} {f('status live s', ' s', 2)}"
 print(f"{'... watching its own 6 s window':<34} {f('status watched s', ' s', 2)}")
 print(f"{'supervisor memory after up':<34} {f('supervisor rss MB', ' MB')} resident (VmRSS)")
 print(f"{'supervisor memory, peak':<34} {f('supervisor peak MB', ' MB')} (VmHWM, after the faults)")
-for fault, what in [("slow-storage", "storage-1 +300 ms"), ("throttled-rank", "rank-1 150m"),
-                    ("unplaceable-rank", "5 ranks, 4 GPUs")]:
+for fault, what in measured:
     ready = v[f"{fault} ready"]
     if not ready:
         continue

@@ -11,14 +11,8 @@ use lab_runtime::state::now_ms;
 
 use crate::{FaultError, Ledger};
 
-fn record(
-    ledger: &Ledger,
-    target: &str,
-    what: &str,
-    before: String,
-    after: String,
-) -> Result<ChangeRecord, FaultError> {
-    let c = ChangeRecord {
+fn record_of(target: &str, what: &str, before: String, after: String) -> ChangeRecord {
+    ChangeRecord {
         at_ms: now_ms(),
         source: ChangeSource::Remediation,
         target: target.into(),
@@ -28,7 +22,17 @@ fn record(
         note: None,
         fault_id: None,
         by: None,
-    };
+    }
+}
+
+fn record(
+    ledger: &Ledger,
+    target: &str,
+    what: &str,
+    before: String,
+    after: String,
+) -> Result<ChangeRecord, FaultError> {
+    let c = record_of(target, what, before, after);
     ledger.record(vec![c.clone()])?;
     Ok(c)
 }
@@ -53,6 +57,20 @@ pub async fn set_template(
 ) -> Result<ChangeRecord, FaultError> {
     let want = parse_selector(selector).map_err(FaultError::Invalid)?;
     let d = rt.database().await.map_err(invalid_or("reading the database"))?;
+    if d.template.node_selector == want {
+        // Nothing to set: the action is still recorded (an agent's plan ran it), saying it changed nothing.
+        let c = ChangeRecord {
+            note: Some("already so: nothing changed".into()),
+            ..record_of(
+                "statefulset/db",
+                "template node selector",
+                text(&want),
+                text(&want),
+            )
+        };
+        ledger.record(vec![c.clone()])?;
+        return Ok(c);
+    }
     rt.set_db_template(want.clone())
         .await
         .map_err(invalid_or("setting the standby's template"))?;
@@ -97,5 +115,39 @@ fn invalid_or(what: &'static str) -> impl FnOnce(lab_runtime::RuntimeError) -> F
     move |e| match e {
         lab_runtime::RuntimeError::InvalidInput(m) => FaultError::Invalid(m),
         other => FaultError::runtime(what)(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_model::db::DbStatus;
+    use lab_runtime::testing::FakeRuntime;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_template_already_so_is_recorded_as_unchanged_and_not_set() {
+        let rt = FakeRuntime::new();
+        rt.update(|l| l.database = Some(DbStatus::default()));
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::in_dir(dir.path());
+
+        let set = set_template(&rt, &ledger, "lab/disk=nvme").await.unwrap();
+        assert_eq!(
+            (set.before.as_str(), set.note.as_deref()),
+            ("none", None),
+            "{set:?}"
+        );
+        assert_ne!(set.after, set.before);
+        let again = set_template(&rt, &ledger, "lab/disk=nvme").await.unwrap();
+        assert_eq!(again.before, again.after);
+        assert_eq!(again.note.as_deref(), Some("already so: nothing changed"));
+        let sets = rt
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("set_db_template"))
+            .count();
+        assert_eq!(sets, 1, "the second call set nothing: {:?}", rt.calls());
+        assert_eq!(rt.state().database.unwrap().template.revision, 1);
     }
 }

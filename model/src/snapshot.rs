@@ -69,7 +69,8 @@ pub struct Training {
     pub steps_per_s: Option<f64>,
     /// Median step time over the recent window.
     pub step_seconds: Option<f64>,
-    /// Throughput now as a percentage of the baseline.
+    /// Throughput now as a percentage of the baseline: over the last 3 s, the window the baseline was
+    /// learned on and the throughput alert compares (`samples_per_s` is over 10 s, steadier and slower).
     pub pct_of_baseline: Option<f64>,
     /// Throughput (samples/s) per tick, oldest first, bounded; for sparklines.
     pub history: Vec<f64>,

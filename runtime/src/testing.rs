@@ -63,6 +63,8 @@ pub struct FakeLab {
     /// Extra latency each of a server's next probes sees, in order (none left: none): a moment of load,
     /// or a delay that landed on the wrong server.
     pub probe_noise: BTreeMap<u32, std::collections::VecDeque<Duration>>,
+    /// The optional database (`None`: the lab has none); `set_db_template` changes its template.
+    pub database: Option<lab_model::db::DbStatus>,
 }
 
 impl Default for FakeLab {
@@ -89,6 +91,7 @@ impl Default for FakeLab {
             volumes: (0..3).map(|s| (s, vec![2 * s + 1, 2 * s + 2])).collect(),
             checkpoint: CheckpointState::default(),
             probe_noise: BTreeMap::new(),
+            database: None,
         }
     }
 }
@@ -224,6 +227,26 @@ impl FakeRuntime {
 impl Runtime for FakeRuntime {
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Local
+    }
+
+    async fn database(&self) -> Result<lab_model::db::DbStatus> {
+        self.call("database", String::new()).await?;
+        self.lab()
+            .database
+            .clone()
+            .ok_or_else(|| RuntimeError::InvalidInput("this lab has no database".into()))
+    }
+
+    async fn set_db_template(&self, node_selector: BTreeMap<String, String>) -> Result<()> {
+        self.call("set_db_template", format!("{node_selector:?}")).await?;
+        let mut lab = self.lab();
+        let db = lab
+            .database
+            .as_mut()
+            .ok_or_else(|| RuntimeError::InvalidInput("this lab has no database".into()))?;
+        db.template.node_selector = node_selector;
+        db.template.revision += 1;
+        Ok(())
     }
 
     fn name(&self) -> &str {

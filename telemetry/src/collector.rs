@@ -262,7 +262,10 @@ impl Collector {
     fn training(&self, s: &Signals, status: &LabStatus) -> Training {
         let baseline = self.engine.baseline().map(|b| b.job);
         let samples = s.samples_reported.then_some(s.job_samples_per_s);
-        let pct = match (samples, baseline) {
+        // Against the baseline, the throughput over the window it was learned on and the throughput rule
+        // compares (3 s): the 10 s figure would lag a recovery by up to 10 s.
+        let short = s.samples_reported.then_some(s.job_samples_per_s_short);
+        let pct = match (short, baseline) {
             (Some(v), Some(b)) if b.samples_per_s > 0.0 => Some(100.0 * v / b.samples_per_s),
             _ => None,
         };

@@ -76,7 +76,7 @@ pub fn exec_failure(status: Option<&Status>) -> Option<String> {
 
 /// Reads an `exec`'s stdout and stderr to their ends, then its status: what it printed on each, and
 /// [`exec_failure`]'s verdict.
-pub(super) async fn finish(mut proc: AttachedProcess) -> (String, String, Option<String>) {
+async fn finish(mut proc: AttachedProcess) -> (String, String, Option<String>) {
     let status = proc.take_status();
     let (mut out, mut err) = (String::new(), String::new());
     let (o, e) = (proc.stdout(), proc.stderr());
@@ -106,25 +106,37 @@ fn missing_program(message: &str) -> bool {
 }
 
 impl KubeRuntime {
+    /// Runs `command` in `container` of pod `pod` through the API server (`what` names it in errors) and
+    /// reads it to its end: its stdout, its stderr, and why it failed (`None`: it exited 0). A pod that
+    /// does not exist is [`RuntimeError::NoSuchInstance`]. The caller bounds it with its own timeout.
+    pub(super) async fn exec_text(
+        &self,
+        pod: &str,
+        container: &str,
+        command: Vec<String>,
+        what: &str,
+    ) -> Result<(String, String, Option<String>)> {
+        let ap = AttachParams::default()
+            .container(container)
+            .stdin(false)
+            .stdout(true)
+            .stderr(true);
+        match self.pods_api().exec(pod, command, &ap).await {
+            Ok(proc) => Ok(finish(proc).await),
+            Err(kube::Error::Api(s)) if s.code == 404 => Err(RuntimeError::NoSuchInstance(pod.to_string())),
+            Err(e) => Err(api::kube_err(what.to_string(), e)),
+        }
+    }
+
     /// Runs `lab-beside <args>` in rank `rank`'s container; returns its stdout. A command that exits
     /// non-zero is [`RuntimeError::InvalidInput`] with its stderr (its refusals are about the input).
     async fn beside(&self, rank: u32, args: &[&str]) -> Result<String> {
         let pod = names::rank(rank);
         let what = format!("exec `{}` in {pod}", beside_command(args).join(" "));
         api::within(&what, EXEC_TIMEOUT, async {
-            let ap = AttachParams::default()
-                .container(obj::RANK_CONTAINER)
-                .stdin(false)
-                .stdout(true)
-                .stderr(true);
-            let proc = match self.pods_api().exec(&pod, beside_command(args), &ap).await {
-                Ok(p) => p,
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    return Err(RuntimeError::NoSuchInstance(pod.clone()));
-                }
-                Err(e) => return Err(api::kube_err(what.clone(), e)),
-            };
-            let (out, err, failure) = finish(proc).await;
+            let (out, err, failure) = self
+                .exec_text(&pod, obj::RANK_CONTAINER, beside_command(args), &what)
+                .await?;
             match failure {
                 None => Ok(out),
                 Some(m) if missing_program(&m) => Err(RuntimeError::InvalidInput(format!(

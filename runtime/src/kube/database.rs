@@ -6,11 +6,11 @@
 //! settings are read and set with `psql` through `exec` in the primary's container.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ControllerRevision;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use lab_model::db::{self, DbStatus, DbTemplate};
 use serde_json::{Value, json};
 
@@ -20,8 +20,6 @@ use crate::{Result, RuntimeError};
 
 /// How long one `psql` through `exec` may take: reading or setting a parameter never waits for a standby.
 const PSQL_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a reload of the primary's settings may take to show.
-const RELOAD_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The merge patch that makes the template's node selector `want`, dropping the keys of `now` it lacks.
 pub fn selector_patch(now: &BTreeMap<String, String>, want: &BTreeMap<String, String>) -> Value {
@@ -75,17 +73,9 @@ impl KubeRuntime {
     async fn psql(&self, sql: &str) -> Result<String> {
         let what = format!("psql in {}", db::PRIMARY);
         api::within(&what, PSQL_TIMEOUT, async {
-            let ap = AttachParams::default()
-                .container(obj::DB_CONTAINER)
-                .stdin(false)
-                .stdout(true)
-                .stderr(true);
-            let proc = self
-                .pods_api()
-                .exec(db::PRIMARY, psql_command(sql), &ap)
-                .await
-                .map_err(|e| api::kube_err(what.clone(), e))?;
-            let (out, err, failure) = super::beside::finish(proc).await;
+            let (out, err, failure) = self
+                .exec_text(db::PRIMARY, obj::DB_CONTAINER, psql_command(sql), &what)
+                .await?;
             match failure {
                 None => Ok(out.trim().to_string()),
                 Some(m) => Err(RuntimeError::Other(format!("{what}: {m}: {}", err.trim()))),
@@ -255,27 +245,7 @@ impl KubeRuntime {
 
     /// Sets the primary's `synchronous_standby_names` and reloads it, then waits until it says so.
     pub(super) async fn set_standby_names(&self, names: &str) -> Result<()> {
-        let literal = crate::local::db::standby_names_literal(names)?;
-        self.psql(&format!("ALTER SYSTEM SET synchronous_standby_names = {literal}"))
-            .await?;
-        self.psql("SELECT pg_reload_conf()").await?;
-        let want = self.psql(&format!("SELECT {literal}")).await?;
-        let start = Instant::now();
-        loop {
-            let now = self.psql("SHOW synchronous_standby_names").await?;
-            if now == want {
-                return Ok(());
-            }
-            if start.elapsed() > RELOAD_DEADLINE {
-                return Err(RuntimeError::Timeout {
-                    what: format!(
-                        "the primary to load synchronous_standby_names = {want:?} (it says {now:?})"
-                    ),
-                    seconds: RELOAD_DEADLINE.as_secs_f64(),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        crate::local::db::set_standby_names(names, |sql| async move { self.psql(&sql).await }).await
     }
 }
 

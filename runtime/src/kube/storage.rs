@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{AttachParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use lab_model::status::Role;
 use lab_model::{Millicores, names};
 use serde_json::json;
@@ -192,17 +192,9 @@ impl KubeRuntime {
         let pod_name = pod.metadata.name.unwrap_or_default();
         let what = format!("exec `weed shell` in {pod_name}");
         api::within(&what, SHELL_TIMEOUT, async {
-            let ap = AttachParams::default()
-                .container(MASTER_CONTAINER)
-                .stdin(false)
-                .stdout(true)
-                .stderr(true);
-            let proc = self
-                .pods_api()
-                .exec(&pod_name, command, &ap)
-                .await
-                .map_err(|e| api::kube_err(what.clone(), e))?;
-            let (out, err, failure) = super::beside::finish(proc).await;
+            let (out, err, failure) = self
+                .exec_text(&pod_name, MASTER_CONTAINER, command, &what)
+                .await?;
             let text = format!("{out}{err}");
             match failure {
                 None => Ok(text),

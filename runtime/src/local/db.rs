@@ -108,6 +108,41 @@ pub async fn psql(pg_bin: &Path, addr: &str, sql: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// How long the primary may take to load a new `synchronous_standby_names` after its reload.
+const RELOAD_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Sets the primary's `synchronous_standby_names` to `names` (`""`: commits wait for no standby), reloads
+/// it, and waits until it says the new value (the reload is asynchronous). `psql` runs one statement on
+/// the primary and returns what it printed: over loopback on the local runtime, in the pod on Kubernetes.
+///
+/// # Errors
+/// [`RuntimeError::InvalidInput`] for a bad name; `psql`'s errors; [`RuntimeError::Timeout`] when the
+/// primary does not load the value in time.
+pub async fn set_standby_names<F, Fut>(names: &str, psql: F) -> Result<()>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String>>,
+{
+    let literal = standby_names_literal(names)?;
+    psql(format!("ALTER SYSTEM SET synchronous_standby_names = {literal}")).await?;
+    psql("SELECT pg_reload_conf()".into()).await?;
+    let want = psql(format!("SELECT {literal}")).await?;
+    let start = std::time::Instant::now();
+    loop {
+        let now = psql("SHOW synchronous_standby_names".into()).await?;
+        if now == want {
+            return Ok(());
+        }
+        if start.elapsed() > RELOAD_DEADLINE {
+            return Err(RuntimeError::Timeout {
+                what: format!("the primary to load synchronous_standby_names = {want:?} (it says {now:?})"),
+                seconds: RELOAD_DEADLINE.as_secs_f64(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// `names` as a `synchronous_standby_names` value in an `ALTER SYSTEM` statement: each standby name
 /// double-quoted (a name with `-` needs it), the whole single-quoted.
 ///

@@ -858,22 +858,11 @@ impl Runtime for LocalRuntime {
     }
 
     async fn set_synchronous_standby_names(&self, names: &str) -> Result<()> {
-        let literal = db::standby_names_literal(names)?;
         let (st, pg_bin) = self.db_status().await?;
-        db::psql(
-            &pg_bin,
-            &st.primary,
-            &format!("ALTER SYSTEM SET synchronous_standby_names = {literal}"),
-        )
-        .await?;
-        db::psql(&pg_bin, &st.primary, "SELECT pg_reload_conf()").await?;
-        // The reload is asynchronous: wait until the primary says the new value.
-        let want = db::psql(&pg_bin, &st.primary, &format!("SELECT {literal}")).await?;
-        wait_for(
-            "the primary to load synchronous_standby_names",
-            Duration::from_secs(10),
-            || async { Ok(db::psql(&pg_bin, &st.primary, "SHOW synchronous_standby_names").await? == want) },
-        )
+        db::set_standby_names(names, |sql| {
+            let (pg_bin, primary) = (&pg_bin, &st.primary);
+            async move { db::psql(pg_bin, primary, &sql).await }
+        })
         .await
     }
 }
