@@ -36,6 +36,32 @@ pub struct DrainReport {
     pub change: ChangeRecord,
 }
 
+/// How a drain's change record's note begins.
+const DRAINED: &str = "drained";
+
+/// The servers drained at or after `since_ms` (by the change record of their drain) that are still
+/// drained: what a drill's cleanup moves back, so that the drill's next run finds the job's data where
+/// this one did.
+///
+/// # Errors
+/// An unreadable ledger or drain record.
+pub fn drained_since(ledger: &Ledger, since_ms: u64) -> Result<Vec<u32>, FaultError> {
+    let drains = read_drains(ledger)?;
+    let changes = ledger.read()?.changes;
+    Ok(drains
+        .servers
+        .keys()
+        .copied()
+        .filter(|s| {
+            changes.iter().any(|c| {
+                c.at_ms >= since_ms
+                    && c.target == names::storage(*s)
+                    && c.note.as_deref().is_some_and(|n| n.starts_with(DRAINED))
+            })
+        })
+        .collect())
+}
+
 fn drains_path(ledger: &Ledger) -> PathBuf {
     ledger.dir().join("drains.json")
 }
@@ -185,7 +211,7 @@ pub async fn drain(rt: &dyn Runtime, ledger: &Ledger, server: u32) -> Result<Dra
                 .collect::<Vec<_>>(),
         ),
         format!(
-            "drained in {seconds:.1} s: {}",
+            "{DRAINED} in {seconds:.1} s: {}",
             if moved.is_empty() {
                 "it held no volumes".to_string()
             } else {

@@ -1,7 +1,7 @@
 //! slow-disk and `lab storage drain` against the fake runtime: the fault's apply, proof and clear, and
 //! the drain's moves and refusals (each refusal leaves the ledger and the drain record as they were).
 
-use lab_faults::drain::{drain, undrain};
+use lab_faults::drain::{drain, drained_since, undrain};
 use lab_faults::ledger::Before;
 use lab_faults::{Fault, FaultPhase, Ledger, clear, inject};
 use lab_model::Millicores;
@@ -98,7 +98,14 @@ async fn drain_moves_every_volume_to_the_least_loaded_healthy_server_and_undrain
     );
     let again = drain(&rt, &l, 1).await.unwrap_err();
     assert!(again.to_string().contains("already drained"), "{again}");
+    // What a drill that began before the drain moves back in its cleanup; one that began after, nothing.
+    assert_eq!(drained_since(&l, r.change.at_ms).unwrap(), [1]);
+    assert!(drained_since(&l, r.change.at_ms + 1).unwrap().is_empty());
     let back = undrain(&rt, &l, 1).await.unwrap();
+    assert!(
+        drained_since(&l, 0).unwrap().is_empty(),
+        "undrained: nothing left to move back"
+    );
     assert_eq!(back.moved, vec![(3, 0, 1), (4, 2, 1)]);
     assert_eq!(rt.state().volumes[&1], vec![3, 4]);
     assert!(

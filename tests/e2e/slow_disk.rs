@@ -104,7 +104,13 @@ fn slow_disk_is_the_servers_own_latency_and_only_draining_it_recovers_the_job() 
     lab.ok(&["fault", "clear", "--all"]);
     lab.ok(&["storage", "undrain", "1"]);
     let drill = drill_trap_first(&lab);
-    lab.ok(&["storage", "undrain", "1"]);
+    // The drill's cleanup moved back what its right fix drained: its next run finds the data where it was.
+    let undrain = lab.run(&["storage", "undrain", "1"]);
+    assert!(
+        String::from_utf8_lossy(&undrain.stderr).contains("not drained"),
+        "the drill's cleanup left storage-1 drained: {}",
+        text(&undrain)
+    );
     lab.down();
     eprintln!(
         "slow-disk figures: own latency before {:?} s; under the fault storage-1 {:.3} s, siblings at most {:.3} s; first right alert {alert_s:.1} s after inject; throughput \

@@ -71,7 +71,9 @@ impl Guard {
     }
 }
 
-/// Clears every fault injected into `lab` since `since_ms`; returns the ids cleared.
+/// Clears every fault injected into `lab` since `since_ms`, then moves back the volumes of every server a
+/// remediation drained since (`lab storage drain`, a fix that moves the job's data: left in place, the
+/// drill's next run would inject into a server no rank reads); returns what it cleared and moved back.
 pub(super) async fn clear_ours(lab: &Lab, since_ms: u64) -> Result<Vec<String>, FaultError> {
     let ids: Vec<String> = lab
         .ledger
@@ -85,6 +87,13 @@ pub(super) async fn clear_ours(lab: &Lab, since_ms: u64) -> Result<Vec<String>, 
         if let Some(e) = lab_faults::clear(lab.runtime.as_ref(), &lab.ledger, &id).await? {
             done.push(format!("{} ({})", e.id, e.fault));
         }
+    }
+    for server in lab_faults::drain::drained_since(&lab.ledger, since_ms)? {
+        let r = lab_faults::drain::undrain(lab.runtime.as_ref(), &lab.ledger, server).await?;
+        done.push(format!(
+            "storage-{server} undrained ({} volume(s) moved back)",
+            r.moved.len()
+        ));
     }
     Ok(done)
 }

@@ -121,7 +121,7 @@ impl<S: SnapshotSource> Session<'_, S> {
     pub async fn cleanup(&mut self, deadline: Duration) -> StepReport {
         let started = self.start(
             StepName::Cleanup,
-            "clear what the drill injected, then check the steady state",
+            "clear what the drill injected (and move back what it drained), then check the steady state",
         );
         let lab = self.lab.clone();
         let since = self.started_ms;

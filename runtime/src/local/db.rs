@@ -1,6 +1,7 @@
 //! The local lab's optional database, on the client side: finding PostgreSQL's programs at `lab up`,
 //! waiting for the database to take commits, and the primary's `synchronous_standby_names`, read and
-//! set with `psql` over loopback.
+//! set with `psql` over loopback ([`set_standby_names`] also serves the Kubernetes runtime, whose `psql`
+//! runs in the primary's pod).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
