@@ -129,9 +129,17 @@ fn the_chained_week_passes_with_each_faults_own_fix_and_fails_when_the_second_pu
     assert_eq!(injects.len(), 2, "{injects:?}");
     let expects = step_summaries(&d, "expect");
     let verifies = step_summaries(&d, "verify");
+    assert!(expects.iter().all(|(ok, _)| *ok), "{expects:?}");
+    // A verification may fail only when this machine got slower during the drill and the job was back at
+    // the steady state after the cleanup (the step that judges it again, right after).
+    let rejudged = |i: usize| {
+        verifies
+            .get(i + 1)
+            .is_some_and(|(ok, summary)| *ok && summary.contains("at the lab's normal of the moment"))
+    };
     assert!(
-        expects.iter().chain(&verifies).all(|(ok, _)| *ok),
-        "{expects:?} {verifies:?}"
+        verifies.iter().enumerate().all(|(i, (ok, _))| *ok || rejudged(i)),
+        "{verifies:?}"
     );
     assert_eq!(d["remediations"][0]["command"], RIGHT_1);
     assert_eq!(d["remediations"][1]["command"], RIGHT_2);
@@ -165,9 +173,18 @@ fn the_chained_week_passes_with_each_faults_own_fix_and_fails_when_the_second_pu
     assert!(reason.starts_with("verify: the job is not back"), "{reason}");
     let verifies = step_summaries(&d, "verify");
     assert_eq!(
-        verifies.iter().map(|v| v.0).collect::<Vec<_>>(),
+        verifies.iter().take(2).map(|v| v.0).collect::<Vec<_>>(),
         [true, false],
         "fault 1's fix held, the second did not: {verifies:?}"
+    );
+    // When this machine got slower during the drill, the failed verification is judged again against the
+    // steady state after the cleanup; storage-1 still slow fails that too.
+    assert!(
+        verifies[2..]
+            .iter()
+            .all(|(ok, summary)| !ok
+                && summary.starts_with("not back at the lab's normal of the moment either")),
+        "{verifies:?}"
     );
     let trap_changes = d["remediations"][1]["changes"].to_string();
     assert!(

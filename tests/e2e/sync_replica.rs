@@ -91,7 +91,8 @@ fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alo
         );
     }
     assert_eq!(d["database"]["synchronous_standby_names"], "", "{d:#}");
-    eprintln!("figure: before: {:.1} commits/s", commits(&d));
+    let before = commits(&d);
+    eprintln!("figure: before: {before:.1} commits/s");
 
     // Bad input is refused with a clear error, and changes nothing, not even the ledger.
     let inject = ["fault", "inject", "sync-replica", "--node-selector"];
@@ -185,13 +186,15 @@ fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alo
     let bundle: Value = serde_json::from_str(&b).unwrap();
     let w = &bundle["database"]["writer"];
     // The bundle may come within 10 s of the hang (the rule fires in about 8 s), so the writer's 10 s rate
-    // can still hold the last commits before it: under one a second, against 20 a second before.
+    // can still hold the commits of the window's first (10 − in flight) seconds: with the commit in flight
+    // over 5 s, under half the rate before (a CI run saw 1.1 commits/s at 9.4 s in flight, against 20).
+    let in_flight = w["commit_in_flight_s"].as_f64().unwrap_or(0.0);
+    assert!(in_flight > 5.0, "{w:#}");
     assert!(
-        w["commits_per_s"].as_f64().is_some_and(|c| c < 1.0),
-        "{:#}",
+        w["commits_per_s"].as_f64().is_some_and(|c| c < before / 2.0),
+        "before {before:.1} commits/s: {:#}",
         bundle["database"]
     );
-    assert!(w["commit_in_flight_s"].as_f64().unwrap_or(0.0) > 5.0, "{w:#}");
     let standby = bundle["database"]["pods"]
         .as_array()
         .unwrap()

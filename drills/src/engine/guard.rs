@@ -35,8 +35,8 @@ impl Guard {
         *self.since_ms.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
-    /// Ends a running remediation command and clears every fault injected since the current drill began.
-    /// Returns one line per thing done or failed.
+    /// Ends a running remediation command, clears every fault injected since the current drill began and
+    /// moves back the volumes of every server drained since. Returns one line per thing done or failed.
     pub async fn abort(&self) -> Vec<String> {
         let mut out = Vec::new();
         let pg = *self.group.lock().unwrap_or_else(|p| p.into_inner());
@@ -64,6 +64,27 @@ impl Guard {
             match lab_faults::clear(self.lab.runtime.as_ref(), &self.lab.ledger, &id).await {
                 Ok(_) => out.push(format!("cleared {id}")),
                 Err(e) => out.push(format!("could not clear {id}: {e}; run `lab fault clear --all`")),
+            }
+        }
+        // A remediation interrupted after its drain: move the volumes back, as the cleanup does.
+        let drained = match lab_faults::drain::drained_since(&self.lab.ledger, since) {
+            Ok(d) => d,
+            Err(e) => {
+                out.push(format!(
+                    "cannot read the drain record: {e}; run `lab storage undrain N`"
+                ));
+                vec![]
+            }
+        };
+        for server in drained {
+            match lab_faults::drain::undrain(self.lab.runtime.as_ref(), &self.lab.ledger, server).await {
+                Ok(r) => out.push(format!(
+                    "storage-{server} undrained ({} volume(s) moved back)",
+                    r.moved.len()
+                )),
+                Err(e) => out.push(format!(
+                    "could not undrain storage-{server}: {e}; run `lab storage undrain {server}`"
+                )),
             }
         }
         self.disarm();

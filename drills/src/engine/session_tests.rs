@@ -292,8 +292,19 @@ async fn an_interrupted_drill_is_cleared_by_its_guard_and_only_what_it_injected(
     assert!(s.inject(fault(&d)).await.ok);
     assert!(rt.state().delays.contains_key(&1));
 
+    // The remediation drained storage-1 when the drill was interrupted: the guard moves its volumes back.
+    lab_faults::drain::drain(&rt, &lab.ledger, 1).await.unwrap();
+    assert!(rt.state().volumes[&1].is_empty());
+
     let done = guard.abort().await;
-    assert_eq!(done, ["cleared slow-storage-2"]);
+    assert_eq!(
+        done,
+        [
+            "cleared slow-storage-2",
+            "storage-1 undrained (2 volume(s) moved back)"
+        ]
+    );
+    assert_eq!(rt.state().volumes[&1], vec![3, 4]);
     assert!(rt.state().delays.is_empty());
     assert_eq!(
         rt.cpu_limits(2).await.unwrap().live,
