@@ -23,6 +23,9 @@ pub const STEP_DURATION: &str = "lab_step_duration_seconds";
 pub const PHASE_SECONDS: &str = "lab_phase_seconds_total";
 /// Histogram, label `server`: latency of one storage read as the rank sees it.
 pub const STORAGE_READ_DURATION: &str = "lab_storage_read_duration_seconds";
+/// Gauge, label `server`: seconds the rank's read in flight has waited for that server, read at the scrape;
+/// absent outside a read, and while the reading thread is frozen or stopped (it is not waiting then).
+pub const STORAGE_READ_WAITING: &str = "lab_storage_read_waiting_seconds";
 /// Counter, labels `server` and `kind` = `connect` | `http` | `timeout` | `checksum`.
 pub const STORAGE_READ_ERRORS: &str = "lab_storage_read_errors_total";
 /// Counter, label `server`: payload bytes read.

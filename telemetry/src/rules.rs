@@ -28,7 +28,8 @@ pub struct Rule {
 }
 
 /// A storage server's read p50 (unstarved readers) is over 50 ms and over 4× the servers' median, over
-/// at least [`LATENCY_MIN_READS`] reads.
+/// at least [`LATENCY_MIN_READS`] reads; or a read of an unstarved rank has waited for it over
+/// [`LATENCY_WAITING_MIN_SECONDS`] and over 4× the servers' median.
 pub const STORAGE_LATENCY: Rule = Rule {
     name: "LabStorageReadLatencyHigh",
     signal: GoldenSignal::Latency,
@@ -152,6 +153,12 @@ pub const LATENCY_MEDIAN_FACTOR: f64 = 4.0;
 /// p50 of one or two reads (a reader that just restarted) says little. A server 300 ms slow still
 /// answers one reader about ten times in 3 s.
 pub const LATENCY_MIN_READS: f64 = 3.0;
+/// Latency, from reads in flight: the fewest seconds a read must have been seen waiting for its server
+/// in the window. A server that takes seconds per read completes too few reads in the window for a p50
+/// (each rank reads once per step, and every step waits for the slowest read), but its reads show while
+/// they wait. A healthy read takes milliseconds; a read held up a whole second is twenty times the
+/// p50 rule's floor.
+pub const LATENCY_WAITING_MIN_SECONDS: f64 = 1.0;
 /// Throughput: fires below this fraction of the baseline.
 pub const THROUGHPUT_MIN_FRACTION: f64 = 0.5;
 /// Saturation: fires when the median rank waits more than this share of its step at the collective.
@@ -348,6 +355,10 @@ impl Engine {
         // Latency: lab:storage_read_p50_seconds:unstarved > 0.05
         //   and lab:storage_read_p50_seconds:unstarved > 4 * scalar(quantile(0.5, lab:storage_read_p50_seconds:unstarved))
         //   and on (server) sum by (server) (increase(lab_storage_read_duration_seconds_count[3s])) >= 3
+        // or on (server)
+        //   max by (server) (max_over_time(lab_storage_read_waiting_seconds[3s])
+        //     unless on (instance) lab:rank_cpu_starved) > 1
+        //   and ... > 4 * scalar(quantile(0.5, lab:storage_read_p50_seconds:unstarved))
         let window_s = crate::signals::WINDOW_MS as f64 / 1000.0;
         for (server, sv) in &s.servers {
             if let Some(p) = sv.p50_unstarved
@@ -356,6 +367,11 @@ impl Engine {
                 && sv.reads_per_s.is_some_and(|r| r * window_s >= LATENCY_MIN_READS)
             {
                 out.push((STORAGE_LATENCY, server.clone(), p));
+            } else if let Some(w) = sv.read_waiting_unstarved
+                && w > LATENCY_WAITING_MIN_SECONDS
+                && w > LATENCY_MEDIAN_FACTOR * s.p50_unstarved_median
+            {
+                out.push((STORAGE_LATENCY, server.clone(), w));
             }
         }
         // Throughput: lab:job_samples_per_second:rate3s < 0.5 * lab:job_samples_per_second:baseline
@@ -547,6 +563,28 @@ mod tests {
         let mut few = signals_with_servers(&[0.003, 0.488, 0.003]);
         few.servers.get_mut("storage-1").unwrap().reads_per_s = Some(2.0 / 3.0);
         assert!(e.evaluate(&mut store, &few, 13_000).is_empty());
+    }
+
+    #[test]
+    fn latency_counts_a_read_still_waiting_when_too_few_have_ended() {
+        let (mut e, mut store) = warm();
+        // storage-1 answered one read in the window (too few for its p50), and a read waited 1.6 s.
+        let mut s = signals_with_servers(&[0.003, 0.9, 0.003]);
+        let s1 = s.servers.get_mut("storage-1").unwrap();
+        s1.reads_per_s = Some(1.0 / 3.0);
+        s1.read_waiting_unstarved = Some(1.6);
+        let c = e.evaluate(&mut store, &s, 10_000);
+        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", false)]);
+        assert_eq!(c[0].value, 1.6);
+        let c = e.evaluate(&mut store, &s, 11_000);
+        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
+        // A read waiting 0.9 s is not enough, whatever the siblings; nor is one of 1.1 s when the servers'
+        // median is as slow as 0.3 s (4x: 1.2 s).
+        s.servers.get_mut("storage-1").unwrap().read_waiting_unstarved = Some(0.9);
+        assert!(e.evaluate(&mut store, &s, 12_000).is_empty());
+        let mut even = signals_with_servers(&[0.3, 0.3, 0.3]);
+        even.servers.get_mut("storage-1").unwrap().read_waiting_unstarved = Some(1.1);
+        assert!(e.evaluate(&mut store, &even, 13_000).is_empty());
     }
 
     #[test]

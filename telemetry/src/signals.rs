@@ -109,6 +109,10 @@ pub struct ServerSignals {
     pub client_p99: Option<f64>,
     /// `lab:storage_read_p50_seconds:unstarved`: the same, leaving out CPU-starved readers.
     pub p50_unstarved: Option<f64>,
+    /// `max by (server) (max_over_time(lab_storage_read_waiting_seconds[3s]) unless on (instance)
+    /// lab:rank_cpu_starved)`: the longest a read of an unstarved rank was seen waiting for the server in
+    /// the window, whether it has ended since or not.
+    pub read_waiting_unstarved: Option<f64>,
     pub reads_per_s: Option<f64>,
     pub errors_per_s: Option<f64>,
     /// GET latency as SeaweedFS itself reports it on its metrics port.
@@ -382,6 +386,19 @@ impl Signals {
             &[m::LABEL_SERVER],
         ) {
             servers.entry(label(&l, m::LABEL_SERVER)).or_default().reads_per_s = Some(v);
+        }
+        // max by (server) (max_over_time(lab_storage_read_waiting_seconds[3s])
+        //   unless on (instance) lab:rank_cpu_starved)
+        for (l, pts) in store.range(m::STORAGE_READ_WAITING, t, w, any) {
+            if ranks.get(&rank_of(&l)).is_some_and(|r| r.starved) {
+                continue;
+            }
+            let v = pts.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+            let e = &mut servers
+                .entry(label(&l, m::LABEL_SERVER))
+                .or_default()
+                .read_waiting_unstarved;
+            *e = Some(e.map_or(v, |o: f64| o.max(v)));
         }
         for (l, v) in sum_by(r(m::STORAGE_READ_ERRORS), &[m::LABEL_SERVER]) {
             servers

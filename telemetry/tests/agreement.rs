@@ -336,6 +336,14 @@ fn rule_file_and_evaluator_name_the_same_rules() {
         "lab_writer_commit_waiting_seconds > {}",
         rules::COMMIT_WAITING_MAX_SECONDS
     )));
+    assert!(text.contains(&format!(
+        "lab:storage_read_waiting_seconds:unstarved > {}",
+        rules::LATENCY_WAITING_MIN_SECONDS
+    )));
+    assert!(text.contains(&format!(
+        "max_over_time(lab_storage_read_waiting_seconds[{}s])",
+        lab_telemetry::signals::WINDOW_MS / 1000
+    )));
 }
 
 #[test]

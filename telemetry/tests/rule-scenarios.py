@@ -88,7 +88,7 @@ class Scenario:
         lab = ','.join(f'{k}="{v}"' for k, v in labels.items())
         self.series.append({'series': f'{name}{{{lab}}}', 'values': values})
     def rank(self, r, samples, phases, read, cpu, rendezvous, world=None, coll_errors=None, read_errors=None,
-             steps=None, coll_wait=None):
+             steps=None, coll_wait=None, read_waiting=None):
         inst = {'instance': f'rank-{r}'}
         self.add('lab_samples_total', inst, counter(samples))
         # A batch of 10 samples per step unless told otherwise.
@@ -100,6 +100,8 @@ class Scenario:
         for le in LE:
             self.add('lab_storage_read_duration_seconds_bucket', {**inst, 'le': le, 'server': server_of(r)}, counter(per_le[le]))
         self.add('lab_storage_read_duration_seconds_count', {**inst, 'server': server_of(r)}, counter(count))
+        if read_waiting is not None:
+            self.add('lab_storage_read_waiting_seconds', {**inst, 'server': server_of(r)}, read_waiting)
         periods, throttled, secs = cpu
         self.add('lab_cpu_periods_total', inst, counter(periods))
         self.add('lab_cpu_throttled_periods_total', inst, counter(throttled))
@@ -184,6 +186,32 @@ groups.append(('slow-storage: storage-1 answers 400 ms late from 60 s; latency f
     {'expr': 'lab:storage_server_get_p50_seconds{instance="storage-1"} < bool 0.005', 'eval_time': '80s', 'exp_samples': [{'labels': '{instance="storage-1"}', 'value': 1}]},
     ]))
 
+# B2: slow-disk on storage-1 from 60 s: each read of it takes 2.5 s, so its reader ends under one read a
+# second, too few in the window for a p50; the read in flight shows it while it waits (its age at each
+# scrape: a sawtooth). Before, a read is seen in flight now and then for a few milliseconds.
+def sawtooth(period, start, end):
+    return ' '.join(fmt(((t - start) % period)) for t in range(start, end + 1))
+sc = Scenario()
+for r in range(4):
+    slow = r == 1
+    healthy_rank(sc, r,
+        samples=[(60, 100), (T, 4)],
+        phases={'read': [(60, 0.1), (T, 0.98 if slow else 0.01)], 'compute': [(60, 0.6), (T, 0.01)], 'wait': [(60, 0.2), (T, 0.01 if slow else 0.98)]},
+        read=[(60, 10, 0.003), (T, 0.4, 2.5)] if slow else [(T, 10, 0.003)],
+        read_waiting=(f'0.002x60 {sawtooth(2.5, 60, T - 1)}' if slow else None))
+groups.append(('slow-disk: storage-1 takes 2.5 s per read from 60 s, too few reads for a p50; its reads in flight fire latency for storage-1',
+    sc,
+    nothing(58) + edges([(64, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
+        alert_test(80, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
+        alert_test(100, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
+        alert_test(80, 'LabTrainingThroughputLow', [{}]),
+        alert_test(80, 'LabRanksWaitingAtCollective', [{}]),
+        alert_test(80, 'LabRankCpuThrottled', []),
+        alert_test(80, 'LabStorageReadErrors', []),
+    ], [
+    {'expr': 'lab:storage_read_waiting_seconds:unstarved{server="storage-1"} > bool 1', 'eval_time': '80s', 'exp_samples': [{'labels': '{server="storage-1"}', 'value': 1}]},
+    ]))
+
 # C: throttled rank-1 from 60 s
 sc = Scenario()
 for r in range(4):
@@ -192,7 +220,9 @@ for r in range(4):
         samples=[(60, 100), (T, 40)],
         phases={'read': [(60, 0.1), (T, 0.1 if hot else 0.05)], 'compute': [(60, 0.6), (T, 0.85 if hot else 0.15)], 'wait': [(60, 0.2), (T, 0.0 if hot else 0.8)]},
         read=[(60, 10, 0.003), (T, 3, 0.067)] if hot else [(T, 10, 0.003)],
-        cpu=([(T, 10)], [(60, 6), (T, 9.5 if hot else 6)], [(60, 0.3), (T, 0.85 if hot else 0.05)]))
+        cpu=([(T, 10)], [(60, 6), (T, 9.5 if hot else 6)], [(60, 0.3), (T, 0.85 if hot else 0.05)]),
+        # A read timed on the starved CPU is seen waiting 1.5 s at times: no witness against its server.
+        read_waiting=('0.002x70 ' + ' '.join('1.5' if t % 4 == 0 else '0.2' for t in range(71, T + 1))) if hot else None)
 # Its compute per step rises too, so the slow-compute rule names rank-1 as well: the evidence that differs
 # from slow-compute is the limit in force against the template (LabRankCpuThrottled).
 groups.append(('throttled-rank: rank-1 limited to 150m from 60 s; saturation fires for rank-1 (throttled, and slow compute), and its slow-looking reads (timed on a starved CPU) do not fire latency',
@@ -412,6 +442,13 @@ groups.append(('unstable throughput never settles into a baseline, so a later dr
     sc, [alert_test(64, 'LabTrainingThroughputLow', [])], [
     {'expr': 'lab:job_samples_per_second:baseline', 'eval_time': '64s', 'exp_samples': []},
     ]))
+
+# G0: a quiet lab where one read of storage-2 waits 0.9 s once: under the 1 s a read must wait; nothing
+sc = Scenario()
+for r in range(4):
+    healthy_rank(sc, r, read_waiting=('0.002x39 0.9 0.002x79' if r == 2 else None))
+groups.append(('a quiet lab where one read waits 0.9 s once: nothing fires',
+    sc, nothing(41) + nothing(100), []))
 
 # G: every server equally slow
 sc = Scenario()

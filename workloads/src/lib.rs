@@ -21,6 +21,7 @@ pub mod model;
 pub mod pg;
 pub mod rank;
 pub mod reader;
+pub mod reading;
 pub mod rendezvous;
 pub mod seeder;
 pub mod serve;

@@ -206,6 +206,10 @@ pub fn register_metrics(r: &Registry) {
         m::COLLECTIVE_WAIT_SECONDS,
         "Seconds the current all-reduce has been blocked on a peer (0 outside one, or when not polling).",
     );
+    r.float_gauge(
+        m::STORAGE_READ_WAITING,
+        "Seconds the read in flight has waited for its server (absent outside a read).",
+    );
     r.gauge(m::WORLD_SIZE, "The world size this rank expects.");
     r.gauge(
         m::PEERS_CONNECTED,
@@ -270,7 +274,25 @@ pub fn refresh(r: &Registry) {
         &[],
         crate::allreduce::waiting::seconds(),
     );
+    refresh_read_waiting(r);
     refresh_cgroup(r);
+}
+
+/// Sets `lab_storage_read_waiting_seconds` for the server of the read in flight, and removes the series
+/// of the server the last scrape showed when it is another or there is no read now.
+fn refresh_read_waiting(r: &Registry) {
+    static SHOWN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let now = crate::reading::current();
+    let mut shown = SHOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(old) = shown.take()
+        && now.as_ref().is_none_or(|(s, _)| *s != old)
+    {
+        r.remove(m::STORAGE_READ_WAITING, &[("server", &old)]);
+    }
+    if let Some((server, s)) = now {
+        r.set(m::STORAGE_READ_WAITING, &[("server", &server)], s);
+        *shown = Some(server);
+    }
 }
 
 /// Refreshes the cgroup metrics from the rank's own cgroup.
@@ -990,6 +1012,13 @@ impl Trainer<'_> {
         let mut checksum_failures = 0;
         let mut backoff = Duration::from_millis(100);
         loop {
+            // The server the read goes to, for the live clock of the read in flight (the location is
+            // cached; the read itself looks it up again).
+            let to = self
+                .storage
+                .locate(storage::volume_of(&shard.fid).unwrap_or(0))
+                .map_or_else(|_| shard.server.clone(), |l| l.server);
+            crate::reading::start(&to);
             let attempt = self
                 .storage
                 .read(&shard.fid, Some(range), body)
@@ -1006,6 +1035,7 @@ impl Trainer<'_> {
                     dataset::decode_rows(body, self.seed, shard.id, first_row, self.features, x, y)
                         .map(|_| server)
                 });
+            crate::reading::end();
             let err = match attempt {
                 Ok(server) => return Ok(server),
                 Err(e) => e,

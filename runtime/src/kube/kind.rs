@@ -37,8 +37,27 @@ pub const SERVICE_SUBNET: &str = "198.51.100.128/25";
 /// The most nodes a lab's kind cluster may have: one /26 of [`POD_SUBNET`] each.
 pub const MAX_NODES: u32 = 4;
 
+/// The longest the kubelets of a cluster the lab creates wait before restarting a container that keeps
+/// exiting (Kubernetes' own default doubles from 10 s up to 5 minutes, per pod, for the pod's life). Every
+/// rank exits when a peer goes away, so each fault that restarts a rank adds a crash to every other rank's
+/// count; over a session of drills the back-off grew to minutes, and a right fix was judged on the
+/// kubelet's wait instead of on the job. Capped, a stalled job comes back within seconds of its fix.
+pub const MAX_RESTART_BACKOFF: &str = "10s";
+
+/// The oldest Kubernetes whose kubelet takes [`MAX_RESTART_BACKOFF`] (`crashLoopBackOff`, behind the
+/// `KubeletCrashLoopBackOffMax` feature gate).
+const MIN_BACKOFF_KUBE: (u32, u32) = (1, 32);
+
+/// The Kubernetes minor version in a node image's tag (`kindest/node:v1.34.0@sha256:…` → (1, 34)).
+fn node_image_kube_version(image: &str) -> Option<(u32, u32)> {
+    let tag = image.split('@').next()?.rsplit_once(':')?.1;
+    let mut parts = tag.strip_prefix('v')?.split(['.', '-']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 /// The kind config the lab creates its cluster with: `nodes` nodes of the pinned image (a control plane,
-/// then workers), pod and Service networks on documentation ranges, and a /26 of pods per node.
+/// then workers), pod and Service networks on documentation ranges, a /26 of pods per node, and (on
+/// Kubernetes 1.32 and later) the kubelets' crash-loop back-off capped at [`MAX_RESTART_BACKOFF`].
 pub fn cluster_config(cluster: &str, node_image: &str, nodes: u32) -> String {
     let mut c = format!(
         "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nname: {cluster}\nnetworking:\n  podSubnet: {POD_SUBNET}\n  serviceSubnet: {SERVICE_SUBNET}\nnodes:\n  - role: control-plane\n    image: {node_image}\n"
@@ -49,6 +68,11 @@ pub fn cluster_config(cluster: &str, node_image: &str, nodes: u32) -> String {
     c.push_str(
         "kubeadmConfigPatches:\n  - |\n    kind: ClusterConfiguration\n    controllerManager:\n      extraArgs:\n        node-cidr-mask-size: \"26\"\n",
     );
+    if node_image_kube_version(node_image).is_some_and(|v| v >= MIN_BACKOFF_KUBE) {
+        c.push_str(&format!(
+            "  - |\n    kind: KubeletConfiguration\n    featureGates:\n      KubeletCrashLoopBackOffMax: true\n    crashLoopBackOff:\n      maxContainerRestartPeriod: {MAX_RESTART_BACKOFF}\n"
+        ));
+    }
     c
 }
 
@@ -461,6 +485,38 @@ mod tests {
         // Every node gets a /26 of the pod network, so four fit.
         let patch = parsed["kubeadmConfigPatches"][0].as_str().unwrap();
         assert!(patch.contains("node-cidr-mask-size"), "{patch}");
+        // The kubelets' crash-loop back-off is capped.
+        let kubelet: serde_json::Value =
+            serde_norway::from_str(parsed["kubeadmConfigPatches"][1].as_str().unwrap()).unwrap();
+        assert_eq!(kubelet["kind"], "KubeletConfiguration");
+        assert_eq!(kubelet["featureGates"]["KubeletCrashLoopBackOffMax"], true);
+        assert_eq!(kubelet["crashLoopBackOff"]["maxContainerRestartPeriod"], "10s");
+    }
+
+    #[test]
+    fn the_backoff_cap_only_where_the_kubelet_knows_it() {
+        assert_eq!(
+            node_image_kube_version("kindest/node:v1.34.0@sha256:abc"),
+            Some((1, 34))
+        );
+        assert_eq!(
+            node_image_kube_version("straggler-lab/kind-node:v1.34.4"),
+            Some((1, 34))
+        );
+        assert_eq!(
+            node_image_kube_version("localhost:5000/node:v1.31.2"),
+            Some((1, 31))
+        );
+        assert_eq!(node_image_kube_version("my/node:latest"), None);
+        assert_eq!(node_image_kube_version("my/node"), None);
+        let patches = |image: &str| {
+            let c = cluster_config("lab-demo", image, 1);
+            let parsed: serde_json::Value = serde_norway::from_str(&c).unwrap();
+            parsed["kubeadmConfigPatches"].as_array().unwrap().len()
+        };
+        assert_eq!(patches("kindest/node:v1.34.0"), 2);
+        assert_eq!(patches("kindest/node:v1.31.2"), 1);
+        assert_eq!(patches("my/node:latest"), 1);
     }
 
     #[test]
