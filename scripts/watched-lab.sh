@@ -26,6 +26,9 @@ watched_lab_build() {
 }
 
 watched_lab_up() {
+  if [ ! -x "$bin/lab" ] || [ ! -x "$bin/examples/watch" ]; then
+    die "$bin/lab or $bin/examples/watch is not built (BUILD=0 takes the binaries as they are): run without BUILD=0"
+  fi
   work=$(mktemp -d)
   export LAB_STATE_DIR="$work/state"
   mkdir -p "$LAB_STATE_DIR"
