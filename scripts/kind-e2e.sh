@@ -351,6 +351,8 @@ trap_first rank-hang "lab restart rank 2" 40s
 # longer the ranks take to come back once the cause is gone. With an 80 s trap the right fix was not back
 # within the built-in's 90 s (the ranks 0/3 Ready for 50 s of it, in back-off); with a 60 s trap it was
 # back 76.9 s after the remediation. Hence a 60 s trap and 180 s for the right fix's verification.
+# Since the lab's kind cluster caps the kubelets' back-off at 10 s (runtime/src/kube/kind.rs), the right fix
+# was back 19.2 s after the remediation (2026-12-03); the deadline stays, a margin paid only on failure.
 drill_copy rank-crash rank-crash 180s no "lab rank env 1 --unset LAB_DEVICE_FAULT_AFTER"
 sed -i -e 's/^warmup: .*/warmup: 2s/' -e 's/^baseline: .*/baseline: 8s/' "$REPORTS/rank-crash.yaml"
 trap_first rank-crash "lab restart rank 1" 60s
@@ -384,7 +386,10 @@ run_trap_first chained-week
 # rank's pod is restarted with the kubelet's back-off, and each reads its shards again, rank-1 from the
 # starved server. No checkpoint can be saved then (rank-0 answers a checkpoint request at a step; `lab
 # checkpoint` timed out after 5 s), so the right fix is the drain alone, and its verification gets 150 s
-# (the built-in's 60 s ran out 5 s before the job was back, the ranks still in back-off). The local
+# (the built-in's 60 s ran out 5 s before the job was back, the ranks still in back-off). Over a whole
+# tier the back-off grew with every drill that restarted a rank (rank-crash's the most) until a right fix
+# was not back within 150 s (ranks 0, 2, 3 in CrashLoopBackOff, 5 restarts each); capped at 10 s, right
+# after rank-crash's drill it was back 10.9 s after the drain (2026-12-03). The local
 # end-to-end test (tests/e2e/slow_disk.rs) checks checkpoint first behind the same trap, where the job kept
 # training.
 drill_copy slow-disk slow-disk 150s yes "lab storage drain 1"
