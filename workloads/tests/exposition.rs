@@ -64,6 +64,8 @@ fn rank_after_two_steps() -> Registry {
         1.0,
     );
     r.inc(m::CHECKPOINT_WRITE_ERRORS, &[], 1.0);
+    // A read in flight, seen at the scrape.
+    r.set(m::STORAGE_READ_WAITING, &[("server", "storage-2")], 0.25);
     r
 }
 
