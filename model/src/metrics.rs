@@ -26,6 +26,10 @@ pub const STORAGE_READ_DURATION: &str = "lab_storage_read_duration_seconds";
 /// Gauge, label `server`: seconds the rank's read in flight has waited for that server, read at the scrape;
 /// absent outside a read, and while the reading thread is frozen or stopped (it is not waiting then).
 pub const STORAGE_READ_WAITING: &str = "lab_storage_read_waiting_seconds";
+/// Counter, label `server`: seconds the rank has spent waiting on reads of that server, counted as they
+/// pass (a read in flight is counted up to the scrape; a frozen or stopped reader is not waiting), so its
+/// rate is the share of the rank's time spent waiting on the server.
+pub const STORAGE_READ_WAIT_SECONDS: &str = "lab_storage_read_wait_seconds_total";
 /// Counter, labels `server` and `kind` = `connect` | `http` | `timeout` | `checksum`.
 pub const STORAGE_READ_ERRORS: &str = "lab_storage_read_errors_total";
 /// Counter, label `server`: payload bytes read.

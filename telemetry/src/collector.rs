@@ -471,12 +471,7 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
     let value = if c.value.is_finite() { c.value } else { 0.0 };
     let summary = match c.rule.name {
         n if n == rules::STORAGE_LATENCY.name => {
-            let mine = s
-                .servers
-                .get(&c.target)
-                .and_then(|v| v.client_p50)
-                .filter(|v| v.is_finite())
-                .unwrap_or(value);
+            let sv = s.servers.get(&c.target);
             let others: Vec<f64> = s
                 .servers
                 .iter()
@@ -484,15 +479,25 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
                 .filter_map(|(_, v)| v.client_p50.filter(|x| x.is_finite()))
                 .collect();
             let siblings = crate::promql::quantile(0.5, &others);
-            if siblings.is_finite() {
-                format!(
+            let mine = sv.and_then(|v| v.client_p50).filter(|v| v.is_finite());
+            let waiting = sv.and_then(|v| v.read_waiting_unstarved);
+            let share = sv.and_then(|v| v.read_wait_share_unstarved);
+            match (mine, waiting, share) {
+                (Some(mine), ..) if siblings.is_finite() => format!(
                     "{} read p50 {} (siblings {})",
                     c.target,
                     latency(mine),
                     latency(siblings)
-                )
-            } else {
-                format!("{} read p50 {}", c.target, latency(mine))
+                ),
+                (Some(mine), ..) => format!("{} read p50 {}", c.target, latency(mine)),
+                // No read ended in the window: what the readers are waiting through.
+                (None, Some(w), _) => format!("{} holds a read {} and counting", c.target, latency(w)),
+                (None, None, Some(f)) => format!(
+                    "{} holds a reader waiting {:.0}% of the time",
+                    c.target,
+                    100.0 * f
+                ),
+                (None, None, None) => format!("{} reads slow", c.target),
             }
         }
         n if n == rules::THROUGHPUT_LOW.name => match baseline {

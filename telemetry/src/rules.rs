@@ -29,7 +29,8 @@ pub struct Rule {
 
 /// A storage server's read p50 (unstarved readers) is over 50 ms and over 4× the servers' median, over
 /// at least [`LATENCY_MIN_READS`] reads; or a read of an unstarved rank has waited for it over
-/// [`LATENCY_WAITING_MIN_SECONDS`] and over 4× the servers' median.
+/// [`LATENCY_WAITING_MIN_SECONDS`] and over 4× the servers' median; or an unstarved rank spent over
+/// [`LATENCY_WAIT_SHARE_MIN`] of the window waiting on its reads, and over 4× the servers' median share.
 pub const STORAGE_LATENCY: Rule = Rule {
     name: "LabStorageReadLatencyHigh",
     signal: GoldenSignal::Latency,
@@ -159,6 +160,13 @@ pub const LATENCY_MIN_READS: f64 = 3.0;
 /// they wait. A healthy read takes milliseconds; a read held up a whole second is twenty times the
 /// p50 rule's floor.
 pub const LATENCY_WAITING_MIN_SECONDS: f64 = 1.0;
+/// The share of an unstarved rank's time, over the window, spent waiting on one server's reads (ended or
+/// still in flight) over which the server is slow. Each rank reads once per step and computes and
+/// all-reduces the rest of it, so a healthy server holds its readers a few percent of the time; a server
+/// too slow to end three reads in the window holds them most of it, from its first slow reads on. Over
+/// half: a 3 s window of one-second scrapes spans 2 s between its first and last sample, so one lone read
+/// of 0.9 s is already a share of about 0.5 there.
+pub const LATENCY_WAIT_SHARE_MIN: f64 = 0.75;
 /// Throughput: fires below this fraction of the baseline.
 pub const THROUGHPUT_MIN_FRACTION: f64 = 0.5;
 /// Saturation: fires when the median rank waits more than this share of its step at the collective.
@@ -359,6 +367,9 @@ impl Engine {
         //   max by (server) (max_over_time(lab_storage_read_waiting_seconds[3s])
         //     unless on (instance) lab:rank_cpu_starved) > 1
         //   and ... > 4 * scalar(quantile(0.5, lab:storage_read_p50_seconds:unstarved))
+        // or on (server)
+        //   lab:storage_read_wait_share:unstarved > 0.75
+        //   and ... > 4 * scalar(quantile(0.5, lab:storage_read_wait_share:unstarved))
         let window_s = crate::signals::WINDOW_MS as f64 / 1000.0;
         for (server, sv) in &s.servers {
             if let Some(p) = sv.p50_unstarved
@@ -372,6 +383,11 @@ impl Engine {
                 && w > LATENCY_MEDIAN_FACTOR * s.p50_unstarved_median
             {
                 out.push((STORAGE_LATENCY, server.clone(), w));
+            } else if let Some(f) = sv.read_wait_share_unstarved
+                && f > LATENCY_WAIT_SHARE_MIN
+                && f > LATENCY_MEDIAN_FACTOR * s.read_wait_share_median
+            {
+                out.push((STORAGE_LATENCY, server.clone(), f));
             }
         }
         // Throughput: lab:job_samples_per_second:rate3s < 0.5 * lab:job_samples_per_second:baseline
@@ -585,6 +601,30 @@ mod tests {
         let mut even = signals_with_servers(&[0.3, 0.3, 0.3]);
         even.servers.get_mut("storage-1").unwrap().read_waiting_unstarved = Some(1.1);
         assert!(e.evaluate(&mut store, &even, 13_000).is_empty());
+    }
+
+    #[test]
+    fn latency_counts_a_reader_held_most_of_the_window() {
+        let (mut e, mut store) = warm();
+        // storage-1 ended one read in the window and no read has waited 1 s yet, but its reader spent
+        // 80% of the window waiting on it, where the others wait 2-3% of theirs.
+        let mut s = signals_with_servers(&[0.003, 0.4, 0.003]);
+        s.read_wait_share_median = 0.03;
+        for (server, f) in [("storage-0", 0.02), ("storage-1", 0.8), ("storage-2", 0.03)] {
+            let sv = s.servers.get_mut(server).unwrap();
+            sv.read_wait_share_unstarved = Some(f);
+        }
+        s.servers.get_mut("storage-1").unwrap().reads_per_s = Some(1.0 / 3.0);
+        let c = e.evaluate(&mut store, &s, 10_000);
+        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", false)]);
+        assert_eq!(c[0].value, 0.8);
+        // 75% of the window is not enough; nor is 80% when every server holds its readers 25% of theirs
+        // (a loaded machine, not one slow server).
+        s.servers.get_mut("storage-1").unwrap().read_wait_share_unstarved = Some(0.75);
+        assert!(e.evaluate(&mut store, &s, 11_000).is_empty());
+        s.servers.get_mut("storage-1").unwrap().read_wait_share_unstarved = Some(0.8);
+        s.read_wait_share_median = 0.25;
+        assert!(e.evaluate(&mut store, &s, 12_000).is_empty());
     }
 
     #[test]

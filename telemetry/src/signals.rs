@@ -113,6 +113,10 @@ pub struct ServerSignals {
     /// lab:rank_cpu_starved)`: the longest a read of an unstarved rank was seen waiting for the server in
     /// the window, whether it has ended since or not.
     pub read_waiting_unstarved: Option<f64>,
+    /// `lab:storage_read_wait_share:unstarved`: `max by (server) (rate(lab_storage_read_wait_seconds_total[3s])
+    /// unless on (instance) lab:rank_cpu_starved)`: the largest share of an unstarved rank's time spent
+    /// waiting on the server's reads, reads in flight included.
+    pub read_wait_share_unstarved: Option<f64>,
     pub reads_per_s: Option<f64>,
     pub errors_per_s: Option<f64>,
     /// GET latency as SeaweedFS itself reports it on its metrics port.
@@ -144,6 +148,8 @@ pub struct Signals {
     pub p50_unstarved_median: f64,
     /// `quantile(0.5, lab:rank_wait_share)`.
     pub wait_share_median: f64,
+    /// `quantile(0.5, lab:storage_read_wait_share:unstarved)`, the servers' median share of waiting.
+    pub read_wait_share_median: f64,
     /// `quantile(0.25, lab:rank_compute_seconds_per_step)`: the fastest half's compute per step.
     pub compute_per_step_q25: f64,
     /// `max(lab_collective_wait_seconds)`: the longest a rank has been blocked in its all-reduce, now.
@@ -399,6 +405,19 @@ impl Signals {
                 .or_default()
                 .read_waiting_unstarved;
             *e = Some(e.map_or(v, |o: f64| o.max(v)));
+        }
+        // max by (server) (rate(lab_storage_read_wait_seconds_total[3s]) unless on (instance) lab:rank_cpu_starved)
+        let shares = r(m::STORAGE_READ_WAIT_SECONDS)
+            .into_iter()
+            .filter(|(l, _)| !ranks.get(&rank_of(l)).is_some_and(|r| r.starved))
+            .collect();
+        let shares = max_by(shares, &[m::LABEL_SERVER]);
+        s.read_wait_share_median = quantile(0.5, &shares.iter().map(|e| e.1).collect::<Vec<_>>());
+        for (l, v) in shares {
+            servers
+                .entry(label(&l, m::LABEL_SERVER))
+                .or_default()
+                .read_wait_share_unstarved = Some(v);
         }
         for (l, v) in sum_by(r(m::STORAGE_READ_ERRORS), &[m::LABEL_SERVER]) {
             servers

@@ -344,6 +344,14 @@ fn rule_file_and_evaluator_name_the_same_rules() {
         "max_over_time(lab_storage_read_waiting_seconds[{}s])",
         lab_telemetry::signals::WINDOW_MS / 1000
     )));
+    assert!(text.contains(&format!(
+        "lab:storage_read_wait_share:unstarved > {}",
+        rules::LATENCY_WAIT_SHARE_MIN
+    )));
+    assert!(text.contains(&format!(
+        "rate(lab_storage_read_wait_seconds_total[{}s])",
+        lab_telemetry::signals::WINDOW_MS / 1000
+    )));
 }
 
 #[test]

@@ -88,7 +88,7 @@ class Scenario:
         lab = ','.join(f'{k}="{v}"' for k, v in labels.items())
         self.series.append({'series': f'{name}{{{lab}}}', 'values': values})
     def rank(self, r, samples, phases, read, cpu, rendezvous, world=None, coll_errors=None, read_errors=None,
-             steps=None, coll_wait=None, read_waiting=None):
+             steps=None, coll_wait=None, read_waiting=None, read_wait=None):
         inst = {'instance': f'rank-{r}'}
         self.add('lab_samples_total', inst, counter(samples))
         # A batch of 10 samples per step unless told otherwise.
@@ -102,6 +102,8 @@ class Scenario:
         self.add('lab_storage_read_duration_seconds_count', {**inst, 'server': server_of(r)}, counter(count))
         if read_waiting is not None:
             self.add('lab_storage_read_waiting_seconds', {**inst, 'server': server_of(r)}, read_waiting)
+        # Seconds waited on reads, counted as they pass: the read phase unless told otherwise.
+        self.add('lab_storage_read_wait_seconds_total', {**inst, 'server': server_of(r)}, counter(read_wait or phases['read']))
         periods, throttled, secs = cpu
         self.add('lab_cpu_periods_total', inst, counter(periods))
         self.add('lab_cpu_throttled_periods_total', inst, counter(throttled))
@@ -210,6 +212,26 @@ groups.append(('slow-disk: storage-1 takes 2.5 s per read from 60 s, too few rea
         alert_test(80, 'LabStorageReadErrors', []),
     ], [
     {'expr': 'lab:storage_read_waiting_seconds:unstarved{server="storage-1"} > bool 1', 'eval_time': '80s', 'exp_samples': [{'labels': '{server="storage-1"}', 'value': 1}]},
+    ]))
+
+# B3: slow-disk's first seconds on storage-1 from 60 s: each read takes 0.9 s, so its reader ends under
+# three reads in the window (too few for a p50) and no read waits 1 s (the in-flight path stays quiet); but
+# the reader spends 95 % of its time waiting on storage-1, which the share of waiting shows.
+sc = Scenario()
+for r in range(4):
+    slow = r == 1
+    healthy_rank(sc, r,
+        samples=[(60, 100), (T, 11)],
+        phases={'read': [(60, 0.1), (T, 0.95 if slow else 0.01)], 'compute': [(60, 0.6), (T, 0.04)], 'wait': [(60, 0.2), (T, 0.01 if slow else 0.95)]},
+        read=[(60, 10, 0.003), (T, 0.9, 0.9)] if slow else [(T, 10, 0.003)],
+        read_waiting=('0.002x60 ' + ' '.join('0.9' if t % 2 else '0.45' for t in range(61, T + 1))) if slow else None)
+groups.append(('slow-disk\'s first seconds: storage-1 takes 0.9 s per read from 60 s, too few for a p50 and none waiting 1 s; its reader waiting 95 % of the time fires latency for storage-1',
+    sc,
+    nothing(58) + edges([(64, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
+        alert_test(80, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
+    ], [
+    {'expr': 'lab:storage_read_wait_share:unstarved{server="storage-1"} > bool 0.75', 'eval_time': '80s', 'exp_samples': [{'labels': '{server="storage-1"}', 'value': 1}]},
+    {'expr': 'lab:storage_read_waiting_seconds:unstarved{server="storage-1"} > bool 1', 'eval_time': '80s', 'exp_samples': [{'labels': '{server="storage-1"}', 'value': 0}]},
     ]))
 
 # C: throttled rank-1 from 60 s
@@ -443,10 +465,12 @@ groups.append(('unstable throughput never settles into a baseline, so a later dr
     {'expr': 'lab:job_samples_per_second:baseline', 'eval_time': '64s', 'exp_samples': []},
     ]))
 
-# G0: a quiet lab where one read of storage-2 waits 0.9 s once: under the 1 s a read must wait; nothing
+# G0: a quiet lab where one read of storage-2 waits 0.9 s once: under the 1 s a read must wait, and its
+# reader's share of waiting rises to about half the window; nothing
 sc = Scenario()
 for r in range(4):
-    healthy_rank(sc, r, read_waiting=('0.002x39 0.9 0.002x79' if r == 2 else None))
+    healthy_rank(sc, r, read_waiting=('0.002x39 0.9 0.002x79' if r == 2 else None),
+                 read_wait=([(39, 0.1), (40, 1.0), (T, 0.1)] if r == 2 else None))
 groups.append(('a quiet lab where one read waits 0.9 s once: nothing fires',
     sc, nothing(41) + nothing(100), []))
 

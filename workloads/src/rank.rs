@@ -210,6 +210,10 @@ pub fn register_metrics(r: &Registry) {
         m::STORAGE_READ_WAITING,
         "Seconds the read in flight has waited for its server (absent outside a read).",
     );
+    r.float_counter(
+        m::STORAGE_READ_WAIT_SECONDS,
+        "Seconds spent waiting on reads of each server, counted as they pass (reads in flight included).",
+    );
     r.gauge(m::WORLD_SIZE, "The world size this rank expects.");
     r.gauge(
         m::PEERS_CONNECTED,
@@ -278,11 +282,16 @@ pub fn refresh(r: &Registry) {
     refresh_cgroup(r);
 }
 
-/// Sets `lab_storage_read_waiting_seconds` for the server of the read in flight, and removes the series
-/// of the server the last scrape showed when it is another or there is no read now.
+/// Sets `lab_storage_read_wait_seconds_total` for every server waited on, and
+/// `lab_storage_read_waiting_seconds` for the server of the read in flight, removing the series of the
+/// server the last scrape showed when it is another or there is no read now.
 fn refresh_read_waiting(r: &Registry) {
     static SHOWN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
-    let now = crate::reading::current();
+    let seen = crate::reading::look();
+    for (server, s) in &seen.waited {
+        r.set(m::STORAGE_READ_WAIT_SECONDS, &[("server", server)], *s);
+    }
+    let now = seen.current;
     let mut shown = SHOWN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(old) = shown.take()
         && now.as_ref().is_none_or(|(s, _)| *s != old)

@@ -66,6 +66,7 @@ fn rank_after_two_steps() -> Registry {
     r.inc(m::CHECKPOINT_WRITE_ERRORS, &[], 1.0);
     // A read in flight, seen at the scrape.
     r.set(m::STORAGE_READ_WAITING, &[("server", "storage-2")], 0.25);
+    r.set(m::STORAGE_READ_WAIT_SECONDS, &[("server", "storage-2")], 1.5);
     r
 }
 

@@ -3,7 +3,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use lab_faults::FaultError;
 use nix::sys::signal::Signal;
 
 use super::Lab;
@@ -47,74 +46,82 @@ impl Guard {
         let Some(since) = *self.since_ms.lock().unwrap_or_else(|p| p.into_inner()) else {
             return out;
         };
-        let ids: Vec<String> = match self.lab.ledger.read() {
-            Ok(d) => d
-                .active()
-                .filter(|e| e.injected_at_ms >= since)
-                .map(|e| e.id.clone())
-                .collect(),
-            Err(e) => {
-                out.push(format!(
-                    "cannot read the fault ledger: {e}; run `lab fault clear --all`"
-                ));
-                return out;
-            }
-        };
-        for id in ids {
-            match lab_faults::clear(self.lab.runtime.as_ref(), &self.lab.ledger, &id).await {
-                Ok(_) => out.push(format!("cleared {id}")),
-                Err(e) => out.push(format!("could not clear {id}: {e}; run `lab fault clear --all`")),
-            }
-        }
-        // A remediation interrupted after its drain: move the volumes back, as the cleanup does.
-        let drained = match lab_faults::drain::drained_since(&self.lab.ledger, since) {
-            Ok(d) => d,
-            Err(e) => {
-                out.push(format!(
-                    "cannot read the drain record: {e}; run `lab storage undrain N`"
-                ));
-                vec![]
-            }
-        };
-        for server in drained {
-            match lab_faults::drain::undrain(self.lab.runtime.as_ref(), &self.lab.ledger, server).await {
-                Ok(r) => out.push(format!(
-                    "storage-{server} undrained ({} volume(s) moved back)",
-                    r.moved.len()
-                )),
-                Err(e) => out.push(format!(
-                    "could not undrain storage-{server}: {e}; run `lab storage undrain {server}`"
-                )),
-            }
-        }
+        let swept = sweep(&self.lab, since).await;
+        out.extend(swept.cleared.iter().map(|c| format!("cleared {c}")));
+        out.extend(swept.undrained);
+        out.extend(swept.failed);
         self.disarm();
         out
     }
 }
 
+/// What a sweep did, and what it could not do.
+#[derive(Debug, Default)]
+struct Swept {
+    /// The faults cleared, as `<id> (<fault>)`.
+    cleared: Vec<String>,
+    /// One line per server undrained.
+    undrained: Vec<String>,
+    /// One line per thing that failed, with the command that finishes it by hand.
+    failed: Vec<String>,
+}
+
 /// Clears every fault injected into `lab` since `since_ms`, then moves back the volumes of every server a
 /// remediation drained since (`lab storage drain`, a fix that moves the job's data: left in place, the
-/// drill's next run would inject into a server no rank reads); returns what it cleared and moved back.
-pub(super) async fn clear_ours(lab: &Lab, since_ms: u64) -> Result<Vec<String>, FaultError> {
-    let ids: Vec<String> = lab
-        .ledger
-        .read()?
-        .active()
-        .filter(|e| e.injected_at_ms >= since_ms)
-        .map(|e| e.id.clone())
-        .collect();
-    let mut done = Vec::new();
-    for id in ids {
-        if let Some(e) = lab_faults::clear(lab.runtime.as_ref(), &lab.ledger, &id).await? {
-            done.push(format!("{} ({})", e.id, e.fault));
+/// drill's next run would inject into a server no rank reads). Best effort: a failure is noted and the
+/// sweep goes on, so one fault that cannot be cleared leaves no other behind.
+async fn sweep(lab: &Lab, since_ms: u64) -> Swept {
+    let mut s = Swept::default();
+    match lab.ledger.read() {
+        Ok(d) => {
+            let ids: Vec<String> = d
+                .active()
+                .filter(|e| e.injected_at_ms >= since_ms)
+                .map(|e| e.id.clone())
+                .collect();
+            for id in ids {
+                match lab_faults::clear(lab.runtime.as_ref(), &lab.ledger, &id).await {
+                    Ok(Some(e)) => s.cleared.push(format!("{} ({})", e.id, e.fault)),
+                    Ok(None) => {}
+                    Err(e) => s
+                        .failed
+                        .push(format!("could not clear {id}: {e}; run `lab fault clear --all`")),
+                }
+            }
         }
+        Err(e) => s.failed.push(format!(
+            "cannot read the fault ledger: {e}; run `lab fault clear --all`"
+        )),
     }
-    for server in lab_faults::drain::drained_since(&lab.ledger, since_ms)? {
-        let r = lab_faults::drain::undrain(lab.runtime.as_ref(), &lab.ledger, server).await?;
-        done.push(format!(
-            "storage-{server} undrained ({} volume(s) moved back)",
-            r.moved.len()
-        ));
+    match lab_faults::drain::drained_since(&lab.ledger, since_ms) {
+        Ok(drained) => {
+            for server in drained {
+                match lab_faults::drain::undrain(lab.runtime.as_ref(), &lab.ledger, server).await {
+                    Ok(r) => s.undrained.push(format!(
+                        "storage-{server} undrained ({} volume(s) moved back)",
+                        r.moved.len()
+                    )),
+                    Err(e) => s.failed.push(format!(
+                        "could not undrain storage-{server}: {e}; run `lab storage undrain {server}`"
+                    )),
+                }
+            }
+        }
+        Err(e) => s.failed.push(format!(
+            "cannot read the drain record: {e}; run `lab storage undrain N`"
+        )),
     }
-    Ok(done)
+    s
+}
+
+/// [`sweep`] for a drill's own cleanup and its lab-side remediation: what it cleared and moved back, or
+/// every failure, joined.
+pub(super) async fn clear_ours(lab: &Lab, since_ms: u64) -> Result<Vec<String>, String> {
+    let mut s = sweep(lab, since_ms).await;
+    if s.failed.is_empty() {
+        s.cleared.append(&mut s.undrained);
+        Ok(s.cleared)
+    } else {
+        Err(s.failed.join("; "))
+    }
 }

@@ -300,7 +300,7 @@ async fn an_interrupted_drill_is_cleared_by_its_guard_and_only_what_it_injected(
     assert_eq!(
         done,
         [
-            "cleared slow-storage-2",
+            "cleared slow-storage-2 (slow-storage on storage-1: +300 ms)",
             "storage-1 undrained (2 volume(s) moved back)"
         ]
     );
