@@ -133,10 +133,24 @@ pub async fn check_kind(program: &str) -> Result<String> {
 
 /// Runs a command with a deadline and returns its standard output.
 async fn run(program: &str, args: &[&str], deadline: Duration) -> Result<String> {
+    run_on(program, args, deadline, None).await
+}
+
+/// [`run`], against the Docker engine at `docker_host` when given (the command's `DOCKER_HOST`), else the
+/// environment's.
+async fn run_on(
+    program: &str,
+    args: &[&str],
+    deadline: Duration,
+    docker_host: Option<&str>,
+) -> Result<String> {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .kill_on_drop(true)
         .stdin(std::process::Stdio::null());
+    if let Some(h) = docker_host {
+        cmd.env("DOCKER_HOST", h);
+    }
     let what = format!("{program} {}", args.join(" "));
     let out = tokio::time::timeout(deadline, cmd.output())
         .await
@@ -201,7 +215,15 @@ pub async fn create_cluster(
 /// # Errors
 /// When kind cannot list them (Docker not answering).
 pub async fn clusters() -> Result<Vec<String>> {
-    let out = run("kind", &["get", "clusters"], Duration::from_secs(30)).await?;
+    clusters_on(None).await
+}
+
+/// [`clusters`] on the Docker engine at `docker_host` (else the environment's).
+///
+/// # Errors
+/// When kind cannot list them (Docker not answering).
+pub async fn clusters_on(docker_host: Option<&str>) -> Result<Vec<String>> {
+    let out = run_on("kind", &["get", "clusters"], Duration::from_secs(30), docker_host).await?;
     Ok(out
         .lines()
         .map(str::trim)
@@ -292,11 +314,16 @@ pub async fn load_archive(cluster: &str, archive: &Path, deadline: Duration) -> 
     Ok(())
 }
 
-/// Deletes kind cluster `cluster` (nothing to do when it does not exist).
+/// Deletes kind cluster `cluster` from the Docker engine at `docker_host` (else the environment's);
+/// nothing to do when it does not exist.
 ///
 /// # Errors
 /// When `kind delete cluster` fails.
-pub async fn delete_cluster(cluster: &str, kubeconfig: Option<&Path>) -> Result<()> {
+pub async fn delete_cluster(
+    cluster: &str,
+    kubeconfig: Option<&Path>,
+    docker_host: Option<&str>,
+) -> Result<()> {
     let mut args = vec![
         "delete".to_string(),
         "cluster".into(),
@@ -308,7 +335,7 @@ pub async fn delete_cluster(cluster: &str, kubeconfig: Option<&Path>) -> Result<
         args.push(k.to_string_lossy().into_owned());
     }
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-    run("kind", &refs, Duration::from_secs(180)).await?;
+    run_on("kind", &refs, Duration::from_secs(180), docker_host).await?;
     Ok(())
 }
 

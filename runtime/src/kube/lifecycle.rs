@@ -48,6 +48,12 @@ pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) 
         created_namespace: false,
         cluster: (kopts.mode == ClusterMode::Kind).then(|| format!("lab-{}", opts.name)),
         created_cluster: false,
+        docker_host: (kopts.mode == ClusterMode::Kind).then(|| {
+            std::env::var("DOCKER_HOST")
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_string())
+        }),
         node_image: kopts.node_image.clone(),
         nodes: kopts.nodes,
         gpu_resource: kopts.gpu_resource.clone(),
@@ -735,7 +741,7 @@ pub async fn down(record: &LabRecord, progress: &dyn Progress) -> Result<()> {
                 step(
                     progress,
                     "delete cluster",
-                    delete_kind_cluster(&cluster, &rec, progress),
+                    delete_kind_cluster(&cluster, &rec, &state::lab_dir(&record.name), progress),
                 )
                 .await?;
             } else {
@@ -1025,29 +1031,53 @@ fn weed_binary(context: Option<&Path>) -> Option<PathBuf> {
 /// Docker or kind cannot be reached the cluster cannot be running through them: the lab says how to
 /// delete it by hand and is forgotten all the same, so a missing tool never leaves a record behind that
 /// blocks the next `lab up`.
-async fn delete_kind_cluster(cluster: &str, rec: &KubeRecord, progress: &dyn Progress) -> Result<()> {
-    let docker = bollard::Docker::connect_with_defaults();
+/// Docker's own default endpoint, recorded for a cluster made without `DOCKER_HOST`.
+const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+async fn delete_kind_cluster(
+    cluster: &str,
+    rec: &KubeRecord,
+    dir: &Path,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let host = rec.docker_host.as_deref();
+    let docker = match host {
+        Some(h) => bollard::Docker::connect_with_host(h),
+        None => bollard::Docker::connect_with_defaults(),
+    };
     let docker_ok = match &docker {
         Ok(d) => kind::check_docker(d).await.is_ok(),
         Err(_) => false,
     };
+    let forget = format!(
+        "if that engine is gone for good, so is the cluster: remove {} to forget the lab",
+        dir.display()
+    );
     if !docker_ok {
-        progress.note(&format!(
-            "Docker does not answer: cluster {cluster} cannot be running; if it is still there when Docker is \
-             back, `kind delete cluster --name {cluster}` removes it"
-        ));
-        return Ok(());
+        let at = match host {
+            Some(h) => format!("DOCKER_HOST={h}"),
+            None => "the environment's DOCKER_HOST (or the default socket)".to_string(),
+        };
+        return Err(RuntimeError::Other(format!(
+            "Docker does not answer at {at}, where cluster {cluster} was created: it may still be running \
+             there. Start that engine and run `lab down` again (the lab's record is kept); {forget}"
+        )));
     }
     if let Err(e) = kind::check_kind("kind").await {
-        progress.note(&format!(
-            "{e}: cannot delete cluster {cluster}; remove its node containers with \
-             `docker rm -f $(docker ps -aq --filter label=io.x-k8s.kind.cluster={cluster})`"
-        ));
-        return Ok(());
+        return Err(RuntimeError::Other(format!(
+            "{e}: cannot delete cluster {cluster}; install kind and run `lab down` again (the lab's record is \
+             kept), or remove its node containers with \
+             `docker rm -f $(docker ps -aq --filter label=io.x-k8s.kind.cluster={cluster})` and remove {}",
+            dir.display()
+        )));
     }
-    kind::delete_cluster(cluster, rec.kubeconfig.as_deref()).await?;
+    progress.note(&format!(
+        "deleting cluster {cluster}{}",
+        host.map(|h| format!(" on DOCKER_HOST={h}")).unwrap_or_default()
+    ));
+    kind::delete_cluster(cluster, rec.kubeconfig.as_deref(), host).await?;
     if let Ok(d) = docker
-        && kind::clusters().await.is_ok_and(|c| c.is_empty())
+        && kind::clusters_on(host).await.is_ok_and(|c| c.is_empty())
     {
         // kind leaves its network behind; nothing else of the lab's is on it once no cluster is left.
         let _ = d.remove_network("kind").await;
@@ -1058,6 +1088,29 @@ async fn delete_kind_cluster(cluster: &str, rec: &KubeRecord, progress: &dyn Pro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cluster whose Docker engine does not answer cannot be known gone: `lab down` fails, says where
+    /// it looked and how to finish, and keeps the record (the caller removes the lab's folder only after).
+    #[tokio::test]
+    async fn a_cluster_on_an_engine_that_does_not_answer_is_not_called_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = format!("unix://{}/no-engine.sock", dir.path().display());
+        let mut rec = crate::kube::mock_tests::record(super::super::DelayChoice::Auto);
+        rec.mode = ClusterMode::Kind;
+        rec.cluster = Some("lab-gone".into());
+        rec.created_cluster = true;
+        rec.docker_host = Some(host.clone());
+        let e = delete_kind_cluster("lab-gone", &rec, dir.path(), &crate::lifecycle::Quiet)
+            .await
+            .expect_err("an engine that does not answer is an error")
+            .to_string();
+        assert!(
+            e.contains(&format!("Docker does not answer at DOCKER_HOST={host}")),
+            "{e}"
+        );
+        assert!(e.contains("may still be running"), "{e}");
+        assert!(e.contains("run `lab down` again"), "{e}");
+    }
 
     #[test]
     fn gpus_are_shared_out_as_evenly_as_they_go() {

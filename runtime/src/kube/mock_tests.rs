@@ -60,7 +60,7 @@ impl Exchange {
     }
 }
 
-fn record(delay: DelayChoice) -> KubeRecord {
+pub(super) fn record(delay: DelayChoice) -> KubeRecord {
     KubeRecord {
         mode: ClusterMode::Existing,
         kubeconfig: None,
@@ -69,6 +69,7 @@ fn record(delay: DelayChoice) -> KubeRecord {
         created_namespace: true,
         cluster: None,
         created_cluster: false,
+        docker_host: None,
         node_image: String::new(),
         nodes: 1,
         gpu_resource: "lab.dev/gpu".into(),

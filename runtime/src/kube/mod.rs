@@ -155,6 +155,11 @@ pub struct KubeRecord {
     /// The lab created that cluster (a failed preflight, for a name already taken, did not).
     #[serde(default = "yes")]
     pub created_cluster: bool,
+    /// kind: the Docker engine the cluster was created on (`DOCKER_HOST` then, or the default socket), so
+    /// that `lab down` deletes it there whatever the shell it runs in points at. Absent in records
+    /// written before it was kept: the environment's engine.
+    #[serde(default)]
+    pub docker_host: Option<String>,
     /// kind: the node image the cluster runs.
     #[serde(default)]
     pub node_image: String,
