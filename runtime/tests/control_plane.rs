@@ -34,6 +34,7 @@ fn record(ns: &str, wait: Duration) -> KubeRecord {
         created_namespace: true,
         cluster: None,
         created_cluster: false,
+        docker_host: None,
         node_image: String::new(),
         nodes: 1,
         gpu_resource: GPU.into(),
