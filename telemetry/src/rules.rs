@@ -31,10 +31,11 @@ pub struct Rule {
 /// at least [`LATENCY_MIN_READS`] reads; or a read of an unstarved rank has waited for it over
 /// [`LATENCY_WAITING_MIN_SECONDS`] and over 4× the servers' median; or an unstarved rank spent over
 /// [`LATENCY_WAIT_SHARE_MIN`] of the window waiting on its reads, and over 4× the servers' median share.
+/// No `for`: each way in already needs the slowness to have lasted.
 pub const STORAGE_LATENCY: Rule = Rule {
     name: "LabStorageReadLatencyHigh",
     signal: GoldenSignal::Latency,
-    for_ms: 1_000,
+    for_ms: 0,
     keep_firing_ms: 0,
 };
 /// The job trains under half its baseline samples per second.
@@ -177,6 +178,10 @@ pub const WAIT_SHARE_MAX: f64 = 0.5;
 pub const HUNG_SIBLING_WAIT_SECONDS: f64 = 2.0;
 /// ... and the rank that holds it is blocked there less than this (it is not waiting: it is stuck).
 pub const HUNG_SELF_WAIT_MAX_SECONDS: f64 = 1.0;
+/// ... and spent at most this share of the window waiting on its own reads: a rank held by a slow
+/// storage server is waiting too, and the latency rule names the server (its reads in flight count
+/// only while its thread waits, so a frozen rank's do not).
+pub const HUNG_READ_WAIT_MAX_SHARE: f64 = 0.5;
 /// Slow compute: fires above this many times the fastest half's compute seconds per step. Measured on
 /// the local lab (debug build, shared 2-core machine): healthy ranks within 1.07x of each other; a CPU hog
 /// sharing a rank's 400m limit 1.46-1.69x; so 1.5x would flicker, and 1.3x sits between the two.
@@ -446,12 +451,14 @@ impl Engine {
         // Saturation: rate(lab_steps_total[3s]) == 0
         //   and on (instance) lab_collective_wait_seconds < 1
         //   and on () (max(lab_collective_wait_seconds) > 2)
+        //   unless on (instance) sum by (instance) (rate(lab_storage_read_wait_seconds_total[3s])) > 0.5
         if s.collective_wait_max > HUNG_SIBLING_WAIT_SECONDS {
             for (rank, rs) in &s.ranks {
                 if rs.steps_per_s == Some(0.0)
                     && rs
                         .collective_wait_s
                         .is_some_and(|w| w < HUNG_SELF_WAIT_MAX_SECONDS)
+                    && !rs.read_wait_share.is_some_and(|f| f > HUNG_READ_WAIT_MAX_SHARE)
                 {
                     out.push((RANK_HUNG, rank.clone(), s.collective_wait_max));
                 }
@@ -590,10 +597,8 @@ mod tests {
         s1.reads_per_s = Some(1.0 / 3.0);
         s1.read_waiting_unstarved = Some(1.6);
         let c = e.evaluate(&mut store, &s, 10_000);
-        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", false)]);
-        assert_eq!(c[0].value, 1.6);
-        let c = e.evaluate(&mut store, &s, 11_000);
         assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
+        assert_eq!(c[0].value, 1.6);
         // A read waiting 0.9 s is not enough, whatever the siblings; nor is one of 1.1 s when the servers'
         // median is as slow as 0.3 s (4x: 1.2 s).
         s.servers.get_mut("storage-1").unwrap().read_waiting_unstarved = Some(0.9);
@@ -616,7 +621,7 @@ mod tests {
         }
         s.servers.get_mut("storage-1").unwrap().reads_per_s = Some(1.0 / 3.0);
         let c = e.evaluate(&mut store, &s, 10_000);
-        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", false)]);
+        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
         assert_eq!(c[0].value, 0.8);
         // 75% of the window is not enough; nor is 80% when every server holds its readers 25% of theirs
         // (a loaded machine, not one slow server).
@@ -630,11 +635,9 @@ mod tests {
     #[test]
     fn for_durations_and_since_times() {
         let (mut e, mut store) = warm();
+        // The latency rule has no `for`: it fires on the first evaluation that holds.
         let slow = signals_with_servers(&[0.003, 0.488, 0.003]);
-        let pending = vec![("LabStorageReadLatencyHigh", "storage-1", false)];
-        assert_eq!(names(&e.evaluate(&mut store, &slow, 10_000)), pending);
-        assert_eq!(names(&e.evaluate(&mut store, &slow, 10_500)), pending);
-        let c = e.evaluate(&mut store, &slow, 11_000);
+        let c = e.evaluate(&mut store, &slow, 10_000);
         assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
         assert_eq!(c[0].active_since_ms, 10_000);
         // A break resets the since-time (this rule keeps nothing firing).
@@ -643,6 +646,22 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(e.evaluate(&mut store, &slow, 14_000)[0].active_since_ms, 14_000);
+        // A rule with a `for` (2 s) is pending until its condition has held that long.
+        let mut starved = Signals::default();
+        starved.ranks.insert(
+            "rank-1".into(),
+            RankSignals {
+                starved: true,
+                throttled_ratio: Some(0.3),
+                ..Default::default()
+            },
+        );
+        let pending = vec![("LabRankCpuThrottled", "rank-1", false)];
+        assert_eq!(names(&e.evaluate(&mut store, &starved, 20_000)), pending);
+        assert_eq!(names(&e.evaluate(&mut store, &starved, 21_500)), pending);
+        let c = e.evaluate(&mut store, &starved, 22_000);
+        assert_eq!(names(&c), vec![("LabRankCpuThrottled", "rank-1", true)]);
+        assert_eq!(c[0].active_since_ms, 20_000);
     }
 
     #[test]
@@ -751,6 +770,16 @@ mod tests {
         let mut brief = stalled(0.0);
         brief.collective_wait_max = 1.5;
         assert!(e.evaluate(&mut store, &brief, 11_000).is_empty());
+        // A rank that spent the window waiting on a slow server's read is held by storage, not hung.
+        let (mut e, mut store) = warm();
+        let mut reading = stalled(0.0);
+        reading.ranks.get_mut("rank-1").unwrap().read_wait_share = Some(0.95);
+        assert!(e.evaluate(&mut store, &reading, 10_000).is_empty());
+        reading.ranks.get_mut("rank-1").unwrap().read_wait_share = Some(0.0);
+        assert_eq!(
+            names(&e.evaluate(&mut store, &reading, 11_000)),
+            vec![("LabRankHung", "rank-1", true)]
+        );
     }
 
     #[test]

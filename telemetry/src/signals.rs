@@ -99,6 +99,9 @@ pub struct RankSignals {
     pub steps_lost: Option<f64>,
     /// The storage server it reads from (the `server` label of its info or read metrics).
     pub server: Option<String>,
+    /// `sum by (instance) (rate(lab_storage_read_wait_seconds_total[3s]))`: the share of its time spent
+    /// waiting on its reads, reads in flight included.
+    pub read_wait_share: Option<f64>,
 }
 
 /// One storage server's figures over the window.
@@ -407,7 +410,11 @@ impl Signals {
             *e = Some(e.map_or(v, |o: f64| o.max(v)));
         }
         // max by (server) (rate(lab_storage_read_wait_seconds_total[3s]) unless on (instance) lab:rank_cpu_starved)
-        let shares = r(m::STORAGE_READ_WAIT_SECONDS)
+        let shares = r(m::STORAGE_READ_WAIT_SECONDS);
+        for (l, v) in sum_by(shares.clone(), &[INSTANCE]) {
+            ranks.entry(rank_of(&l)).or_default().read_wait_share = Some(v);
+        }
+        let shares = shares
             .into_iter()
             .filter(|(l, _)| !ranks.get(&rank_of(l)).is_some_and(|r| r.starved))
             .collect();

@@ -352,6 +352,11 @@ fn rule_file_and_evaluator_name_the_same_rules() {
         "rate(lab_storage_read_wait_seconds_total[{}s])",
         lab_telemetry::signals::WINDOW_MS / 1000
     )));
+    assert!(text.contains(&format!(
+        "(rate(lab_storage_read_wait_seconds_total[{}s])) > {}",
+        lab_telemetry::signals::WINDOW_MS / 1000,
+        rules::HUNG_READ_WAIT_MAX_SHARE
+    )));
 }
 
 #[test]

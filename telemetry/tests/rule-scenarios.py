@@ -177,7 +177,7 @@ sc.seaweed(1, [(T, 10, 0.0003)])
 groups.append(('slow-storage: storage-1 answers 400 ms late from 60 s; latency fires for storage-1 only, throughput and collective wait for the job',
     sc,
     nothing(58) + edges([(64, 'LabRanksWaitingAtCollective', {}), (64, 'LabTrainingThroughputLow', {}),
-                         (64, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
+                         (63, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
         alert_test(80, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
         alert_test(80, 'LabTrainingThroughputLow', [{}]),
         alert_test(80, 'LabRanksWaitingAtCollective', [{}]),
@@ -203,7 +203,7 @@ for r in range(4):
         read_waiting=(f'0.002x60 {sawtooth(2.5, 60, T - 1)}' if slow else None))
 groups.append(('slow-disk: storage-1 takes 2.5 s per read from 60 s, too few reads for a p50; its reads in flight fire latency for storage-1',
     sc,
-    nothing(58) + edges([(64, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
+    nothing(58) + edges([(63, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
         alert_test(80, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
         alert_test(100, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
         alert_test(80, 'LabTrainingThroughputLow', [{}]),
@@ -227,12 +227,34 @@ for r in range(4):
         read_waiting=('0.002x60 ' + ' '.join('0.9' if t % 2 else '0.45' for t in range(61, T + 1))) if slow else None)
 groups.append(('slow-disk\'s first seconds: storage-1 takes 0.9 s per read from 60 s, too few for a p50 and none waiting 1 s; its reader waiting 95 % of the time fires latency for storage-1',
     sc,
-    nothing(58) + edges([(64, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
+    nothing(58) + edges([(63, 'LabStorageReadLatencyHigh', {'server': 'storage-1'})]) + [
         alert_test(80, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
     ], [
     {'expr': 'lab:storage_read_wait_share:unstarved{server="storage-1"} > bool 0.75', 'eval_time': '80s', 'exp_samples': [{'labels': '{server="storage-1"}', 'value': 1}]},
     {'expr': 'lab:storage_read_waiting_seconds:unstarved{server="storage-1"} > bool 1', 'eval_time': '80s', 'exp_samples': [{'labels': '{server="storage-1"}', 'value': 0}]},
     ]))
+
+# B4: storage-1 stops answering rank-1's read at 60 s (a read that waits on and on): rank-1's steps stand
+# still and its siblings wait for it at the all-reduce, as under rank-hang; but rank-1 spends the window
+# waiting on its read, so the server is named, not the rank.
+sc = Scenario()
+for r in range(4):
+    slow = r == 1
+    flat = lambda v: [(60, v), (T, 0)]
+    healthy_rank(sc, r,
+        samples=flat(100),
+        phases={p: flat(v) for p, v in HEALTHY_PHASES.items()},
+        read=[(60, 10, 0.003), (T, 0, 0.003)],
+        coll_wait=gauge([(T, 0)]) if slow else ramp([(60, None), (T, 60)]),
+        read_waiting=ramp([(60, None), (T, 60)]) if slow else None,
+        read_wait=[(60, 0.1), (T, 1.0)] if slow else None)
+groups.append(('a read of storage-1 that waits on from 60 s holds rank-1 and, through it, the job: latency names storage-1, and rank-1 is not called hung',
+    sc,
+    nothing(58) + [
+        alert_test(66, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
+        alert_test(90, 'LabStorageReadLatencyHigh', [{'server': 'storage-1'}]),
+        alert_test(90, 'LabRankHung', []),
+    ], []))
 
 # C: throttled rank-1 from 60 s
 sc = Scenario()

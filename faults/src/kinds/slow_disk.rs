@@ -69,10 +69,12 @@ impl Injector for SlowDisk {
             .map_err(FaultError::runtime(format!(
                 "reading storage-{server}'s CPU limit"
             )))?;
-        let mut measured_before = Vec::new();
-        for s in 0..status.storage_servers {
-            measured_before.push(Self::own(cx, s, SIBLING_SAMPLES).await?);
-        }
+        // Every server at once: one after another they took about a second, which the fault then took to
+        // begin.
+        let measured_before = futures::future::try_join_all(
+            (0..status.storage_servers).map(|s| Self::own(cx, s, SIBLING_SAMPLES)),
+        )
+        .await?;
         cx.set_before(Before::StorageCpu { cpu: before }).await?;
         cx.rt
             .set_storage_cpu(server, Some(self.cpu))
