@@ -12,10 +12,14 @@
 # all-reduce share is wait + transfer over the sum of the phases; the share of CFS periods each rank was
 # throttled in; each server's readers and reads/s), the
 # ranks' resident memory from /proc (VmRSS), STATUS_CALLS timed `lab status --json` calls (the live
-# snapshot), then `lab down` (timed). Ranks CPU-starved at 16 on a 2-CPU machine is expected: every rank
-# has its 400m limit and the machine has 2 cores.
+# snapshot), `lab console` in a terminal of its own (tmux, 160×50) for CONSOLE_SECONDS: its screen read
+# every 0.25 s, the longest time between two changes of the screen (its figures change with each new
+# snapshot; a frozen console shows the same text), the highest data age it showed, and
+# its CPU (share of one core) and memory, then `lab down` (timed). Ranks CPU-starved at 16 on a 2-CPU
+# machine is expected: every rank has its 400m limit and the machine has 2 cores.
 #
-# Settings (environment): SCALES, STATUS_CALLS (5), PROFILE (release | debug), LAB_BIN_DIR (built binaries
+# Settings (environment): SCALES, STATUS_CALLS (5), CONSOLE_SECONDS (20; 0 leaves the console out),
+# PROFILE (release | debug), LAB_BIN_DIR (built binaries
 # to use instead of building), BENCH_NAME (lab name, bench-scale), FIGURES (the figures file: read as the
 # previous run's, then replaced; default target/bench/scale.tsv).
 set -euo pipefail
@@ -24,6 +28,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 SCALES=${SCALES:-4:3 8:4 16:8}
 STATUS_CALLS=${STATUS_CALLS:-5}
+CONSOLE_SECONDS=${CONSOLE_SECONDS:-20}
 PROFILE=${PROFILE:-release}
 NAME=${BENCH_NAME:-bench-scale}
 FIGURES=${FIGURES:-$root/target/bench/scale.tsv}
@@ -31,7 +36,7 @@ say() { printf '[bench-scale] %s\n' "$*" >&2; }
 die() { say "FAILED: $*"; exit 1; }
 command -v jq >/dev/null || die "jq is needed: apt-get install jq"
 
-eval "$(scripts/tools.sh weed)"
+eval "$(scripts/tools.sh weed tmux)"
 if [ -z "${LAB_BIN_DIR:-}" ]; then
   say "building the lab's binaries ($PROFILE)"
   if [ "$PROFILE" = release ]; then cargo build -q --release --workspace --bins; else cargo build -q --workspace --bins; fi
@@ -45,7 +50,9 @@ lab() { "$LAB" --name "$NAME" "$@"; }
 now() { date +%s.%N; }
 since() { awk -v t="$1" -v n="$(now)" 'BEGIN { printf "%.2f", n - t }'; }
 
+tmux_sock="bench-scale-$$"
 cleanup() {
+  tmux -L "$tmux_sock" kill-server 2>/dev/null || true
   if [ -f "$STATE/$NAME/lab.json" ]; then
     say "taking the lab down after an early exit"
     lab down >/dev/null 2>&1 || say "lab down failed: lab down --name $NAME (LAB_STATE_DIR=$STATE)"
@@ -53,6 +60,50 @@ cleanup() {
   rm -rf "$STATE"
 }
 trap cleanup EXIT
+
+# `lab console` in its own terminal for CONSOLE_SECONDS: how often its screen changes, the data age it
+# shows, its CPU and memory.
+console() {
+  tmux -L "$tmux_sock" new-session -d -x 160 -y 50 "env LAB_STATE_DIR='$STATE' '$LAB' --name '$NAME' console"
+  local pane pid hz c0 c1 t0 t1 head screen last='' last_t changed_at gap=0 age max_age=0 i
+  for ((i = 0; i < 40; i++)); do
+    pane=$(tmux -L "$tmux_sock" capture-pane -p 2>/dev/null || true)
+    grep -q "Kubernetes" <<<"$pane" && break
+    sleep 0.25
+  done
+  if ! grep -q "Kubernetes" <<<"$pane"; then
+    say "console: not measured, \`lab console\` did not show its screen:"; head -n 5 <<<"$pane" >&2
+    tmux -L "$tmux_sock" kill-server 2>/dev/null || true
+    return 0
+  fi
+  pid=$(tmux -L "$tmux_sock" display-message -p '#{pane_pid}')
+  hz=$(getconf CLK_TCK)
+  c0=$(awk '{ print $14 + $15 }' "/proc/$pid/stat"); t0=$(now)
+  last_t=$t0
+  while awk -v t="$t0" -v n="$(now)" -v d="$CONSOLE_SECONDS" 'BEGIN { exit !(n - t < d) }'; do
+    screen=$(tmux -L "$tmux_sock" capture-pane -p)
+    changed_at=$(now)
+    head=$(grep -m 1 "runtime ·" <<<"$screen" || true)
+    if [ "$screen" != "$last" ]; then
+      gap=$(awk -v g="$gap" -v a="$last_t" -v b="$changed_at" 'BEGIN { d = b - a; print (d > g ? d : g) }')
+      last=$screen last_t=$changed_at
+    fi
+    age=$(sed -n 's/.*data \([0-9.]*\) s old.*/\1/p' <<<"$head")
+    [ -n "$age" ] && max_age=$(awk -v m="$max_age" -v a="$age" 'BEGIN { print (a > m ? a : m) }')
+    grep -q "old" <<<"$head" && ! grep -q "data [0-9.]* s old" <<<"$head" && max_age=99
+    sleep 0.25
+  done
+  # The time since the last change counts too: a console that stopped changing has that long a gap.
+  gap=$(awk -v g="$gap" -v a="$last_t" -v b="$(now)" 'BEGIN { d = b - a; print (d > g ? d : g) }')
+  c1=$(awk '{ print $14 + $15 }' "/proc/$pid/stat"); t1=$(now)
+  rec "console longest unchanged s" "$gap"
+  rec "console data age max s" "$max_age"
+  rec "console CPU % of a core" "$(awk -v c=$((c1 - c0)) -v hz="$hz" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", 100 * (c / hz) / (b - a) }')"
+  rec "console rss MB" "$(awk '$1 == "VmRSS:" { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")"
+  tmux -L "$tmux_sock" send-keys q
+  sleep 0.5
+  tmux -L "$tmux_sock" kill-server 2>/dev/null || true
+}
 
 START="$(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 for scale in $SCALES; do
@@ -83,6 +134,10 @@ for scale in $SCALES; do
     lab status --json >/dev/null || die "lab status --json"
     rec "status s" "$(since "$t")"
   done
+  if [ "$CONSOLE_SECONDS" -gt 0 ]; then
+    say "$ranks ranks: lab console for $CONSOLE_SECONDS s"
+    console "$ranks"
+  fi
   say "$ranks ranks: lab down"
   t=$(now)
   lab down >/dev/null || die "lab down"
@@ -114,6 +169,9 @@ def fig(v, key, nd):
 rows = [("lab up, s", "up s", 1), ("baseline step, ms", "baseline step ms", 1), ("step now, ms", "step ms", 1),
         ("samples/s", "samples/s", 0), ("all-reduce share of the step, % (ranks)", "all-reduce share %", 1),
         ("CPU throttled, % of periods (ranks)", "throttled %", 1), ("rank memory VmRSS, MB (ranks)", "rank rss MB", 1), ("lab status --json, s", "status s", 2),
+        ("console: screen unchanged, longest s", "console longest unchanged s", 2),
+        ("console: data age shown, max s", "console data age max s", 1),
+        ("console CPU, % of a core", "console CPU % of a core", 1), ("console memory VmRSS, MB", "console rss MB", 1),
         ("ranks Ready", "ranks Ready", 0), ("servers with readers", "servers with readers", 0),
         ("alerts firing", "alerts firing", 0), ("lab down, s", "down s", 1)]
 scales = list(dict.fromkeys(k[0] for k in now))

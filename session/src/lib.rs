@@ -100,6 +100,12 @@ impl Lab {
         Watch::start(self.driver())
     }
 
+    /// The lab live for a reader that follows it (the console): the watcher's snapshots as it writes
+    /// them, or this process's own telemetry loop where no watcher keeps them fresh ([`Watch::follow`]).
+    pub fn follow(&self) -> Watch {
+        Watch::follow(self.name.clone(), self.driver())
+    }
+
     /// The lab as the drill engine sees it.
     pub fn drill_lab(&self) -> lab_drills::Lab {
         lab_drills::Lab {

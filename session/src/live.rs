@@ -13,6 +13,8 @@ use lab_model::Snapshot;
 use lab_runtime::local::procs::{self, ProcRecord};
 use lab_runtime::local::supervisor::{LAB_ENV, lab_env_value};
 use lab_runtime::state;
+use lab_telemetry::Driver;
+use tokio::sync::watch;
 
 use crate::{Lab, Result};
 
@@ -106,6 +108,62 @@ pub fn fresh(at_ms: u64, now_ms: u64) -> bool {
     at_ms <= now_ms && now_ms - at_ms <= FRESH.as_millis() as u64
 }
 
+/// How often a follower looks whether the watcher wrote a new snapshot.
+const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// Publishes the snapshots the watcher of lab `name` writes, each once, as soon as it is written (a look
+/// at the file's modification time every [`FOLLOW_EVERY`]; it is read only when that changed). When no
+/// watcher runs, or no fresh snapshot came for [`FRESH`], runs `driver` here instead, until every reader
+/// is gone.
+pub(crate) async fn follow(name: String, driver: Driver, tx: watch::Sender<Option<Snapshot>>) {
+    let path = snapshot_path(&name);
+    follow_file(&path, || running(&name), |tx| driver.run(tx), tx).await;
+}
+
+/// [`follow`], for the snapshot file at `path`, the watcher's liveness from `running` and `fallback` to
+/// run when it is not keeping the file fresh.
+async fn follow_file<F, Fut>(
+    path: &Path,
+    running: impl Fn() -> bool,
+    fallback: F,
+    tx: watch::Sender<Option<Snapshot>>,
+) where
+    F: FnOnce(watch::Sender<Option<Snapshot>>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (mut last_at, mut last_modified) = (0u64, None);
+    let mut stale_since: Option<std::time::Instant> = None;
+    let mut every = tokio::time::interval(FOLLOW_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = tx.closed() => return,
+        }
+        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        if modified.is_some() && modified != last_modified {
+            last_modified = modified;
+            let read = std::fs::read(path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok());
+            if let Some(s) = read.filter(|s| s.at_ms > last_at && fresh(s.at_ms, state::now_ms())) {
+                last_at = s.at_ms;
+                stale_since = None;
+                tx.send_replace(Some(s));
+                continue;
+            }
+        }
+        if last_at > 0 && fresh(last_at, state::now_ms()) {
+            continue;
+        }
+        let since = *stale_since.get_or_insert_with(std::time::Instant::now);
+        if !running() || since.elapsed() >= FRESH {
+            fallback(tx).await;
+            return;
+        }
+    }
+}
+
 impl Lab {
     /// Runs the watcher: the lab's telemetry loop, each snapshot written to the lab's folder, until the
     /// folder is gone (the lab was taken down) or the task is dropped.
@@ -150,6 +208,93 @@ impl Lab {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use lab_model::snapshot::Training;
+    use lab_model::status::{LabStatus, RuntimeKind};
+
+    fn snap(at_ms: u64) -> Snapshot {
+        Snapshot {
+            at_ms,
+            status: LabStatus {
+                lab: "t".into(),
+                runtime: RuntimeKind::Local,
+                pods: vec![],
+                gpus_capacity: 4,
+                gpu_resource: "gpu".into(),
+                ranks_desired: 4,
+                world_size: 4,
+                storage_servers: 3,
+                delay_path: "proxy".into(),
+                notes: vec![],
+            },
+            training: Training::default(),
+            ranks: vec![],
+            storage: vec![],
+            alerts: vec![],
+            changes: vec![],
+            faults: vec![],
+            scrape_errors: vec![],
+            database: None,
+        }
+    }
+
+    fn write(path: &Path, s: &Snapshot) {
+        state::write_volatile(path, &serde_json::to_vec(s).unwrap()).unwrap();
+    }
+
+    async fn next(rx: &mut watch::Receiver<Option<Snapshot>>) -> u64 {
+        tokio::time::timeout(Duration::from_secs(5), rx.changed())
+            .await
+            .expect("a snapshot within 5 s")
+            .expect("the follower is running");
+        rx.borrow_and_update().as_ref().expect("a snapshot").at_ms
+    }
+
+    /// The follower publishes each snapshot the watcher writes once, and runs the lab's own loop (here a
+    /// stand-in that publishes at_ms 1) once the watcher is gone and its last snapshot is stale; a
+    /// stale snapshot is never published.
+    #[tokio::test]
+    async fn a_follower_reads_each_snapshot_once_and_falls_back_when_the_watcher_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(SNAPSHOT_FILE);
+        let alive = Arc::new(AtomicBool::new(true));
+        let (tx, mut rx) = watch::channel(None);
+        let watcher = alive.clone();
+        let task = tokio::spawn(async move {
+            follow_file(
+                &path,
+                move || watcher.load(Ordering::Relaxed),
+                |tx: watch::Sender<Option<Snapshot>>| async move {
+                    tx.send_replace(Some(snap(1)));
+                    tx.closed().await;
+                },
+                tx,
+            )
+            .await;
+        });
+        let path = dir.path().join(SNAPSHOT_FILE);
+        let t = state::now_ms();
+        write(&path, &snap(t));
+        assert_eq!(next(&mut rx).await, t);
+        // Rewritten unchanged: not published again. A newer one is.
+        write(&path, &snap(t));
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(!rx.has_changed().unwrap());
+        write(&path, &snap(t + 500));
+        assert_eq!(next(&mut rx).await, t + 500);
+        // The watcher is gone and its last snapshot is stale: never published; the lab's own loop runs.
+        alive.store(false, Ordering::Relaxed);
+        write(&path, &snap(state::now_ms() - 4_000));
+        assert_eq!(next(&mut rx).await, 1);
+        drop(rx);
+        tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .expect("the follower ends with its last reader")
+            .unwrap();
+    }
 
     #[test]
     fn a_snapshot_is_fresh_for_three_seconds_and_never_from_the_future() {

@@ -1,5 +1,6 @@
-//! The lab watching itself: the telemetry driver running in its own task, publishing each snapshot (with
-//! the golden-signal rules evaluated) to every reader. Stops when the [`Watch`] is dropped.
+//! The lab watching itself: the telemetry driver running in its own task (or, for a reader that follows
+//! the lab, the watcher's snapshots read as they are written), publishing each snapshot (with the
+//! golden-signal rules evaluated) to every reader. Stops when the [`Watch`] is dropped.
 
 use lab_model::Snapshot;
 use lab_telemetry::Driver;
@@ -18,6 +19,16 @@ impl Watch {
     pub fn start(driver: Driver) -> Watch {
         let (tx, rx) = watch::channel(None);
         let task = tokio::spawn(driver.run(tx));
+        Watch { snapshots: rx, task }
+    }
+
+    /// Follows the snapshots the watcher of lab `name` writes (`lab up` starts it), each read as soon as
+    /// it is written: a reader that follows the lab live (the console) then neither scrapes nor evaluates
+    /// anything itself. Where no watcher runs, or its snapshot stays older than [`crate::live::FRESH`],
+    /// `driver` runs here instead, as [`Watch::start`] does.
+    pub fn follow(name: String, driver: Driver) -> Watch {
+        let (tx, rx) = watch::channel(None);
+        let task = tokio::spawn(crate::live::follow(name, driver, tx));
         Watch { snapshots: rx, task }
     }
 

@@ -1,5 +1,6 @@
-//! `lab console`: the telemetry driver feeds the console snapshots; the console's keys come back here as
-//! actions and go to the fault engine with each fault's default parameters.
+//! `lab console`: the lab's watcher (or, without one, the telemetry driver in this process) feeds the
+//! console snapshots; the console's keys come back here as actions and go to the fault engine with each
+//! fault's default parameters.
 
 use lab_console::{Action, FaultKey, Feedback};
 use lab_faults::FaultKind;
@@ -18,7 +19,7 @@ fn kind(k: FaultKey) -> FaultKind {
 
 pub async fn console(name: &str) -> anyhow::Result<ExitCode> {
     let lab = Lab::open(name).await?;
-    let watch = lab.watch();
+    let watch = lab.follow();
     let (act_tx, act_rx) = mpsc::channel(4);
     let (fb_tx, fb_rx) = mpsc::channel(16);
     let handler = tokio::spawn(act(lab, act_rx, fb_tx));
