@@ -712,16 +712,8 @@ pub(crate) mod tests {
         Snapshot {
             at_ms: T0 + t * 1000,
             status: LabStatus {
-                lab: "t".into(),
-                runtime: RuntimeKind::Local,
                 pods,
-                gpus_capacity: 4,
-                gpu_resource: "gpu".into(),
-                ranks_desired: 4,
-                world_size: 4,
-                storage_servers: 3,
-                delay_path: "proxy".into(),
-                notes: vec![],
+                ..LabStatus::default_shape("t", RuntimeKind::Local)
             },
             training: Training {
                 samples_per_s: samples,

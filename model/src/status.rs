@@ -188,6 +188,23 @@ pub struct LabStatus {
 }
 
 impl LabStatus {
+    /// A lab of the default shape (4 ranks and world size 4, 4 GPUs, 3 storage servers behind the latency
+    /// proxy) with no instances yet: a starting point for tests and examples.
+    pub fn default_shape(lab: impl Into<String>, runtime: RuntimeKind) -> LabStatus {
+        LabStatus {
+            lab: lab.into(),
+            runtime,
+            pods: Vec::new(),
+            gpus_capacity: 4,
+            gpu_resource: "gpu".into(),
+            ranks_desired: 4,
+            world_size: 4,
+            storage_servers: 3,
+            delay_path: "proxy".into(),
+            notes: Vec::new(),
+        }
+    }
+
     /// The rank instances, in rank order.
     pub fn ranks(&self) -> impl Iterator<Item = &PodStatus> {
         self.pods.iter().filter(|p| p.role == Role::Rank)

@@ -218,18 +218,7 @@ mod tests {
     fn snap(at_ms: u64) -> Snapshot {
         Snapshot {
             at_ms,
-            status: LabStatus {
-                lab: "t".into(),
-                runtime: RuntimeKind::Local,
-                pods: vec![],
-                gpus_capacity: 4,
-                gpu_resource: "gpu".into(),
-                ranks_desired: 4,
-                world_size: 4,
-                storage_servers: 3,
-                delay_path: "proxy".into(),
-                notes: vec![],
-            },
+            status: LabStatus::default_shape("t", RuntimeKind::Local),
             training: Training::default(),
             ranks: vec![],
             storage: vec![],

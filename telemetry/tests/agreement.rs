@@ -103,18 +103,7 @@ fn expand(values: &str) -> Vec<Option<f64>> {
 }
 
 fn status() -> LabStatus {
-    LabStatus {
-        lab: "agreement".into(),
-        runtime: RuntimeKind::Local,
-        pods: Vec::new(),
-        gpus_capacity: 4,
-        gpu_resource: "gpu".into(),
-        ranks_desired: 4,
-        world_size: 4,
-        storage_servers: 3,
-        delay_path: "proxy".into(),
-        notes: Vec::new(),
-    }
+    LabStatus::default_shape("agreement", RuntimeKind::Local)
 }
 
 struct Series {

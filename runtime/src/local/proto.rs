@@ -196,18 +196,7 @@ mod tests {
     fn a_status_with_delays_survives_the_round_trip() {
         use lab_model::status::RuntimeKind;
         let st = LocalStatus {
-            status: LabStatus {
-                lab: "x".into(),
-                runtime: RuntimeKind::Local,
-                pods: vec![],
-                gpus_capacity: 4,
-                gpu_resource: "gpu".into(),
-                ranks_desired: 4,
-                world_size: 4,
-                storage_servers: 3,
-                delay_path: "proxy".into(),
-                notes: vec![],
-            },
+            status: LabStatus::default_shape("x", RuntimeKind::Local),
             targets: vec![],
             delays: vec![(
                 1,
