@@ -5,12 +5,14 @@
 #
 # Source it after setting NAME, PROFILE and `say`/`die`; then
 #   watched_lab_build      # unless the caller builds: the binaries and the watcher
-#   watched_lab_up         # lab up --runtime local, the watcher started; sets work, ticks, watcher
+#   watched_lab_up         # lab up --runtime local, plus the array up_args if the caller set it; the
+#                          # watcher started; sets work, ticks, watcher
 #   watched_lab_baseline   # waits for the watcher's first tick with a baseline, prints that tick
 # and call watched_lab_cleanup from the caller's EXIT trap: it stops the watcher, clears any fault, takes
 # the lab down and removes its state folder.
 
 bin="$PWD/target/$PROFILE"
+up_args=("${up_args[@]}")
 work=""
 ticks=""
 watcher=""
@@ -33,8 +35,9 @@ watched_lab_up() {
   export LAB_STATE_DIR="$work/state"
   mkdir -p "$LAB_STATE_DIR"
   ticks="$work/ticks.jsonl"
-  say "lab up --runtime local"
-  lab up --runtime local >&2 || die "lab up"
+  local args=("${up_args[@]}")
+  say "lab up --runtime local ${args[*]}"
+  lab up --runtime local "${args[@]}" >&2 || die "lab up"
   "$bin/examples/watch" --name "$NAME" >"$ticks" 2>"$work/watch.err" &
   watcher=$!
 }

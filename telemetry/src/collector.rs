@@ -600,9 +600,8 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
             )
         }
         n if n == rules::COMMITS_STALLED.name => format!(
-            "{}: no commit completed in {} s; the commit in flight has waited {value:.0} s",
-            c.target,
-            crate::signals::WINDOW_MS / 1000
+            "{}: no commit completed for {value:.1} s, the age of the commit in flight",
+            c.target
         ),
         _ => {
             let n = s.ranks_waiting_for_peers.len();

@@ -121,13 +121,16 @@ pub const COMPUTE_SLOW: Rule = Rule {
     keep_firing_ms: 10_000,
 };
 
-/// The database writer's commits stalled: none completed over the window while the commit in flight has
-/// waited over 5 s. Reads and readiness may look fine (a synchronous standby that is not there holds every
-/// commit on the primary). A latency signal: the primary answers the writer's commits slowly, or never.
+/// The database writer's commits stalled: the commit in flight has waited over
+/// [`COMMIT_WAITING_MAX_SECONDS`]. The writer sends one commit at a time, so none completed meanwhile: its
+/// age is the stall's. Reads and readiness may look fine (a synchronous standby that is not there holds
+/// every commit on the primary). A latency signal: the primary answers the writer's commits slowly, or
+/// never. Its `for` is 1 s: the age is a hold already, and a second look is enough to keep one odd scrape
+/// from firing it.
 pub const COMMITS_STALLED: Rule = Rule {
     name: "LabCommitsStalled",
     signal: GoldenSignal::Latency,
-    for_ms: 2_000,
+    for_ms: 1_000,
     keep_firing_ms: 0,
 };
 
@@ -187,9 +190,9 @@ pub const HUNG_READ_WAIT_MAX_SHARE: f64 = 0.5;
 /// sharing a rank's 400m limit 1.46-1.69x; so 1.5x would flicker, and 1.3x sits between the two.
 pub const COMPUTE_SLOW_FACTOR: f64 = 1.3;
 /// Stalled commits: the commit in flight has waited longer than this, seconds. The writer commits 20
-/// times a second in a few milliseconds each on a quiet lab; 5 s is far beyond a slow commit on a busy
-/// machine, and short enough to open the incident within seconds.
-pub const COMMIT_WAITING_MAX_SECONDS: f64 = 5.0;
+/// times a second in a few milliseconds each on a quiet lab; 2 s is hundreds of times that, and with the
+/// rule's 1 s `for` opens the incident 3 to 4 s after the last commit (the goal: 5 s from the inject).
+pub const COMMIT_WAITING_MAX_SECONDS: f64 = 2.0;
 
 /// The baseline's window: `[5s]` over the recorded 3 s throughput ([`recorded::JOB_SAMPLES_SHORT`]).
 pub const BASELINE_WINDOW_MS: i64 = 5_000;
@@ -473,11 +476,9 @@ impl Engine {
                 out.push((COMPUTE_SLOW, rank.clone(), c));
             }
         }
-        // Latency: rate(lab_writer_commits_total[10s]) == 0
-        //   and on (instance) lab_writer_commit_waiting_seconds > 5
+        // Latency: lab_writer_commit_waiting_seconds > 2
         for (writer, ws) in &s.writers {
-            if ws.commits_per_s == Some(0.0)
-                && let Some(w) = ws.commit_waiting_s
+            if let Some(w) = ws.commit_waiting_s
                 && w > COMMIT_WAITING_MAX_SECONDS
             {
                 out.push((COMMITS_STALLED, writer.clone(), w));
@@ -814,7 +815,7 @@ mod tests {
     }
 
     #[test]
-    fn stalled_commits_need_no_commit_and_an_old_one_in_flight() {
+    fn stalled_commits_need_a_commit_in_flight_for_over_two_seconds() {
         let (mut e, mut store) = warm();
         let writer = |rate: Option<f64>, waiting: f64| {
             let mut s = Signals::default();
@@ -827,20 +828,24 @@ mod tests {
             );
             s
         };
-        // A quiet writer, a slow commit that others follow, a writer with no rate yet: nothing.
+        // A quiet writer, a slow commit of 1.5 s that others follow: nothing.
         assert!(
             e.evaluate(&mut store, &writer(Some(20.0), 0.004), 10_000)
                 .is_empty()
         );
-        assert!(e.evaluate(&mut store, &writer(Some(0.3), 6.0), 11_000).is_empty());
-        assert!(e.evaluate(&mut store, &writer(None, 9.0), 12_000).is_empty());
-        // No commit in the window and one waiting 6 s: pending, then firing after 2 s, valued by its age.
-        assert!(e.evaluate(&mut store, &writer(Some(0.0), 4.0), 13_000).is_empty());
-        let c = e.evaluate(&mut store, &writer(Some(0.0), 6.0), 14_000);
+        assert!(e.evaluate(&mut store, &writer(Some(0.3), 1.5), 11_000).is_empty());
+        assert!(e.evaluate(&mut store, &writer(Some(0.3), 0.0), 12_000).is_empty());
+        // One in flight for 2.5 s: pending, then firing 1 s later, valued by its age; a commit that
+        // completes ends it.
+        let c = e.evaluate(&mut store, &writer(Some(0.0), 2.5), 14_000);
         assert_eq!(names(&c), vec![("LabCommitsStalled", "lab-writer", false)]);
-        let c = e.evaluate(&mut store, &writer(Some(0.0), 8.0), 16_000);
+        let c = e.evaluate(&mut store, &writer(Some(0.0), 3.5), 15_000);
         assert_eq!(names(&c), vec![("LabCommitsStalled", "lab-writer", true)]);
-        assert_eq!(c[0].value, 8.0);
+        assert_eq!(c[0].value, 3.5);
+        assert!(
+            e.evaluate(&mut store, &writer(Some(0.3), 0.004), 16_000)
+                .is_empty()
+        );
     }
 
     #[test]

@@ -532,5 +532,11 @@ pub fn summary(s: &Snapshot) -> String {
         s.alerts.iter().map(|a| &a.rule).collect::<Vec<_>>(),
         s.scrape_errors
     ));
+    for v in &s.storage {
+        o.push_str(&format!(
+            "  {}: client p50 {:?} s, own probe {:?} s, readers {:?}\n",
+            v.name, v.client_p50, v.own_probe, v.readers
+        ));
+    }
     o
 }

@@ -667,18 +667,20 @@ impl Runtime for KubeRuntime {
         let req = http::Request::get(target.address.clone())
             .body(Vec::new())
             .map_err(|e| RuntimeError::Other(e.to_string()))?;
-        let mut body =
-            api::request_text(&self.client, req, &format!("scrape {}", target.instance), timeout).await?;
+        let what = format!("scrape {}", target.instance);
+        let scrape = api::request_text(&self.client, req, &what, timeout);
         if target.kind == crate::TargetKind::Storage && target.index < self.rec.storage_servers {
             // The server's own latency beside SeaweedFS's figures, as on the local runtime: one request
-            // straight to its own port; one unanswered within the scrape's time counts as that long.
-            match tokio::time::timeout(timeout, self.probe_own_kube(target.index, 1)).await {
-                Ok(Ok(own)) => body.push_str(&crate::local::storage_ops::own_probe_text(own)),
-                Err(_) => body.push_str(&crate::local::storage_ops::own_probe_text(timeout)),
-                Ok(Err(_)) => {}
-            }
+            // straight to its own port, sent with the scrape.
+            crate::local::storage_ops::scrape_with_own_probe(
+                scrape,
+                self.probe_own_kube(target.index, 1),
+                timeout,
+            )
+            .await
+        } else {
+            scrape.await
         }
-        Ok(body)
     }
 
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {

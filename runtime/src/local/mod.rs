@@ -622,21 +622,18 @@ impl Runtime for LocalRuntime {
     }
 
     async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String> {
-        let (code, mut body) = http::get(&target.address, timeout).await?;
-        if code != 200 {
-            return Err(RuntimeError::Other(format!("{} answered {code}", target.address)));
-        }
-        if target.kind == crate::TargetKind::Storage && target.index < self.cfg.storage_servers {
-            // The server's own latency, beside SeaweedFS's figures: one request straight to it. One still
-            // unanswered when the scrape's time is up counts as that long (a starved server is slow, not
-            // absent from the evidence).
-            match tokio::time::timeout(timeout, self.probe_own(target.index, 1)).await {
-                Ok(Ok(own)) => body.push_str(&storage_ops::own_probe_text(own)),
-                Err(_) => body.push_str(&storage_ops::own_probe_text(timeout)),
-                Ok(Err(_)) => {}
+        let scrape = async {
+            match http::get(&target.address, timeout).await? {
+                (200, body) => Ok(body),
+                (code, _) => Err(RuntimeError::Other(format!("{} answered {code}", target.address))),
             }
+        };
+        if target.kind == crate::TargetKind::Storage && target.index < self.cfg.storage_servers {
+            // The server's own latency, beside SeaweedFS's figures.
+            storage_ops::scrape_with_own_probe(scrape, self.probe_own(target.index, 1), timeout).await
+        } else {
+            scrape.await
         }
-        Ok(body)
     }
 
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {

@@ -35,6 +35,27 @@ pub fn own_probe_text(own: Duration) -> String {
     )
 }
 
+/// A storage server's scrape with its own latency appended: the scrape and one request straight to the
+/// server (`probe`), sent at the same moment. Not one after the other: a server held to a CPU budget per
+/// period answers the scrape when its budget comes back, and a probe sent right after that answer would
+/// always find budget left and read fast; sent with the scrape, it lands on whatever phase of the period
+/// the scrape's schedule hits. A probe still unanswered when the scrape's time is up counts as that long
+/// (a starved server is slow, not absent from the evidence); a probe that fails adds nothing.
+pub(crate) async fn scrape_with_own_probe<S, P>(scrape: S, probe: P, timeout: Duration) -> Result<String>
+where
+    S: std::future::Future<Output = Result<String>>,
+    P: std::future::Future<Output = Result<Duration>>,
+{
+    let (body, own) = tokio::join!(scrape, tokio::time::timeout(timeout, probe));
+    let mut body = body?;
+    match own {
+        Ok(Ok(own)) => body.push_str(&own_probe_text(own)),
+        Err(_) => body.push_str(&own_probe_text(timeout)),
+        Ok(Err(_)) => {}
+    }
+    Ok(body)
+}
+
 /// One volume as the master's `/vol/status` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeEntry {
