@@ -185,13 +185,15 @@ fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alo
     let b = std::fs::read_to_string(&kept).unwrap();
     let bundle: Value = serde_json::from_str(&b).unwrap();
     let w = &bundle["database"]["writer"];
-    // The bundle may come within 10 s of the hang (the rule fires in about 8 s), so the writer's 10 s rate
-    // can still hold the commits of the window's first (10 − in flight) seconds: with the commit in flight
-    // over 5 s, under half the rate before (a CI run saw 1.1 commits/s at 9.4 s in flight, against 20).
+    // The bundle may come within 10 s of the hang (the rule fires once the commit in flight is over 2 s
+    // old, for 1 s; then the drill's hold), so the writer's 10 s rate can still hold the commits of the
+    // window's first (10 − in flight) seconds: with the commit in flight over 2 s, at most 80 % of the rate
+    // before, under 90 % with the rate's own wobble (a CI run saw 1.1 commits/s at 9.4 s in flight,
+    // against 20).
     let in_flight = w["commit_in_flight_s"].as_f64().unwrap_or(0.0);
-    assert!(in_flight > 5.0, "{w:#}");
+    assert!(in_flight > 2.0, "{w:#}");
     assert!(
-        w["commits_per_s"].as_f64().is_some_and(|c| c < before / 2.0),
+        w["commits_per_s"].as_f64().is_some_and(|c| c < 0.9 * before),
         "before {before:.1} commits/s: {:#}",
         bundle["database"]
     );
