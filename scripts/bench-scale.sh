@@ -88,9 +88,10 @@ console() {
       gap=$(awk -v g="$gap" -v a="$last_t" -v b="$changed_at" 'BEGIN { d = b - a; print (d > g ? d : g) }')
       last=$screen last_t=$changed_at
     fi
-    age=$(sed -n 's/.*data \([0-9.]*\) s old.*/\1/p' <<<"$head")
+    # "data 0.4 s old" while fresh, "data 42s old" when stale; "data 1m02s old" reads as no number.
+    age=$(sed -n 's/.*data \([0-9.]*\) \{0,1\}s old.*/\1/p' <<<"$head")
     [ -n "$age" ] && max_age=$(awk -v m="$max_age" -v a="$age" 'BEGIN { print (a > m ? a : m) }')
-    grep -q "old" <<<"$head" && ! grep -q "data [0-9.]* s old" <<<"$head" && max_age=99
+    grep -q "old" <<<"$head" && [ -z "$age" ] && max_age=inf
     sleep 0.25
   done
   # The time since the last change counts too: a console that stopped changing has that long a gap.
@@ -136,7 +137,7 @@ for scale in $SCALES; do
   done
   if [ "$CONSOLE_SECONDS" -gt 0 ]; then
     say "$ranks ranks: lab console for $CONSOLE_SECONDS s"
-    console "$ranks"
+    console
   fi
   say "$ranks ranks: lab down"
   t=$(now)

@@ -709,12 +709,11 @@ pub(crate) mod tests {
             p.ready = true;
             pods.push(p);
         }
+        let status = LabStatus {
+            pods,
+            ..LabStatus::default_shape("t", RuntimeKind::Local)
+        };
         Snapshot {
-            at_ms: T0 + t * 1000,
-            status: LabStatus {
-                pods,
-                ..LabStatus::default_shape("t", RuntimeKind::Local)
-            },
             training: Training {
                 samples_per_s: samples,
                 step_seconds: step_s,
@@ -730,12 +729,7 @@ pub(crate) mod tests {
                     ..Default::default()
                 })
                 .collect(),
-            storage: vec![],
-            alerts: vec![],
-            changes: vec![],
-            faults: vec![],
-            scrape_errors: vec![],
-            database: None,
+            ..Snapshot::new(T0 + t * 1000, status)
         }
     }
 

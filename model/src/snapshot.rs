@@ -193,6 +193,25 @@ pub struct Snapshot {
     pub database: Option<DatabaseView>,
 }
 
+impl Snapshot {
+    /// A picture of the lab `status` at `at_ms` with nothing else seen yet: no training, ranks, storage,
+    /// alerts, changes or faults.
+    pub fn new(at_ms: u64, status: LabStatus) -> Self {
+        Self {
+            at_ms,
+            status,
+            training: Training::default(),
+            ranks: vec![],
+            storage: vec![],
+            alerts: vec![],
+            changes: vec![],
+            faults: vec![],
+            scrape_errors: vec![],
+            database: None,
+        }
+    }
+}
+
 /// The database writer's golden signals, as it exports them (each over its own last 10 s).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DatabaseView {

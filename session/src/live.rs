@@ -98,9 +98,13 @@ pub fn read_fresh(name: &str, now_ms: u64) -> Option<Snapshot> {
     if !running(name) {
         return None;
     }
-    let bytes = std::fs::read(snapshot_path(name)).ok()?;
-    let s: Snapshot = serde_json::from_slice(&bytes).ok()?;
-    fresh(s.at_ms, now_ms).then_some(s)
+    read_snapshot(&snapshot_path(name)).filter(|s| fresh(s.at_ms, now_ms))
+}
+
+/// The snapshot in the file at `path`, if it is there and reads as one.
+fn read_snapshot(path: &Path) -> Option<Snapshot> {
+    let bytes = std::fs::read(path).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// Whether a snapshot taken at `at_ms` is within [`FRESH`] of `now_ms` (and not from the future).
@@ -143,10 +147,9 @@ async fn follow_file<F, Fut>(
         let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
         if modified.is_some() && modified != last_modified {
             last_modified = modified;
-            let read = std::fs::read(path)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok());
-            if let Some(s) = read.filter(|s| s.at_ms > last_at && fresh(s.at_ms, state::now_ms())) {
+            if let Some(s) =
+                read_snapshot(path).filter(|s| s.at_ms > last_at && fresh(s.at_ms, state::now_ms()))
+            {
                 last_at = s.at_ms;
                 stale_since = None;
                 tx.send_replace(Some(s));
@@ -212,22 +215,10 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use lab_model::snapshot::Training;
     use lab_model::status::{LabStatus, RuntimeKind};
 
     fn snap(at_ms: u64) -> Snapshot {
-        Snapshot {
-            at_ms,
-            status: LabStatus::default_shape("t", RuntimeKind::Local),
-            training: Training::default(),
-            ranks: vec![],
-            storage: vec![],
-            alerts: vec![],
-            changes: vec![],
-            faults: vec![],
-            scrape_errors: vec![],
-            database: None,
-        }
+        Snapshot::new(at_ms, LabStatus::default_shape("t", RuntimeKind::Local))
     }
 
     fn write(path: &Path, s: &Snapshot) {

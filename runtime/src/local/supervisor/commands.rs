@@ -12,6 +12,10 @@ use crate::local::spec::{LocalConfig, LocalSpec, Paths};
 const LO: &str = "127.0.0.1";
 /// `weed volume -concurrentDownloadLimitMB`: what one storage server serves at once.
 pub(crate) const VOLUME_DOWNLOAD_LIMIT_MB: u32 = 1;
+/// The master's growth of volumes on its own turned off (`[master.volume_growth] disable = true` of its
+/// `master.toml`, in environment form): the seeder places every volume itself with `/vol/grow` on a named
+/// server, and a master left to grow adds empty volumes minutes into a run, which a drain then moves too.
+const MASTER_GROWTH_OFF: (&str, &str) = ("WEED_MASTER_VOLUME_GROWTH_DISABLE", "true");
 
 /// How to start one instance.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +75,7 @@ pub(crate) fn role_command(
             ];
             cmd.data_dir = Some(mdir);
             cmd.cwd = Some(data);
+            cmd.env = vec![(MASTER_GROWTH_OFF.0.into(), MASTER_GROWTH_OFF.1.into())];
         }
         Kind::Volume(i) => {
             let p = cfg.storage.get(i as usize)?;
