@@ -12,6 +12,7 @@
 # the lab down and removes its state folder.
 
 bin="$PWD/target/$PROFILE"
+# The caller's extra `lab up` arguments, if it set any (defined here so `set -u` callers need not).
 up_args=("${up_args[@]}")
 work=""
 ticks=""
@@ -35,9 +36,8 @@ watched_lab_up() {
   export LAB_STATE_DIR="$work/state"
   mkdir -p "$LAB_STATE_DIR"
   ticks="$work/ticks.jsonl"
-  local args=("${up_args[@]}")
-  say "lab up --runtime local ${args[*]}"
-  lab up --runtime local "${args[@]}" >&2 || die "lab up"
+  say "lab up --runtime local ${up_args[*]}"
+  lab up --runtime local "${up_args[@]}" >&2 || die "lab up"
   "$bin/examples/watch" --name "$NAME" >"$ticks" 2>"$work/watch.err" &
   watcher=$!
 }

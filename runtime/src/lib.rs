@@ -12,6 +12,7 @@ pub mod local;
 pub mod open;
 pub mod source;
 pub mod state;
+pub mod storage;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -672,12 +672,7 @@ impl Runtime for KubeRuntime {
         if target.kind == crate::TargetKind::Storage && target.index < self.rec.storage_servers {
             // The server's own latency beside SeaweedFS's figures, as on the local runtime: one request
             // straight to its own port, sent with the scrape.
-            crate::local::storage_ops::scrape_with_own_probe(
-                scrape,
-                self.probe_own_kube(target.index, 1),
-                timeout,
-            )
-            .await
+            crate::storage::scrape_with_own_probe(scrape, self.probe_own_kube(target.index, 1), timeout).await
         } else {
             scrape.await
         }

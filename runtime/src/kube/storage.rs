@@ -23,7 +23,7 @@ use serde_json::json;
 use super::manifests::names as obj;
 use super::status::{cpu_limit, role_of};
 use super::{KubeRuntime, api};
-use crate::local::storage_ops::{VolumeEntry, parse_vol_status};
+use crate::storage::{PROBE_SPACING, PROBE_TIMEOUT, VolumeEntry, parse_vol_status};
 use crate::{Result, RuntimeError};
 
 /// The master's container in its pod.
@@ -45,11 +45,6 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const STORAGE_CPU_LIMIT: Millicores = Millicores(1000);
 /// Its CPU request as deployed; a resize below it takes the request down with it.
 pub const STORAGE_CPU_REQUEST: Millicores = Millicores(50);
-/// How far apart the direct probe's requests are sent (as on the local runtime): nine span more than
-/// one 100 ms CFS period, so they sample every phase of a starved server's period.
-pub const PROBE_SPACING: Duration = Duration::from_millis(70);
-/// How long one direct probe waits; a request unanswered then counts as this long.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The `pods/resize` patch that holds the volume container to `cpu` (its request follows it down only
 /// where it would exceed it).

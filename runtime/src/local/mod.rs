@@ -630,7 +630,7 @@ impl Runtime for LocalRuntime {
         };
         if target.kind == crate::TargetKind::Storage && target.index < self.cfg.storage_servers {
             // The server's own latency, beside SeaweedFS's figures.
-            storage_ops::scrape_with_own_probe(scrape, self.probe_own(target.index, 1), timeout).await
+            crate::storage::scrape_with_own_probe(scrape, self.probe_own(target.index, 1), timeout).await
         } else {
             scrape.await
         }
