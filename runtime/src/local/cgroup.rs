@@ -19,8 +19,8 @@ pub const PERIOD_US: u64 = 100_000;
 /// Long, so that a small share binds: at the job's load a volume server uses some 20 ms of CPU a second,
 /// and the kernel's smallest quota (1 ms) in a 100 ms period is already 10 ms a second, which a quiet
 /// machine's server may not exceed by much. In 382 ms, 6m is a 2.3 ms budget, spent early in each period;
-/// a request that arrives after it waits for the next period, up to 382 ms. Shorter than the 800 ms readiness
-/// probe, so the server stays Ready as a slow disk does; and not a divisor of the lab's one-second scrape,
+/// a request that arrives after it waits for the next period, up to 382 ms. Shorter than the readiness
+/// probe's 1 s timeout, so the server stays Ready as a slow disk does; and not a divisor of the lab's one-second scrape,
 /// so the scrape's direct probe lands on every phase of the period (1000 / 382 ≈ 2.618, the golden ratio
 /// plus two) rather than always on the same one.
 pub const STORAGE_PERIOD_US: u64 = 382_000;

@@ -1,5 +1,7 @@
-//! Readiness probes: every running instance's health endpoint, asked once a second, sets its Ready; one
-//! that is not Ready yet is asked four times a second, so a lab comes up without waiting out whole seconds.
+//! Readiness probes: every running instance's health endpoint, asked once a second, sets its Ready as a
+//! kubelet would with the lab's manifests (a 1 s timeout; one pass makes it Ready, three failures in a row
+//! not Ready: see [`Inst::probed`](super::reconcile::Inst::probed)); one that is not Ready yet is asked four
+//! times a second, so a lab comes up without waiting out whole seconds.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,10 +49,14 @@ fn probe_url(cfg: &LocalConfig, spec: &LocalSpec, kind: Kind) -> Option<String> 
 const PROBE_TICK: Duration = Duration::from_millis(250);
 /// Every this many ticks (once a second) every instance is probed, Ready or not.
 const PROBE_ALL_EVERY: u32 = 4;
+/// How long a probe waits for its answer: Kubernetes' default `timeoutSeconds`.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Probes every running instance's readiness endpoint once a second, and those not Ready every tick.
 pub(super) async fn probe_loop(sup: Arc<Mutex<Sup>>) {
     let mut tick = tokio::time::interval(PROBE_TICK);
+    // After a round that waited out a timeout, no burst of catch-up rounds at a server that is slow.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut ticks: u32 = 0;
     loop {
         tick.tick().await;
@@ -70,13 +76,12 @@ pub(super) async fn probe_loop(sup: Arc<Mutex<Sup>>) {
         };
         let results = futures::future::join_all(probes.into_iter().map(|(name, url)| async move {
             let ok = match url.strip_prefix("tcp://") {
-                Some(addr) => tokio::time::timeout(
-                    Duration::from_millis(800),
-                    tokio::net::TcpStream::connect(addr.to_string()),
-                )
-                .await
-                .is_ok_and(|c| c.is_ok()),
-                None => crate::local::http::get(&url, Duration::from_millis(800))
+                Some(addr) => {
+                    tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr.to_string()))
+                        .await
+                        .is_ok_and(|c| c.is_ok())
+                }
+                None => crate::local::http::get(&url, PROBE_TIMEOUT)
                     .await
                     .is_ok_and(|(code, _)| code == 200),
             };
@@ -88,7 +93,7 @@ pub(super) async fn probe_loop(sup: Arc<Mutex<Sup>>) {
             if let Some(i) = s.insts.get_mut(&name)
                 && i.running.is_some()
             {
-                i.ready = ok;
+                i.probed(ok);
             }
         }
     }

@@ -75,6 +75,8 @@ pub(super) struct Inst {
     pub backoff: Duration,
     pub not_before: Option<Instant>,
     pub ready: bool,
+    /// Readiness probes failed in a row since the last one that passed.
+    pub probe_failures: u32,
     pub last_exit: Option<String>,
     /// The exit code of the last exit it was restarted after (none when killed by a signal).
     pub last_exit_code: Option<i32>,
@@ -88,7 +90,25 @@ pub(super) struct Inst {
     pub replace: bool,
 }
 
+/// Failed readiness probes in a row that make a Ready instance not Ready: Kubernetes' default
+/// `failureThreshold`, and the one every manifest of the lab sets.
+pub(super) const PROBE_FAILURE_THRESHOLD: u32 = 3;
+
 impl Inst {
+    /// Records one readiness probe's outcome, as a kubelet does: one pass makes it Ready, and a Ready
+    /// instance turns not Ready only after [`PROBE_FAILURE_THRESHOLD`] failures in a row.
+    pub fn probed(&mut self, ok: bool) {
+        if ok {
+            self.ready = true;
+            self.probe_failures = 0;
+        } else {
+            self.probe_failures = self.probe_failures.saturating_add(1);
+            if self.probe_failures >= PROBE_FAILURE_THRESHOLD {
+                self.ready = false;
+            }
+        }
+    }
+
     fn new(kind: Kind, generation: u64, world_size: u32) -> Self {
         Inst {
             kind,
@@ -97,6 +117,7 @@ impl Inst {
             backoff: BACKOFF_START,
             not_before: None,
             ready: false,
+            probe_failures: 0,
             last_exit: None,
             last_exit_code: None,
             succeeded: false,

@@ -308,6 +308,31 @@ fn a_finished_seeder_is_not_run_again_when_a_storage_server_misses_a_probe() {
 }
 
 #[test]
+fn a_ready_server_turns_not_ready_only_after_three_failed_probes_in_a_row() {
+    let (_d, mut sup, _procs) = lab();
+    let t0 = Instant::now();
+    storage_up(&mut sup, t0);
+    let ready = |sup: &Sup| pod(sup, "storage-1").ready;
+    assert!(ready(&sup));
+    let probe = |sup: &mut Sup, ok: bool| sup.insts.get_mut("storage-1").expect("storage-1").probed(ok);
+    // Two misses, a pass, two misses: never three in a row, so Ready throughout (a starved server).
+    for ok in [false, false, true, false, false] {
+        probe(&mut sup, ok);
+        assert!(
+            ready(&sup),
+            "Ready after a probe that {}",
+            if ok { "passed" } else { "failed" }
+        );
+    }
+    probe(&mut sup, false);
+    assert!(!ready(&sup), "three failed probes in a row make it not Ready");
+    probe(&mut sup, false);
+    assert!(!ready(&sup));
+    probe(&mut sup, true);
+    assert!(ready(&sup), "one probe that passes makes it Ready again");
+}
+
+#[test]
 fn a_seeder_that_keeps_failing_is_given_up_after_its_attempts() {
     let (_d, mut sup, procs) = lab();
     ok(sup.request(Request::Seed, Instant::now()));
