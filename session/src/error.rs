@@ -11,12 +11,18 @@ pub enum SessionError {
     Fault(#[from] lab_faults::FaultError),
     #[error(transparent)]
     Drill(#[from] lab_drills::DrillError),
-    /// `lab up` could not learn the job's normal rate.
+    /// `lab up` could not learn the job's normal rate: what the job looked like at the end, and whether
+    /// the lab was kept to look at.
     #[error(
-        "training did not settle into a steady rate within {} s: see `lab status`, and the ranks' logs",
-        .0.as_secs()
+        "training did not settle into a steady rate within {} s: {seen}. {}",
+        .after.as_secs(),
+        retain_hint(.retained)
     )]
-    NoBaseline(Duration),
+    NoBaseline {
+        after: Duration,
+        seen: Box<lab_telemetry::Unsettled>,
+        retained: bool,
+    },
     /// Clearing faults before `lab down` took too long.
     #[error("timed out")]
     Timeout,
@@ -31,3 +37,12 @@ pub enum SessionError {
 
 /// The façade's result.
 pub type Result<T> = std::result::Result<T, SessionError>;
+
+/// Where to look next when `lab up` found no baseline: the lab if it was kept, else how to keep it.
+fn retain_hint(retained: &bool) -> &'static str {
+    if *retained {
+        "The lab is kept (--retain): see `lab status`, and the ranks' logs"
+    } else {
+        "The lab was taken down; `lab up --retain` keeps it to look at (`lab status`, the ranks' logs)"
+    }
+}

@@ -94,7 +94,11 @@ pub async fn up(plan: &UpPlan, progress: &dyn Progress) -> Result<Up> {
         d.collector_mut().reset_baseline();
         d.learn_baseline(opts.baseline_timeout)
             .await
-            .ok_or(SessionError::NoBaseline(opts.baseline_timeout))
+            .map_err(|seen| SessionError::NoBaseline {
+                after: opts.baseline_timeout,
+                seen: Box::new(seen),
+                retained: opts.retain,
+            })
     })
     .await;
     let baseline = match learned {

@@ -119,6 +119,8 @@ pub struct Collector {
     latency_history: BTreeMap<String, VecDeque<f64>>,
     /// When the first tick was observed: rates never reach back before it.
     started_ms: Option<i64>,
+    /// When the last tick was observed.
+    last_ms: Option<i64>,
 }
 
 impl Default for Collector {
@@ -136,6 +138,7 @@ impl Collector {
             engine: Engine::new(),
             throughput_history: VecDeque::new(),
             latency_history: BTreeMap::new(),
+            last_ms: None,
             started_ms: None,
         }
     }
@@ -143,6 +146,14 @@ impl Collector {
     /// The baseline, once learned (or restored); persist it so a later console starts with it.
     pub fn baseline(&self) -> Option<&LearnedBaseline> {
         self.engine.baseline()
+    }
+
+    /// The 3 s throughput values (samples/s, oldest first) the baseline latch judged on the last tick;
+    /// empty before the first tick or while no rank's step counter has been scraped twice.
+    pub fn baseline_window(&self) -> Vec<f64> {
+        self.last_ms
+            .map(|t| rules::baseline_window(&self.store, t))
+            .unwrap_or_default()
     }
 
     /// Starts from a baseline learned earlier (for example while `lab up` waited for training).
@@ -209,6 +220,7 @@ impl Collector {
             self.store.mark_stale(&instance, t);
         }
 
+        self.last_ms = Some(t);
         let started = *self.started_ms.get_or_insert(t);
         let watched = t - started;
         let signals = if watched > 0 && watched < crate::signals::JOB_WINDOW_MS {

@@ -220,18 +220,180 @@ impl Driver {
         }
     }
 
-    /// Ticks until the baseline is learned or `deadline` passes; returns the baseline if learned.
-    pub async fn learn_baseline(&mut self, deadline: Duration) -> Option<crate::LearnedBaseline> {
+    /// Ticks until the baseline is learned or `deadline` passes.
+    ///
+    /// # Errors
+    /// [`Unsettled`], the job as the last tick saw it, when no baseline came within `deadline`.
+    pub async fn learn_baseline(&mut self, deadline: Duration) -> Result<crate::LearnedBaseline, Unsettled> {
         let mut every = tokio::time::interval(self.config.interval);
         every.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let until = tokio::time::Instant::now() + deadline;
+        let mut last = None;
         while tokio::time::Instant::now() < until {
             every.tick().await;
-            self.tick().await;
+            let snapshot = self.tick().await;
             if let Some(b) = self.collector.baseline() {
-                return Some(b.clone());
+                return Ok(b.clone());
+            }
+            last = Some(Box::new(snapshot));
+        }
+        Err(Unsettled {
+            window: self.collector.baseline_window(),
+            last,
+        })
+    }
+}
+
+/// Why no baseline came: the job as the last tick saw it, for an error that says what was wrong rather
+/// than only that something was (the lab it describes may be gone by the time anyone looks).
+#[derive(Debug, Clone)]
+pub struct Unsettled {
+    /// The 3 s throughput values (samples/s, oldest first) the baseline latch judged last.
+    pub window: Vec<f64>,
+    /// The last snapshot, if any tick ran.
+    pub last: Option<Box<Snapshot>>,
+}
+
+impl std::fmt::Display for Unsettled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::rules::{BASELINE_MAX_VARIATION, BASELINE_MIN_SAMPLES, BASELINE_WINDOW_MS};
+        let w = &self.window;
+        if w.is_empty() {
+            write!(
+                f,
+                "no throughput recorded in the last {} s (no rank's step counter scraped twice)",
+                BASELINE_WINDOW_MS / 1000
+            )?;
+        } else {
+            let values: Vec<String> = w.iter().map(|v| format!("{v:.0}")).collect();
+            let mean = w.iter().sum::<f64>() / w.len() as f64;
+            let sd = (w.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / w.len() as f64).sqrt();
+            let spread = if mean > 0.0 {
+                format!("{:.0} %", 100.0 * sd / mean)
+            } else {
+                "—".to_string()
+            };
+            write!(
+                f,
+                "the job's 3 s throughput in the last {} s: {} samples/s (a baseline needs {} or more values, \
+                 all above 0, varying under {:.0} % of their mean; these vary {spread})",
+                BASELINE_WINDOW_MS / 1000,
+                values.join(", "),
+                BASELINE_MIN_SAMPLES,
+                100.0 * BASELINE_MAX_VARIATION,
+            )?;
+        }
+        let Some(s) = &self.last else {
+            return Ok(());
+        };
+        let ranks: Vec<String> = s
+            .ranks
+            .iter()
+            .map(|r| {
+                let mut t = match (r.up, r.step) {
+                    (false, _) => format!("{} not scraped", r.name),
+                    (true, Some(step)) => format!("{} at step {step}", r.name),
+                    (true, None) => format!("{} with no step yet", r.name),
+                };
+                if r.waiting_for_peers {
+                    t.push_str(" (waiting for peers)");
+                }
+                t
+            })
+            .collect();
+        if !ranks.is_empty() {
+            write!(f, "; {}", ranks.join(", "))?;
+        }
+        let not_ready: Vec<String> = s
+            .status
+            .pods
+            .iter()
+            .filter(|p| !p.ready && p.phase != lab_model::status::Phase::Succeeded)
+            .map(|p| match &p.reason {
+                Some(r) => format!("{} ({}: {r})", p.name, p.phase),
+                None => format!("{} ({})", p.name, p.phase),
+            })
+            .collect();
+        if !not_ready.is_empty() {
+            write!(f, "; not Ready: {}", not_ready.join(", "))?;
+        }
+        if !s.scrape_errors.is_empty() {
+            let shown: Vec<&str> = s.scrape_errors.iter().take(3).map(String::as_str).collect();
+            write!(f, "; scrape errors: {}", shown.join("; "))?;
+            if s.scrape_errors.len() > 3 {
+                write!(f, " (and {} more)", s.scrape_errors.len() - 3)?;
             }
         }
-        None
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lab_model::snapshot::RankView;
+    use lab_model::status::{Phase, PodStatus, Role};
+
+    use super::*;
+
+    fn status(pods: Vec<PodStatus>) -> LabStatus {
+        LabStatus {
+            lab: "t".into(),
+            runtime: RuntimeKind::Local,
+            pods,
+            gpus_capacity: 4,
+            gpu_resource: "gpu".into(),
+            ranks_desired: 2,
+            world_size: 2,
+            storage_servers: 1,
+            delay_path: "proxy".into(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_unsettled_job_is_described_by_what_the_latch_judged_and_what_the_ranks_did() {
+        let none = Unsettled {
+            window: vec![],
+            last: None,
+        };
+        assert_eq!(
+            none.to_string(),
+            "no throughput recorded in the last 5 s (no rank's step counter scraped twice)"
+        );
+
+        let mut pending = PodStatus::new("rank-1", Role::Rank, Some(1));
+        pending.reason = Some("Insufficient gpu".into());
+        let mut running = PodStatus::new("rank-0", Role::Rank, Some(0));
+        running.phase = Phase::Running;
+        running.ready = true;
+        let mut seeder = PodStatus::new("seeder", Role::Seeder, None);
+        seeder.phase = Phase::Succeeded;
+        let mut snapshot = Snapshot::new(0, status(vec![running, pending, seeder]));
+        snapshot.ranks = vec![
+            RankView {
+                name: "rank-0".into(),
+                up: true,
+                step: Some(120),
+                waiting_for_peers: true,
+                ..Default::default()
+            },
+            RankView {
+                rank: 1,
+                name: "rank-1".into(),
+                ..Default::default()
+            },
+        ];
+        snapshot.scrape_errors = (0..4).map(|i| format!("rank-{i}: refused")).collect();
+        let seen = Unsettled {
+            window: vec![1000.0, 1000.0, 3000.0, 3000.0],
+            last: Some(Box::new(snapshot)),
+        };
+        assert_eq!(
+            seen.to_string(),
+            "the job's 3 s throughput in the last 5 s: 1000, 1000, 3000, 3000 samples/s (a baseline needs 4 \
+             or more values, all above 0, varying under 10 % of their mean; these vary 50 %); rank-0 at step \
+             120 (waiting for peers), rank-1 not scraped; not Ready: rank-1 (Pending: Insufficient gpu); \
+             scrape errors: rank-0: refused; rank-1: refused; rank-2: refused (and 1 more)"
+        );
     }
 }

@@ -20,6 +20,6 @@ pub mod signals;
 pub mod store;
 
 pub use collector::{Collector, CollectorConfig};
-pub use driver::{Driver, DriverConfig, Ledger, NoLedger, Source, SourceError};
+pub use driver::{Driver, DriverConfig, Ledger, NoLedger, Source, SourceError, Unsettled};
 pub use error::{ParseError, ScrapeError};
 pub use rules::LearnedBaseline;

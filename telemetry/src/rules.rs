@@ -488,6 +488,17 @@ impl Engine {
     }
 }
 
+/// The recorded 3 s throughput values (samples/s, oldest first) the baseline latch judges at `t`: what
+/// [`learn`] sees, for saying why no baseline came.
+pub fn baseline_window(store: &Store, t: i64) -> Vec<f64> {
+    store
+        .range(recorded::JOB_SAMPLES_SHORT, t, BASELINE_WINDOW_MS, |_| true)
+        .into_iter()
+        .next()
+        .map(|(_, pts)| pts.into_iter().map(|p| p.1).collect())
+        .unwrap_or_default()
+}
+
 /// The baseline latch (the rule file's self-referencing recording rule): once the last 5 s hold at
 /// least 4 recorded values of the 3 s throughput (the figure the throughput rule compares with the
 /// baseline), all above zero, with a standard deviation under 10% of their mean, the mean is the

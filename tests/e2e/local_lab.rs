@@ -213,3 +213,27 @@ fn bad_input_is_refused_and_starts_nothing() {
     assert!(lab_tests::lab_processes(&lab.name).is_empty());
     assert!(lab_tests::lab_cgroups(&lab.name).is_empty());
 }
+
+#[test]
+fn a_baseline_that_never_comes_says_what_the_job_looked_like_and_leaves_nothing() {
+    let _one = serial();
+    let lab = Lab::new("e2e-nobase");
+    // The latch needs 4 values of the 3 s throughput, a second apart: never within 2 s.
+    let out = lab.run(&["up", "--runtime", "local", "--baseline-timeout", "2s"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "training did not settle into a steady rate within 2 s: ",
+        "rank-0",
+        "The lab was taken down; `lab up --retain` keeps it to look at",
+    ] {
+        assert!(err.contains(want), "expected {want:?} in:\n{}", text(&out));
+    }
+    assert!(
+        err.contains("no throughput recorded") || err.contains("samples/s (a baseline needs"),
+        "what the latch judged is missing:\n{}",
+        text(&out)
+    );
+    assert!(lab_tests::lab_processes(&lab.name).is_empty());
+    assert!(lab_tests::lab_cgroups(&lab.name).is_empty());
+}
