@@ -266,8 +266,10 @@ impl std::fmt::Display for Unsettled {
             )?;
         } else {
             let values: Vec<String> = w.iter().map(|v| format!("{v:.0}")).collect();
-            let mean = w.iter().sum::<f64>() / w.len() as f64;
-            let sd = (w.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / w.len() as f64).sqrt();
+            // The latch's own functions, so the spread shown is the one it judged.
+            let pts: Vec<(i64, f64)> = w.iter().map(|v| (0, *v)).collect();
+            let mean = crate::promql::avg_over_time(&pts);
+            let sd = crate::promql::stddev_over_time(&pts);
             let spread = if mean > 0.0 {
                 format!("{:.0} %", 100.0 * sd / mean)
             } else {
