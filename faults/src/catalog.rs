@@ -85,7 +85,7 @@ impl FaultKind {
                 "[--ranks 5]  roll out 5 ranks expecting 5 peers; rank-4 Pending holds the rollout, the job trains on"
             }
             FaultKind::RankCrash => {
-                "[--rank 1] [--after 150]  a setting of one rank makes it crash every N steps; the job resumes from its checkpoint each time (local runtime)"
+                "[--rank 1] [--after 150]  a setting of one rank makes it crash 25 steps in, then every N steps; the job resumes from its checkpoint each time"
             }
             FaultKind::RankHang => {
                 "[--rank 1]  one rank's training thread frozen; its process lives and stays Ready"

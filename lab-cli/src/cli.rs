@@ -300,15 +300,17 @@ pub enum InjectCmd {
         json: bool,
     },
     /// One rank crashes in a loop: a setting of that rank alone (LAB_DEVICE_FAULT_AFTER) makes its
-    /// accelerator fail after every N steps. Its peers see a collective error; the job resumes from its
-    /// checkpoint each time and the steps since are lost. Right fix: remove the setting
+    /// accelerator fail 25 steps after the setting takes effect, then after every N steps of each restarted
+    /// process. Its peers see a collective error; the job resumes from its checkpoint each time and the
+    /// steps since are lost. Right fix: remove the setting
     /// (`lab rank env N --unset LAB_DEVICE_FAULT_AFTER`). On Kubernetes the setting is a
     /// `rank-N.LAB_DEVICE_FAULT_AFTER` key of lab-config.
     RankCrash {
         /// The rank.
         #[arg(long, default_value_t = 1)]
         rank: u32,
-        /// Steps between crashes.
+        /// Steps between crashes (a restarted process runs this many; the first crash comes after 25, or
+        /// after N when N is smaller).
         #[arg(long, default_value_t = 150)]
         after: u64,
         #[arg(long)]

@@ -6,8 +6,8 @@
 //!
 //! One lab, one `lab drill run` of three drill files. To fit its time budget the files are the built-in
 //! drills with a shorter warm-up and baseline, 50 good steps instead of 100 to verify (not rank-crash's:
-//! its rank crashes every 150 steps of a process, and a restarted one trains well for up to about 100
-//! before the next crash), and each copy's last remediation tried twice (`lab_tests::trap_first`): the trap
+//! its rank crashes every 150 steps of a restarted process, and a restarted one trains well for up to
+//! about 100 before the next crash), and each copy's last remediation tried twice (`lab_tests::trap_first`): the trap
 //! with a 15 s verify deadline (a trap fails only when its deadline runs out), whose verification must
 //! fail, then the right fix, whose verification must pass. The drill goes back for a second attempt on the
 //! failed verification, so both verdicts cost one fault's set-up. Each fault and expectation is the

@@ -1,6 +1,6 @@
 //! The training job: the `lab-rank` and `lab-seeder` binaries and the library they are made of.
 //!
-//! A rank reads its batches from SeaweedFS ([`storage`], [`dataset`]), computes a gradient ([`model`]),
+//! A rank reads its batches from SeaweedFS ([`storage`], [`dataset`]), computes a gradient ([`model`]; its simulated accelerator's fault: [`device`]),
 //! sums it with its peers over a TCP ring ([`allreduce`], after [`rendezvous`]), checkpoints
 //! ([`checkpoint`]), and exports what it does ([`metrics`], [`serve`], [`cgroup`]); [`rank`] ties these
 //! together and [`seeder`] writes the dataset they read. Beside the job, the optional database: [`db`]
@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod control;
 pub mod dataset;
 pub mod db;
+pub mod device;
 pub mod error;
 pub mod http;
 pub mod metrics;

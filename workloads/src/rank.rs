@@ -22,6 +22,7 @@ use crate::cgroup::CpuCgroup;
 use crate::checkpoint::{self, Checkpoint, JobStore, Progress};
 use crate::control::CheckpointControl;
 use crate::dataset::{self, Manifest, ShardEntry};
+use crate::device::DeviceFault;
 use crate::error::{Result, WorkloadError};
 use crate::metrics::Registry;
 use crate::model::Model;
@@ -61,6 +62,10 @@ pub struct RankOptions {
     /// rank-crash fault sets it on one rank, as a bad device or driver setting crashes one rank again and
     /// again while its peers see only a collective error.
     pub device_fault_after: u64,
+    /// The pod's first failure of that device comes after this many steps instead ([`crate::device`]).
+    pub device_fault_first: u64,
+    /// A folder that outlives the rank's restarts but not its pod (the pod's emptyDir on Kubernetes).
+    pub scratch_dir: Option<std::path::PathBuf>,
 }
 
 /// How a rank that stopped by itself (`--max-steps`) ended, printed as one JSON line.
@@ -799,6 +804,14 @@ struct Window {
 }
 
 impl Trainer<'_> {
+    fn device_fault(&self) -> DeviceFault {
+        DeviceFault {
+            after: self.opts.device_fault_after,
+            first: self.opts.device_fault_first,
+            scratch: self.opts.scratch_dir.clone(),
+        }
+    }
+
     fn train(&mut self, resume: &Resume) -> Result<RunSummary> {
         let (opts, reg) = (self.opts, self.registry);
         let rank = opts.rank;
@@ -818,6 +831,17 @@ impl Trainer<'_> {
         let started = Instant::now();
         let sched_start = schedstat();
         let mut ran = 0u64;
+        let device = self.device_fault();
+        let (fault_after, faults_before) = device.plan();
+        if fault_after > 0 {
+            eprintln!(
+                "rank {rank}: the simulated accelerator fails after {fault_after} steps of this process ({})",
+                match faults_before {
+                    Some(n) => format!("{n} earlier failure(s) in this pod"),
+                    None => "no --scratch-dir: earlier failures are not known".into(),
+                }
+            );
+        }
         let batch_label = f64::from(opts.batch_size);
         if let Some(c) = &self.control {
             c.progress(self.step, true);
@@ -937,11 +961,15 @@ impl Trainer<'_> {
                 self.last_checkpoint = self.step;
             }
 
-            if opts.device_fault_after > 0 && ran >= opts.device_fault_after {
+            if fault_after > 0 && ran >= fault_after {
+                if let Err(e) = device.record() {
+                    eprintln!("rank {rank}: cannot record the device's failure in --scratch-dir: {e}");
+                }
                 return Err(WorkloadError::Stopped {
                     message: format!(
-                        "the accelerator failed after {ran} steps (simulated device fault, --device-fault-after {})",
-                        opts.device_fault_after
+                        "the accelerator failed after {ran} steps (simulated device fault, --device-fault-after {}, \
+                         the pod's first after {})",
+                        opts.device_fault_after, opts.device_fault_first
                     ),
                     exit_code: DEVICE_FAULT_EXIT,
                 });

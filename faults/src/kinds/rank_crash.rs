@@ -1,7 +1,10 @@
 //! `rank-crash`: one rank crashes in a loop (IL-0421). A setting of that rank alone
 //! (`LAB_DEVICE_FAULT_AFTER`, the rank's simulated accelerator failing after so many steps) makes it exit
-//! after every few steps; the supervisor restarts it as a kubelet would, its peers see the crash only as a
-//! collective error, and the job resumes from its last checkpoint each time, losing the steps since.
+//! 25 steps after the setting takes effect and then after every `after` steps of each restarted process
+//! (the rank counts its failures in a folder that outlives its restarts, `lab-rank --scratch-dir`: the
+//! pod's emptyDir on Kubernetes); the supervisor restarts it as a kubelet would, its peers see the crash
+//! only as a collective error, and the job resumes from its last checkpoint each time, losing the steps
+//! since.
 //! Proven by the rank's restarts and its last exit; recovered by removing the setting. On Kubernetes the
 //! setting is a `rank-<N>.<NAME>` key of the job's ConfigMap, which rank N alone reads when it starts.
 

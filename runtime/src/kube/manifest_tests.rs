@@ -383,6 +383,34 @@ fn the_seeder_writes_shards_for_every_gpu_and_ranks_bind_the_rendezvous_locally(
 }
 
 #[test]
+fn a_ranks_scratch_folder_is_an_emptydir_of_its_pod() {
+    let objs = all_objects(&settings());
+    let sts = find(&objs, "StatefulSet", names::RANKS);
+    let rank = containers(sts)[0];
+    let flag = rank["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str()?.strip_prefix("--scratch-dir="))
+        .next()
+        .expect("--scratch-dir");
+    let mount = rank["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == flag)
+        .expect("a volume mounted at --scratch-dir");
+    assert_ne!(mount["readOnly"], true);
+    let volume = pod_template(sts)["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    assert!(volume["emptyDir"].is_object(), "{volume}");
+}
+
+#[test]
 fn on_a_two_core_node_the_gpus_not_the_cpus_decide_how_many_ranks_fit() {
     // Five ranks (one more than the GPUs) and everything else must fit in 2 CPUs of requests, or the
     // fifth rank would be refused for CPU instead of for its GPU.

@@ -117,11 +117,23 @@ struct Cli {
     #[arg(long, env = "LAB_SOCKET_BUFFER")]
     socket_buffer: Option<usize>,
 
-    /// Simulate a failing accelerator: the rank exits (code 6) after this many steps in this process, as a
-    /// bad device or driver setting crashes one rank in a loop (0: never). Its peers see a collective
-    /// error; the job restarts from its checkpoint and the steps since are lost.
+    /// Simulate a failing accelerator: the rank exits (code 6) after this many steps of each restarted
+    /// process (the pod's first failure: --device-fault-first), as a bad device or driver setting crashes
+    /// one rank in a loop (0: never). Its peers see a collective error; the job restarts from its
+    /// checkpoint and the steps since are lost.
     #[arg(long, env = "LAB_DEVICE_FAULT_AFTER", default_value_t = 0)]
     device_fault_after: u64,
+
+    /// With --device-fault-after: the first failure in this pod comes after this many steps instead, so
+    /// the fault shows within seconds (0: as --device-fault-after). The pod's failures are counted in
+    /// --scratch-dir; without it every process runs --device-fault-after steps.
+    #[arg(long, env = "LAB_DEVICE_FAULT_FIRST", default_value_t = 25)]
+    device_fault_first: u64,
+
+    /// A folder that outlives this rank's restarts but not its pod (an emptyDir volume on Kubernetes),
+    /// where the rank keeps what a restarted process must know: its device's failures so far.
+    #[arg(long, env = "LAB_SCRATCH_DIR")]
+    scratch_dir: Option<std::path::PathBuf>,
 
     /// A folder of settings for single ranks, read once at start: a file `rank-<N>.<NAME>` sets NAME (one
     /// of the LAB_* variables above) for rank N alone, over the flags and the environment. On Kubernetes
@@ -242,6 +254,8 @@ fn options(cli: Cli) -> anyhow::Result<RankOptions> {
         log_every: cli.log_every,
         socket_buffer: cli.socket_buffer,
         device_fault_after: cli.device_fault_after,
+        device_fault_first: cli.device_fault_first,
+        scratch_dir: cli.scratch_dir,
     })
 }
 

@@ -35,6 +35,11 @@ pub(crate) struct RoleCommand {
     pub env: Vec<(String, String)>,
 }
 
+/// Rank `r`'s scratch folder (`lab-rank --scratch-dir`): what its pod's emptyDir is on Kubernetes.
+pub(crate) fn rank_scratch(paths: &Paths, r: u32) -> PathBuf {
+    paths.data().join(names::rank(r))
+}
+
 /// The command line of instance `kind` of the lab configured by `cfg`, as `spec` wants it now.
 ///
 /// A rank's ports must already be in `spec.rank_ports` (the reconciler hands them out); `None` when they
@@ -150,6 +155,10 @@ pub(crate) fn role_command(
                 format!("--metrics-listen={LO}:{}", ports.metrics),
                 format!("--watchdog-timeout={}s", cfg.watchdog_secs),
             ];
+            // The pod's emptyDir: kept across the rank's restarts, emptied for each new pod (the reconciler).
+            let scratch = rank_scratch(paths, r);
+            cmd.args.push(format!("--scratch-dir={}", scratch.display()));
+            cmd.data_dir = Some(scratch);
             cmd.cpu = Some(spec.cpu_for(r));
             cmd.env = spec
                 .rank_env

@@ -594,7 +594,8 @@ impl Sup {
                 inst.world_size = world_size;
             }
             let ws = inst.world_size;
-            match self.start(kind, ws, now) {
+            let new_pod = inst.restarts == 0;
+            match self.start(kind, ws, new_pod, now) {
                 Ok(running) => {
                     log(&format!("started {name} (pid {})", running.process.record().pid));
                     let inst = self.insts.get_mut(&name).expect("just inserted");
@@ -702,9 +703,21 @@ impl Sup {
         Ok(p)
     }
 
-    fn start(&mut self, kind: Kind, world_size: u32, now: Instant) -> std::io::Result<Running> {
+    /// Starts one process of `kind`; `new_pod` when it is the first of its instance since it was made or
+    /// replaced (a rank's scratch folder starts empty then, as a new pod's emptyDir does).
+    fn start(
+        &mut self,
+        kind: Kind,
+        world_size: u32,
+        new_pod: bool,
+        now: Instant,
+    ) -> std::io::Result<Running> {
         if let Kind::Rank(r) = kind {
             self.rank_ports(r)?;
+            let scratch = super::commands::rank_scratch(&self.paths, r);
+            if new_pod && scratch.exists() {
+                std::fs::remove_dir_all(&scratch)?;
+            }
         }
         let mut spec = self.spec.clone();
         spec.world_size = world_size;

@@ -462,6 +462,55 @@ fn a_rank_that_ignores_sigterm_is_killed_after_the_grace_period_and_restarted_fr
 }
 
 #[test]
+fn a_ranks_scratch_folder_outlives_its_restarts_but_not_its_pod() {
+    let t0 = Instant::now();
+    let (_d, mut sup, procs) = with_ranks(4, t0);
+    let scratch = super::commands::rank_scratch(&sup.paths, 1);
+    let arg = format!("--scratch-dir={}", scratch.display());
+    assert!(procs.last_command("rank-1").args.contains(&arg));
+    assert_eq!(procs.last_command("rank-1").data_dir, Some(scratch.clone()));
+    // What the rank wrote there (the launcher of pretend processes makes no folder).
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::write(scratch.join("device-faults"), "1\n").unwrap();
+
+    // A crash: the restarted process finds it.
+    procs.exit("rank-1", 6);
+    sup.reconcile(secs(t0, 1.0));
+    sup.reconcile(secs(t0, 2.1));
+    assert_eq!(procs.starts("rank-1"), 2);
+    assert_eq!(pod(&sup, "rank-1").restarts, 1);
+    assert!(scratch.join("device-faults").exists(), "kept across a restart");
+
+    // A new pod (its settings changed, as rank-crash's inject and clear do): an empty folder.
+    ok(sup.request(
+        Request::SetRankEnv {
+            rank: 1,
+            name: "LAB_DEVICE_FAULT_AFTER".into(),
+            value: Some("150".into()),
+        },
+        secs(t0, 5.0),
+    ));
+    sup.reconcile(secs(t0, 6.0));
+    sup.reconcile(secs(t0, 6.1));
+    assert_eq!(procs.starts("rank-1"), 3);
+    assert_eq!(pod(&sup, "rank-1").restarts, 0);
+    assert!(!scratch.exists(), "a new pod's folder starts empty");
+    let cmd = procs.last_command("rank-1");
+    assert!(cmd.env.contains(&("LAB_DEVICE_FAULT_AFTER".into(), "150".into())));
+
+    // `lab restart rank 1` makes a new pod too; other ranks' folders are theirs.
+    let other = super::commands::rank_scratch(&sup.paths, 2);
+    std::fs::create_dir_all(&scratch).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    ok(sup.request(Request::Restart { rank: 1 }, secs(t0, 10.0)));
+    sup.reconcile(secs(t0, 11.0));
+    sup.reconcile(secs(t0, 11.1));
+    assert_eq!(procs.starts("rank-1"), 4);
+    assert!(!scratch.exists());
+    assert!(other.exists());
+}
+
+#[test]
 fn ranks_scaled_away_are_stopped_and_not_counted_as_crashes() {
     let t0 = Instant::now();
     let (_d, mut sup, procs) = with_ranks(4, t0);
