@@ -375,7 +375,15 @@ impl fmt::Display for Fault {
             Fault::StuckRollout { ranks } => write!(f, "stuck-rollout: {ranks} ranks"),
             Fault::RankHang { rank } => write!(f, "rank-hang on rank-{rank}: training thread frozen"),
             Fault::RankCrash { rank, after } => {
-                write!(f, "rank-crash on rank-{rank}: crashes every {after} steps")
+                let first = lab_model::actions::DEVICE_FAULT_FIRST_STEPS;
+                if *after > first {
+                    write!(
+                        f,
+                        "rank-crash on rank-{rank}: crashes {first} steps in, then every {after} steps"
+                    )
+                } else {
+                    write!(f, "rank-crash on rank-{rank}: crashes every {after} steps")
+                }
             }
             Fault::SlowCompute { .. } => write!(
                 f,
@@ -436,6 +444,17 @@ mod tests {
                 jitter: Duration::ZERO
             }
         );
+    }
+
+    #[test]
+    fn rank_crash_says_when_its_crashes_come() {
+        let f = |after| Fault::RankCrash { rank: 1, after }.to_string();
+        assert_eq!(
+            f(150),
+            "rank-crash on rank-1: crashes 25 steps in, then every 150 steps"
+        );
+        // The first crash is never later than the others.
+        assert_eq!(f(10), "rank-crash on rank-1: crashes every 10 steps");
     }
 
     #[test]

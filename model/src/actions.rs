@@ -32,6 +32,10 @@ pub fn check_rank_env_name(name: &str) -> Result<(), String> {
 /// The most storage servers a lab runs, on any runtime.
 pub const MAX_STORAGE_SERVERS: u32 = 16;
 
+/// Steps before a rank pod's first simulated device failure under rank-crash (`lab-rank
+/// --device-fault-first`'s default); the later ones come after the fault's `--after` steps.
+pub const DEVICE_FAULT_FIRST_STEPS: u64 = 25;
+
 /// An added delay on the network path to one storage server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delay {

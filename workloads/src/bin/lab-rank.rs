@@ -127,7 +127,7 @@ struct Cli {
     /// With --device-fault-after: the first failure in this pod comes after this many steps instead, so
     /// the fault shows within seconds (0: as --device-fault-after). The pod's failures are counted in
     /// --scratch-dir; without it every process runs --device-fault-after steps.
-    #[arg(long, env = "LAB_DEVICE_FAULT_FIRST", default_value_t = 25)]
+    #[arg(long, env = "LAB_DEVICE_FAULT_FIRST", default_value_t = lab_model::actions::DEVICE_FAULT_FIRST_STEPS)]
     device_fault_first: u64,
 
     /// A folder that outlives this rank's restarts but not its pod (an emptyDir volume on Kubernetes),
