@@ -185,7 +185,19 @@ impl Registry {
 
     /// Sets a gauge (or a counter read from elsewhere, such as the cgroup's own counters).
     pub fn set(&self, name: &str, labels: Labels<'_>, v: f64) {
+        Self::set_in(&self.lock(), name, labels, v);
+    }
+
+    /// Sets several at once: a scrape sees them all before or all after (a rank's step and the checksum
+    /// of its model at that step, which peers at the same step must share).
+    pub fn set_together(&self, values: &[(&str, Labels<'_>, f64)]) {
         let inner = self.lock();
+        for (name, labels, v) in values {
+            Self::set_in(&inner, name, labels, *v);
+        }
+    }
+
+    fn set_in(inner: &Inner, name: &str, labels: Labels<'_>, v: f64) {
         let k = key(labels);
         match inner.families.get(name) {
             // A counter kept elsewhere is copied in as it is: its atomic is the one way to do that.
@@ -290,6 +302,40 @@ fn key(labels: Labels<'_>) -> Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_set_together_are_scraped_together() {
+        let r = std::sync::Arc::new(Registry::new());
+        r.gauge("lab_step", "Step.");
+        r.float_gauge("lab_model_checksum", "Checksum.");
+        r.set_together(&[("lab_step", &[], 0.0), ("lab_model_checksum", &[], 0.0)]);
+        let w = r.clone();
+        let writer = std::thread::spawn(move || {
+            for i in 0..20_000 {
+                let v = f64::from(i);
+                w.set_together(&[("lab_step", &[], v), ("lab_model_checksum", &[], v)]);
+            }
+        });
+        let value = |text: &str, name: &str| -> String {
+            let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap();
+            line.rsplit(' ')
+                .next()
+                .unwrap()
+                .trim_end_matches(".0")
+                .to_string()
+        };
+        let mut scrapes = 0;
+        while !writer.is_finished() || scrapes == 0 {
+            let text = r.encode();
+            assert_eq!(
+                value(&text, "lab_step"),
+                value(&text, "lab_model_checksum"),
+                "{text}"
+            );
+            scrapes += 1;
+        }
+        writer.join().unwrap();
+    }
 
     #[test]
     fn encodes_counters_gauges_and_histograms() {

@@ -898,7 +898,12 @@ impl Trainer<'_> {
             let total = t0.elapsed();
             reg.inc(m::STEPS, &[], 1.0);
             reg.inc(m::SAMPLES, &[], batch_label);
-            reg.set(m::STEP, &[], self.step as f64);
+            // The step, its loss and the model's checksum at it, seen together by every scrape.
+            reg.set_together(&[
+                (m::STEP, &[], self.step as f64),
+                (m::LOSS, &[], f64::from(loss)),
+                (m::MODEL_CHECKSUM, &[], f64::from(crc)),
+            ]);
             reg.observe(m::STEP_DURATION, &[], total.as_secs_f64());
             for (phase, d) in [
                 ("read", read),
@@ -908,8 +913,6 @@ impl Trainer<'_> {
             ] {
                 reg.inc(m::PHASE_SECONDS, &[("phase", phase)], d.as_secs_f64());
             }
-            reg.set(m::LOSS, &[], f64::from(loss));
-            reg.set(m::MODEL_CHECKSUM, &[], f64::from(crc));
             losses.push(loss);
 
             let periodic = opts.checkpoint_every > 0 && self.step.is_multiple_of(opts.checkpoint_every);
