@@ -94,7 +94,7 @@ impl FaultKind {
                 "[--ranks 1,2]  a CPU hog beside each rank, inside its limit; spec and template unchanged"
             }
             FaultKind::CompetingJob => {
-                "[--server 1] [--threads 64]  another team's job (not a rank) reads hard from one storage server"
+                "[--server 1] [--threads 128]  another team's job (not a rank) reads hard from one storage server"
             }
             FaultKind::SlowDisk => {
                 "[--server 1] [--cpu 6m]  one storage server itself is slow: its own process starved of CPU"
@@ -187,7 +187,7 @@ pub enum Fault {
 }
 
 fn default_threads() -> u32 {
-    64
+    lab_model::jobs::DEFAULT_THREADS
 }
 
 fn default_selector() -> String {

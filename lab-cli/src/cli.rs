@@ -342,8 +342,8 @@ pub enum InjectCmd {
         /// The storage server it reads from.
         #[arg(long, default_value_t = 1)]
         server: u32,
-        /// Connections it reads from at once (1 to 128).
-        #[arg(long, default_value_t = 64)]
+        /// Connections it reads from at once (1 to 256).
+        #[arg(long, default_value_t = lab_model::jobs::DEFAULT_THREADS)]
         threads: u32,
         #[arg(long)]
         json: bool,

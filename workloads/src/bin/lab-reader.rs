@@ -30,7 +30,7 @@ struct Cli {
     dataset: String,
 
     /// Connections reading at once.
-    #[arg(long, env = "LAB_READER_THREADS", default_value_t = 64)]
+    #[arg(long, env = "LAB_READER_THREADS", default_value_t = lab_model::jobs::DEFAULT_THREADS)]
     threads: u32,
 
     /// Reads per second across all connections [default: as fast as the server answers].
