@@ -39,6 +39,12 @@ pub enum FaultError {
     Ledger { path: String, what: String },
 }
 
+impl From<lab_model::ParseError> for FaultError {
+    fn from(e: lab_model::ParseError) -> Self {
+        FaultError::Invalid(e.to_string())
+    }
+}
+
 impl FaultError {
     /// A runtime error with what was being done.
     pub fn runtime(what: impl Into<String>) -> impl FnOnce(RuntimeError) -> FaultError {

@@ -6,7 +6,6 @@
 //! the local runtime and on Kubernetes. Remediation commands (`lab scale`, `lab resize`, ...) live here
 //! too: they are the same actions, written into the same ledger as changes a person or an agent made.
 
-pub mod catalog;
 pub mod checkpoint;
 pub mod db;
 pub mod drain;
@@ -17,7 +16,9 @@ pub mod kinds;
 pub mod ledger;
 pub mod remediate;
 
-pub use catalog::{Fault, FaultKind};
+/// The catalogue of faults is data the whole lab speaks: it lives in `lab_model`.
+pub use lab_model::fault as catalog;
+pub use lab_model::{Fault, FaultKind};
 pub use engine::{Injected, clear, clear_all, inject};
 pub use error::FaultError;
 pub use ledger::{Entry, FaultPhase, Ledger};

@@ -9,4 +9,7 @@ pub enum ParseError {
     /// A duration such as `300ms`, `1.5s` or `2m`.
     #[error("{input:?} is not a duration: use a number with a unit, like 300ms, 1.5s or 2m")]
     Duration { input: String },
+    /// A fault's name or parameters (`lab fault inject`, a drill file's `inject:`).
+    #[error("{0}")]
+    Fault(String),
 }

@@ -10,6 +10,7 @@ pub mod checkpoint;
 pub mod clock;
 pub mod db;
 pub mod error;
+pub mod fault;
 pub mod format;
 pub mod jobs;
 pub mod metrics;
@@ -21,6 +22,7 @@ pub mod status;
 
 pub use change::ChangeRecord;
 pub use error::ParseError;
+pub use fault::{Fault, FaultKind};
 pub use quantity::{CfsQuota, Millicores, parse_duration};
 pub use snapshot::Snapshot;
 pub use status::{Phase, PodStatus, Resources, Role};

@@ -3,11 +3,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use lab_model::Millicores;
-use lab_model::quantity::format_duration;
+use crate::Millicores;
+use crate::quantity::format_duration;
 use serde::{Deserialize, Serialize};
 
-use crate::FaultError;
+use crate::error::ParseError;
 
 /// The kinds of fault, without parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -59,10 +59,10 @@ impl FaultKind {
     /// Parses a kind's name.
     ///
     /// # Errors
-    /// [`FaultError::Invalid`] listing the known kinds.
-    pub fn parse(s: &str) -> Result<FaultKind, FaultError> {
+    /// [`ParseError::Fault`] listing the known kinds.
+    pub fn parse(s: &str) -> Result<FaultKind, ParseError> {
         FaultKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            FaultError::Invalid(format!(
+            ParseError::Fault(format!(
                 "unknown fault {s:?}: the lab knows {} (see `lab fault list`)",
                 FaultKind::ALL.map(FaultKind::name).join(", ")
             ))
@@ -187,7 +187,7 @@ pub enum Fault {
 }
 
 fn default_threads() -> u32 {
-    lab_model::jobs::DEFAULT_THREADS
+    crate::jobs::DEFAULT_THREADS
 }
 
 fn default_selector() -> String {
@@ -214,49 +214,49 @@ impl Fault {
     /// What it acts on: `storage-1`, `rank-1`, `ranks`.
     pub fn target(&self) -> String {
         match self {
-            Fault::SlowStorage { server, .. } => lab_model::names::storage(*server),
-            Fault::ThrottledRank { rank, .. } => lab_model::names::rank(*rank),
+            Fault::SlowStorage { server, .. } => crate::names::storage(*server),
+            Fault::ThrottledRank { rank, .. } => crate::names::rank(*rank),
             Fault::UnplaceableRank { .. } | Fault::StuckRollout { .. } => "ranks".to_string(),
-            Fault::RankHang { rank } | Fault::RankCrash { rank, .. } => lab_model::names::rank(*rank),
+            Fault::RankHang { rank } | Fault::RankCrash { rank, .. } => crate::names::rank(*rank),
             Fault::SlowCompute { ranks } => ranks
                 .iter()
-                .map(|r| lab_model::names::rank(*r))
+                .map(|r| crate::names::rank(*r))
                 .collect::<Vec<_>>()
                 .join(","),
-            Fault::CompetingJob { server, .. } => lab_model::names::storage(*server),
-            Fault::SlowDisk { server, .. } => lab_model::names::storage(*server),
-            Fault::SyncReplica { .. } => lab_model::db::STANDBY.to_string(),
+            Fault::CompetingJob { server, .. } => crate::names::storage(*server),
+            Fault::SlowDisk { server, .. } => crate::names::storage(*server),
+            Fault::SyncReplica { .. } => crate::db::STANDBY.to_string(),
         }
     }
 
     /// Checks the parameters that need no lab to check.
     ///
     /// # Errors
-    /// [`FaultError::Invalid`] saying what is wrong.
-    pub fn validate(&self) -> Result<(), FaultError> {
+    /// [`ParseError::Fault`] saying what is wrong.
+    pub fn validate(&self) -> Result<(), ParseError> {
         match self {
             Fault::SlowStorage { delay, jitter, .. } => {
                 if delay.is_zero() {
-                    return Err(FaultError::Invalid(
+                    return Err(ParseError::Fault(
                         "--delay must be more than 0 (e.g. 300ms)".into(),
                     ));
                 }
                 if *delay > MAX_DELAY {
-                    return Err(FaultError::Invalid(format!(
+                    return Err(ParseError::Fault(format!(
                         "--delay {} is absurd for a lab: at most {}",
                         format_duration(*delay),
                         format_duration(MAX_DELAY)
                     )));
                 }
                 if jitter > delay {
-                    return Err(FaultError::Invalid("--jitter must not exceed --delay".into()));
+                    return Err(ParseError::Fault("--jitter must not exceed --delay".into()));
                 }
                 Ok(())
             }
             Fault::ThrottledRank { .. } | Fault::RankHang { .. } => Ok(()),
             Fault::RankCrash { after, .. } => {
                 if *after == 0 {
-                    return Err(FaultError::Invalid(
+                    return Err(ParseError::Fault(
                         "--after must be at least 1 step (e.g. 150)".into(),
                     ));
                 }
@@ -264,7 +264,7 @@ impl Fault {
             }
             Fault::SlowCompute { ranks } => {
                 if ranks.is_empty() {
-                    return Err(FaultError::Invalid(
+                    return Err(ParseError::Fault(
                         "--ranks must name at least one rank (e.g. 1,2)".into(),
                     ));
                 }
@@ -272,42 +272,42 @@ impl Fault {
                 sorted.sort_unstable();
                 sorted.dedup();
                 if sorted.len() != ranks.len() {
-                    return Err(FaultError::Invalid("--ranks names a rank twice".into()));
+                    return Err(ParseError::Fault("--ranks names a rank twice".into()));
                 }
-                if ranks.len() as u32 > lab_model::actions::MAX_RANKS {
-                    return Err(FaultError::Invalid(format!(
+                if ranks.len() as u32 > crate::actions::MAX_RANKS {
+                    return Err(ParseError::Fault(format!(
                         "--ranks names more than the {} ranks a lab can have",
-                        lab_model::actions::MAX_RANKS
+                        crate::actions::MAX_RANKS
                     )));
                 }
                 Ok(())
             }
             Fault::CompetingJob { threads, .. } => {
-                if *threads == 0 || *threads > lab_model::jobs::MAX_THREADS {
-                    return Err(FaultError::Invalid(format!(
+                if *threads == 0 || *threads > crate::jobs::MAX_THREADS {
+                    return Err(ParseError::Fault(format!(
                         "--threads must be between 1 and {}",
-                        lab_model::jobs::MAX_THREADS
+                        crate::jobs::MAX_THREADS
                     )));
                 }
                 Ok(())
             }
             Fault::SyncReplica { node_selector } => {
-                let sel = lab_model::db::parse_selector(node_selector).map_err(FaultError::Invalid)?;
+                let sel = crate::db::parse_selector(node_selector).map_err(ParseError::Fault)?;
                 if sel.is_empty() {
-                    return Err(FaultError::Invalid(
+                    return Err(ParseError::Fault(
                         "--node-selector must ask for a label (e.g. lab/disk=nvme)".into(),
                     ));
                 }
-                let t = lab_model::db::DbTemplate {
+                let t = crate::db::DbTemplate {
                     node_selector: sel,
                     revision: 0,
                 };
-                if t.unmatched(&lab_model::db::local_node_labels()).is_none() {
-                    return Err(FaultError::Invalid(format!(
+                if t.unmatched(&crate::db::local_node_labels()).is_none() {
+                    return Err(ParseError::Fault(format!(
                         "--node-selector {node_selector} matches the node's labels ({}), so the standby would \
                          be placed: ask for a label no node has (e.g. lab/disk=nvme)",
-                        lab_model::db::DbTemplate {
-                            node_selector: lab_model::db::local_node_labels(),
+                        crate::db::DbTemplate {
+                            node_selector: crate::db::local_node_labels(),
                             revision: 0
                         }
                         .selector_text()
@@ -316,17 +316,17 @@ impl Fault {
                 Ok(())
             }
             Fault::UnplaceableRank { ranks } | Fault::StuckRollout { ranks } => {
-                if *ranks == 0 || *ranks > lab_model::actions::MAX_RANKS {
-                    return Err(FaultError::Invalid(format!(
+                if *ranks == 0 || *ranks > crate::actions::MAX_RANKS {
+                    return Err(ParseError::Fault(format!(
                         "--ranks must be between 1 and {}",
-                        lab_model::actions::MAX_RANKS
+                        crate::actions::MAX_RANKS
                     )));
                 }
                 Ok(())
             }
             Fault::SlowDisk { cpu, .. } => {
                 if *cpu < MIN_STORAGE_CPU || *cpu > MAX_STORAGE_CPU {
-                    return Err(FaultError::Invalid(format!(
+                    return Err(ParseError::Fault(format!(
                         "--cpu {cpu} is out of range for slow-disk: between {MIN_STORAGE_CPU} (the kernel's \
                          smallest quota, 1 ms, in the storage server's 382 ms period) and {MAX_STORAGE_CPU} (a volume \
                          server serving the job uses about that much, so more would not slow it)"
@@ -375,7 +375,7 @@ impl fmt::Display for Fault {
             Fault::StuckRollout { ranks } => write!(f, "stuck-rollout: {ranks} ranks"),
             Fault::RankHang { rank } => write!(f, "rank-hang on rank-{rank}: training thread frozen"),
             Fault::RankCrash { rank, after } => {
-                let first = lab_model::actions::DEVICE_FAULT_FIRST_STEPS;
+                let first = crate::actions::DEVICE_FAULT_FIRST_STEPS;
                 if *after > first {
                     write!(
                         f,
@@ -419,7 +419,7 @@ mod ms {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
-        lab_model::parse_duration(&s).map_err(serde::de::Error::custom)
+        crate::parse_duration(&s).map_err(serde::de::Error::custom)
     }
 }
 
