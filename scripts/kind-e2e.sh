@@ -238,11 +238,11 @@ lab fault clear --all >&2 || die "clear throttled-rank"
 # --- three built-in drills ------------------------------------------------------------------------------
 have_drills
 # drill_copy <built-in> <name> <verify deadline or -> <short: yes or no> [remediation command]: the
-# built-in's YAML (from drills/builtin/) renamed, with this tier's verify deadline and remediation, at
+# built-in's YAML (from drill-file/builtin/) renamed, with this tier's verify deadline and remediation, at
 # $REPORTS/<name>.yaml. Short: a 2 s warm-up, an 8 s baseline and 50 steps to verify, as the local
 # end-to-end test's copies (tests/e2e/rank_drills.rs).
 drill_copy() {
-  local src=$root/drills/builtin/$1.yaml
+  local src=$root/drill-file/builtin/$1.yaml
   [ -f "$src" ] || die "no built-in drill $1 ($src)"
   python3 -c '
 import sys

@@ -4,7 +4,7 @@
 # It fails when the agent no longer fixes every incident with the full bundle, or when it fixes one from
 # metrics alone (the seed's finding: without the wiring map no plan fixed the fault).
 #
-#   scripts/replay-tier.sh                       the reference agent, fixtures in drills/tests/fixtures/recorded
+#   scripts/replay-tier.sh                       the reference agent, fixtures in agents/tests/fixtures/recorded
 #   AGENT='python3 my_agent.py' scripts/replay-tier.sh
 #   LAB=target/release/lab scripts/replay-tier.sh
 #
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 LAB=${LAB:-target/debug/lab}
 AGENT=${AGENT:-python3 examples/agents/reference.py}
-FIXTURES=${FIXTURES:-drills/tests/fixtures/recorded}
+FIXTURES=${FIXTURES:-agents/tests/fixtures/recorded}
 # How many incidents the fixtures hold: every one must be fixed at `full`, none at `metrics`.
 INCIDENTS=${INCIDENTS:-3}
 

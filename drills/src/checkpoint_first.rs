@@ -10,8 +10,8 @@
 use lab_model::ChangeRecord;
 use lab_model::checkpoint::is_checkpoint;
 
-use crate::bundle::rfc3339;
 use crate::judge::fmt_s;
+use lab_model::clock::rfc3339;
 
 /// The job's last checkpoint as its own signals reported it when the remediation started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use lab_model::Snapshot;
 use lab_model::db;
 
 use crate::judge::{Outcome, Recovery, job_step};
-use crate::spec::Verify;
+use lab_drill_file::spec::Verify;
 
 /// Decides whether the writer's commits are back.
 #[derive(Debug)]
@@ -134,8 +134,8 @@ mod tests {
     use lab_model::status::{Phase, PodStatus, Role};
 
     use super::*;
-    use crate::judge::tests::{T0, snap};
-    use crate::spec::VerifyJob;
+    use lab_drill_file::spec::VerifyJob;
+    use lab_model::testing::{T0, snap};
 
     fn spec(hold: u64, deadline: u64) -> Verify {
         Verify {

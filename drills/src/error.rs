@@ -1,52 +1,13 @@
-//! Errors from loading, validating and running drills.
+//! Errors from loading and running drills, outside a drill's own verdict (which a report carries).
 
-use std::path::PathBuf;
-
-/// A drill file that does not parse or does not make sense, with where in the file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{line}:{column}: {message}")]
-pub struct SpecError {
-    /// 1-based line (1 when the parser gave no position: the error is about the whole document).
-    pub line: usize,
-    /// 1-based column.
-    pub column: usize,
-    /// What is wrong, with the path to the key (e.g. `steps[1].expect: unknown field ...`).
-    pub message: String,
-}
-
-/// What went wrong outside a drill's own verdict (which a report carries): a drill that cannot be found,
-/// read or parsed, a command that cannot be started, a report that cannot be written.
+/// A drill that cannot be found, read or parsed, a command that cannot be started, a report that cannot be
+/// written.
 #[derive(Debug, thiserror::Error)]
 pub enum DrillError {
-    /// The drill file cannot be read.
-    #[error("{path}: cannot read the drill file")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The drill file is not a valid drill; printed as `FILE:LINE:COL: message`.
-    #[error("{origin}:{spec}")]
-    Spec { origin: String, spec: SpecError },
-    /// Neither a file nor a built-in drill has that name.
-    #[error("no drill file or built-in drill named {0:?}: `lab drill list` shows the built-in ones")]
-    NotFound(String),
-    /// A command could not be started.
-    #[error("{what}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The JUnit report could not be written.
-    #[error("cannot write the JUnit report")]
-    Xml(#[source] quick_junit::SerializeError),
-}
-
-impl DrillError {
-    /// An I/O error with what was being done.
-    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> DrillError {
-        let what = what.into();
-        move |source| DrillError::Io { what, source }
-    }
+    #[error(transparent)]
+    Load(#[from] lab_drill_file::LoadError),
+    #[error(transparent)]
+    Command(#[from] lab_agents::error::CommandError),
+    #[error(transparent)]
+    Report(#[from] lab_reports::ReportError),
 }

@@ -8,10 +8,8 @@ use std::collections::VecDeque;
 use std::path::Path;
 
 use lab_model::Snapshot;
-use lab_model::snapshot::Baseline;
+use lab_model::snapshot::{Baseline, GoldenSignal, step_time};
 use serde::{Deserialize, Serialize};
-
-use crate::judge::{step_time, unsteady_now};
 
 /// How much of the past is kept.
 pub const KEEP_MS: u64 = 60_000;
@@ -51,6 +49,30 @@ impl SteadyPoint {
             last_change_ms: s.changes.iter().map(|c| c.at_ms).max(),
             commits_per_s: s.database.as_ref().map(|d| d.commits_per_s),
         }
+    }
+}
+
+/// Why the lab is not steady in this snapshot, if it is not.
+pub fn unsteady_now(s: &Snapshot) -> Option<String> {
+    let st = &s.status;
+    let (ready, total) = st.ranks_ready();
+    if total == 0 {
+        return Some("no ranks reported yet".into());
+    }
+    if ready != total || total != st.ranks_desired as usize {
+        return Some(format!(
+            "{ready}/{total} ranks Running and Ready ({} asked for)",
+            st.ranks_desired
+        ));
+    }
+    // The throughput rule compares with the baseline the lab had; a drill measures its own and rebases the
+    // rule on it, so only the other signals say the lab is not steady.
+    if let Some(a) = s.alerts.iter().find(|a| a.signal != GoldenSignal::Throughput) {
+        return Some(format!("{} is firing: {}", a.rule, a.summary));
+    }
+    match (s.training.samples_per_s, step_time(s)) {
+        (Some(v), Some(_)) if v > 0.0 => None,
+        _ => Some("the job is not training".into()),
     }
 }
 

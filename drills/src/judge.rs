@@ -7,12 +7,15 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use lab_model::Snapshot;
-use lab_model::snapshot::{Baseline, GoldenSignal};
+use lab_model::snapshot::GoldenSignal;
 use lab_model::status::Phase;
 use serde::Serialize;
 
-pub use crate::history::SteadyPoint;
-use crate::spec::{Expect, Verify};
+pub use crate::history::{SteadyPoint, unsteady_now};
+use lab_drill_file::spec::{Expect, Verify};
+pub use lab_model::format::fmt_s;
+pub use lab_model::snapshot::{job_step, step_time};
+pub use lab_reports::report::PreFault;
 
 /// Where a tracker stands after a snapshot.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,34 +26,6 @@ pub enum Outcome<T> {
     Done(T),
     /// Decided against: why.
     Failed(String),
-}
-
-/// The job's normal, measured just before the drill injects anything.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct PreFault {
-    /// Mean samples per second over the window.
-    pub samples_per_s: f64,
-    /// Mean step time over the window (one over the mean steps per second), seconds.
-    pub step_seconds: f64,
-    /// How long the window was, seconds.
-    pub window_s: f64,
-    /// The baseline the golden-signal rules compared with until then (learned at `lab up`, or the
-    /// previous drill's), for comparison.
-    pub learned: Option<Baseline>,
-    /// The database writer's mean commits per second over the window, when the lab runs one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub commits_per_s: Option<f64>,
-}
-
-impl PreFault {
-    /// Throughput as a percentage of this baseline.
-    pub fn pct(&self, samples_per_s: f64) -> f64 {
-        if self.samples_per_s > 0.0 {
-            100.0 * samples_per_s / self.samples_per_s
-        } else {
-            0.0
-        }
-    }
 }
 
 /// How far the throughput of a steady window may wander (relative standard deviation).
@@ -217,30 +192,6 @@ pub fn rejudge(
         }
     }
     Some(outcome)
-}
-
-/// Why the lab is not steady in this snapshot, if it is not.
-pub fn unsteady_now(s: &Snapshot) -> Option<String> {
-    let st = &s.status;
-    let (ready, total) = st.ranks_ready();
-    if total == 0 {
-        return Some("no ranks reported yet".into());
-    }
-    if ready != total || total != st.ranks_desired as usize {
-        return Some(format!(
-            "{ready}/{total} ranks Running and Ready ({} asked for)",
-            st.ranks_desired
-        ));
-    }
-    // The throughput rule compares with the baseline the lab had; a drill measures its own and rebases the
-    // rule on it, so only the other signals say the lab is not steady.
-    if let Some(a) = s.alerts.iter().find(|a| a.signal != GoldenSignal::Throughput) {
-        return Some(format!("{} is firing: {}", a.rule, a.summary));
-    }
-    match (s.training.samples_per_s, step_time(s)) {
-        (Some(v), Some(_)) if v > 0.0 => None,
-        _ => Some("the job is not training".into()),
-    }
 }
 
 /// A signal seen after the injection.
@@ -615,22 +566,6 @@ impl RecoveryTracker {
     }
 }
 
-/// The job's step time over the recent window: one over its steps per second, the mean wall time of a
-/// step. (The step-duration histogram's median is quantised by its buckets: a step time that crosses a
-/// bucket boundary would jump by half a bucket.) `None` while the job takes no steps.
-pub fn step_time(s: &Snapshot) -> Option<f64> {
-    match s.training.steps_per_s {
-        Some(v) if v > 0.0 && v.is_finite() => Some(1.0 / v),
-        Some(_) => None,
-        None => s.training.step_seconds,
-    }
-}
-
-/// The job's step: the highest any rank reports, `None` when no rank reports one.
-pub fn job_step(s: &Snapshot) -> Option<u64> {
-    s.ranks.iter().filter_map(|r| r.step).max()
-}
-
 /// Counts training steps lost: every time the job's step goes back (a restart from a checkpoint), the
 /// steps between the highest reached and where it resumed were lost.
 #[derive(Debug, Default)]
@@ -674,15 +609,6 @@ impl StepsLost {
     }
 }
 
-/// Seconds as a person reads a step time: `310 ms`, `4.30 s`.
-pub fn fmt_s(s: f64) -> String {
-    if s < 1.0 {
-        format!("{:.0} ms", s * 1000.0)
-    } else {
-        format!("{s:.2} s")
-    }
-}
-
 fn min_max(v: &[f64]) -> (f64, f64) {
     v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
         (lo.min(*x), hi.max(*x))
@@ -693,56 +619,11 @@ fn min_max(v: &[f64]) -> (f64, f64) {
 pub(crate) mod tests {
     use std::time::Duration;
 
-    use lab_model::snapshot::{Alert, RankView, Training};
-    use lab_model::status::{LabStatus, PodStatus, Role, RuntimeKind};
-
     use super::*;
 
-    pub const T0: u64 = 1_700_000_000_000;
+    use lab_model::status::{PodStatus, Role};
 
-    /// A healthy four-rank lab at `t` seconds: `samples` per second, `step_s` per step, at step `step`.
-    pub fn snap(t: u64, samples: Option<f64>, step_s: Option<f64>, step: u64) -> Snapshot {
-        let mut pods = Vec::new();
-        for r in 0..4 {
-            let mut p = PodStatus::new(lab_model::names::rank(r), Role::Rank, Some(r));
-            p.phase = Phase::Running;
-            p.ready = true;
-            pods.push(p);
-        }
-        let status = LabStatus {
-            pods,
-            ..LabStatus::default_shape("t", RuntimeKind::Local)
-        };
-        Snapshot {
-            training: Training {
-                samples_per_s: samples,
-                step_seconds: step_s,
-                step,
-                ..Default::default()
-            },
-            ranks: (0..4)
-                .map(|r| RankView {
-                    rank: r,
-                    name: lab_model::names::rank(r),
-                    step: Some(step),
-                    up: true,
-                    ..Default::default()
-                })
-                .collect(),
-            ..Snapshot::new(T0 + t * 1000, status)
-        }
-    }
-
-    pub fn alert(s: &mut Snapshot, signal: GoldenSignal, rule: &str) {
-        s.alerts.push(Alert {
-            signal,
-            rule: rule.into(),
-            target: "job".into(),
-            since_ms: s.at_ms,
-            value: 1.0,
-            summary: format!("{rule} fired"),
-        });
-    }
+    pub use lab_model::testing::{T0, alert, snap};
 
     pub fn base() -> PreFault {
         PreFault {
@@ -841,7 +722,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_named_alert_is_met_only_by_its_rule_on_its_target() {
-        use crate::spec::ExpectedAlert;
+        use lab_drill_file::spec::ExpectedAlert;
         let mut spec = expect(vec![GoldenSignal::Saturation], None, Some(4));
         spec.alerts = vec![ExpectedAlert {
             rule: "LabRankHung".into(),
@@ -1035,10 +916,10 @@ pub(crate) mod tests {
 
     fn verify(pct: f64, steps: u64, deadline: u64) -> Verify {
         Verify {
-            job: crate::spec::VerifyJob::Training,
+            job: lab_drill_file::spec::VerifyJob::Training,
             within_pct: pct,
             consecutive_steps: steps,
-            hold: crate::spec::defaults::VERIFY_HOLD,
+            hold: lab_drill_file::spec::defaults::VERIFY_HOLD,
             deadline: Duration::from_secs(deadline),
         }
     }

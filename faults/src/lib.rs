@@ -16,9 +16,9 @@ pub mod kinds;
 pub mod ledger;
 pub mod remediate;
 
+pub use engine::{Injected, clear, clear_all, inject};
+pub use error::FaultError;
 /// The catalogue of faults is data the whole lab speaks: it lives in `lab_model`.
 pub use lab_model::fault as catalog;
 pub use lab_model::{Fault, FaultKind};
-pub use engine::{Injected, clear, clear_all, inject};
-pub use error::FaultError;
 pub use ledger::{Entry, FaultPhase, Ledger};

@@ -1,4 +1,4 @@
-//! Fuzzes `lab_drills::spec::parse`, the reader of drill files: whatever text it is given, it returns a
+//! Fuzzes `lab_drill_file::spec::parse`, the reader of drill files: whatever text it is given, it returns a
 //! checked drill or an error with a 1-based line and column, and never panics or hangs.
 
 #![no_main]
@@ -9,7 +9,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match lab_drills::spec::parse(text) {
+    match lab_drill_file::spec::parse(text) {
         Ok(drill) => {
             assert!(!drill.name.is_empty(), "a drill without a name was accepted");
             assert!(!drill.steps.is_empty(), "a drill without steps was accepted");

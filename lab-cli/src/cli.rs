@@ -93,7 +93,7 @@ pub enum Command {
     /// LAB_INCIDENT_BUNDLE); its plan is checked and scored against the recorded truth, and its commands
     /// against the plans verified live: a recorded right fix is `fixed`, a recorded trap `failed`, commands
     /// never run live `unknown` (never guessed). Example:
-    ///   lab replay drills/tests/fixtures/recorded --agent examples/agents/reference.py --evidence full
+    ///   lab replay agents/tests/fixtures/recorded --agent examples/agents/reference.py --evidence full
     #[command(verbatim_doc_comment)]
     Replay(ReplayArgs),
     /// Runs a local lab's supervisor (started by `lab up`; not for direct use).

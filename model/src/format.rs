@@ -39,6 +39,15 @@ pub fn opt_secs(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1} s"))
 }
 
+/// Seconds as a person reads a step time: `310 ms`, `4.30 s`.
+pub fn fmt_s(s: f64) -> String {
+    if s < 1.0 {
+        format!("{:.0} ms", s * 1000.0)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

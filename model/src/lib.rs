@@ -19,6 +19,9 @@ pub mod quantity;
 pub mod scrape;
 pub mod snapshot;
 pub mod status;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod verdict;
 
 pub use change::ChangeRecord;
 pub use error::ParseError;
@@ -26,3 +29,4 @@ pub use fault::{Fault, FaultKind};
 pub use quantity::{CfsQuota, Millicores, parse_duration};
 pub use snapshot::Snapshot;
 pub use status::{Phase, PodStatus, Resources, Role};
+pub use verdict::Verdict;

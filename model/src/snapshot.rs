@@ -223,3 +223,19 @@ pub struct DatabaseView {
     /// How long the commit in flight has waited, seconds.
     pub commit_waiting_s: f64,
 }
+
+/// The job's step time over the recent window: one over its steps per second, the mean wall time of a
+/// step. (The step-duration histogram's median is quantised by its buckets: a step time that crosses a
+/// bucket boundary would jump by half a bucket.) `None` while the job takes no steps.
+pub fn step_time(s: &Snapshot) -> Option<f64> {
+    match s.training.steps_per_s {
+        Some(v) if v > 0.0 && v.is_finite() => Some(1.0 / v),
+        Some(_) => None,
+        None => s.training.step_seconds,
+    }
+}
+
+/// The job's step: the highest any rank reports, `None` when no rank reports one.
+pub fn job_step(s: &Snapshot) -> Option<u64> {
+    s.ranks.iter().filter_map(|r| r.step).max()
+}

@@ -11,6 +11,8 @@ pub enum SessionError {
     Fault(#[from] lab_faults::FaultError),
     #[error(transparent)]
     Drill(#[from] lab_drills::DrillError),
+    #[error(transparent)]
+    Load(#[from] lab_drills::spec_error::LoadError),
     /// `lab up` could not learn the job's normal rate: what the job looked like at the end, and whether
     /// the lab was kept to look at.
     #[error(

@@ -40,7 +40,7 @@ fn change<'a>(log: &'a [Value], target: &str, after: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no change of {target} to {after} in {log:#?}"))
 }
 
-const BUILTIN: &str = include_str!("../../drills/builtin/chained-week.yaml");
+const BUILTIN: &str = include_str!("../../drill-file/builtin/chained-week.yaml");
 
 /// The built-in week with fault 2 cut to 50m instead of 150m, as the built-in drills' test does for the
 /// throttled trap: on a machine whose load changes between a drill's baseline and its verify window (other

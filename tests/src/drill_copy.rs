@@ -1,4 +1,4 @@
-//! Test copies of the built-in drills: the YAML users see in `drills/builtin`, with only what a test must
+//! Test copies of the built-in drills: the YAML users see in `drill-file/builtin`, with only what a test must
 //! change to fit its time budget (a shorter warm-up and baseline, a trap's shorter verify deadline) or to
 //! say what it runs (a name of its own, a remediation command). The fault and the expectation stay the
 //! built-in's, so a copy fails or passes for the built-in's reasons.
@@ -27,7 +27,7 @@ pub struct Edits<'a> {
 
 /// The built-in drill `builtin`'s YAML with `edits` made.
 pub fn drill_copy(builtin: &str, edits: &Edits) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../drills/builtin/{builtin}.yaml"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../drill-file/builtin/{builtin}.yaml"));
     let yaml = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("the built-in drill {}: {e}", path.display()));
     let mut out = String::new();
@@ -127,7 +127,7 @@ mod tests {
     #[test]
     fn a_copy_changes_only_what_it_is_told() {
         let builtin = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../drills/builtin/unplaceable-rank.yaml"),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../drill-file/builtin/unplaceable-rank.yaml"),
         )
         .unwrap();
         assert_eq!(drill_copy("unplaceable-rank", &Edits::default()), builtin);

@@ -10,7 +10,7 @@ use lab_runtime::testing::FakeRuntime;
 
 use super::test_job::Job;
 use super::{Guard, Lab, Options, Silent, run_drill};
-use crate::report::{DrillReport, StepName, Verdict};
+use lab_reports::report::{DrillReport, StepName, Verdict};
 
 const WEEK: &str = "\
 name: week
@@ -58,7 +58,7 @@ async fn run(text: &str, each: &[&str]) -> (DrillReport, FakeRuntime, tempfile::
         ledger: Ledger::in_dir(dir.path()),
     };
     let guard = Guard::new(lab.clone());
-    let drill = crate::spec::parse(text).unwrap();
+    let drill = lab_drill_file::spec::parse(text).unwrap();
     let mut opts = Options {
         bundle_dir: dir.path().join("bundles"),
         ..Options::default()
@@ -216,8 +216,8 @@ async fn a_failed_first_fix_stops_the_week_before_fault_2_and_each_step_runs_its
 
 #[test]
 fn remediate_given_once_per_step_must_match_every_drill() {
-    let week = crate::spec::parse(WEEK).unwrap();
-    let one = crate::builtin::builtin("slow-storage").unwrap().drill;
+    let week = lab_drill_file::spec::parse(WEEK).unwrap();
+    let one = lab_drill_file::builtin::builtin("slow-storage").unwrap().drill;
     let mut o = Options::default();
     o.set_remediate(&[], &[&week]).unwrap();
     assert_eq!((o.remediate.as_deref(), o.remediate_each.len()), (None, 0));
@@ -246,7 +246,7 @@ fn remediate_given_once_per_step_must_match_every_drill() {
 #[test]
 fn each_fix_is_scored_by_the_verification_that_judged_it() {
     use StepName::*;
-    let step = |step, ok| crate::report::StepReport {
+    let step = |step, ok| lab_reports::report::StepReport {
         step,
         ok,
         started_s: 0.0,

@@ -92,7 +92,7 @@ pub fn evidence(s: &Snapshot) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::judge::tests::snap;
+    use lab_model::testing::snap;
 
     #[test]
     fn evidence_reads_the_stalled_job() {

@@ -3,7 +3,7 @@
 
 use lab_model::status::LabStatus;
 
-use crate::spec::{Drill, Requirements};
+use lab_drill_file::spec::{Drill, Requirements};
 
 /// Why a lab cannot run a drill as it is, if it cannot.
 pub fn unsuitable(drill: &Drill, status: &LabStatus, lab_seed: Option<u64>) -> Option<String> {
@@ -68,10 +68,10 @@ mod tests {
     use lab_model::Millicores;
 
     use super::*;
-    use crate::judge::tests::snap;
+    use lab_model::testing::snap;
 
     fn drill(text: &str) -> Drill {
-        crate::spec::parse(text).unwrap()
+        lab_drill_file::spec::parse(text).unwrap()
     }
 
     #[test]
@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn a_drill_on_the_database_refuses_a_lab_without_one() {
-        let d = crate::builtin::builtin("sync-replica").unwrap().drill;
+        let d = lab_drill_file::builtin::builtin("sync-replica").unwrap().drill;
         let mut st = snap(0, Some(1.0), Some(1.0), 1).status;
         let why = unsuitable(&d, &st, Some(42)).unwrap();
         assert!(

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use nix::sys::signal::Signal;
 
 use super::Lab;
-use crate::command::{self, GroupSlot};
+use lab_agents::command::{self, GroupSlot};
 
 /// Clears what a drill injected, and ends its remediation command, when the drill is interrupted.
 #[derive(Debug, Clone)]

@@ -35,8 +35,8 @@ pub use self::guard::Guard;
 pub use self::observe::{Event, Flow, Observer, Silent};
 pub use self::session::Session;
 pub use self::source::{SnapshotSource, Ticking};
-use crate::report::{DrillReport, StepName};
-use crate::spec::{Drill, Step};
+use lab_drill_file::spec::{Drill, Step};
+use lab_reports::report::{DrillReport, StepName};
 
 /// The lab a drill runs against.
 #[derive(Debug, Clone)]
@@ -61,7 +61,7 @@ pub struct Options {
     /// Put first on a remediation command's `PATH`.
     pub command_path: Option<PathBuf>,
     /// Ask this agent for a plan at each remediation instead of running a command (`--agent`).
-    pub agent: Option<crate::agent::AgentOptions>,
+    pub agent: Option<lab_agents::AgentOptions>,
 }
 
 impl Options {

@@ -3,7 +3,7 @@
 
 use lab_model::Snapshot;
 
-use crate::report::{DrillReport, StepName, StepReport};
+use lab_reports::report::{DrillReport, StepName, StepReport};
 
 /// What happens, for a live display.
 #[derive(Debug)]

@@ -9,9 +9,9 @@ use lab_model::change::ChangeSource;
 use lab_runtime::state::now_ms;
 
 use super::{Event, Session, SnapshotSource};
-use crate::agent::{AgentOptions, AgentReport, PlanOutcome, RanCommand, Truth, plan};
-use crate::command::{self, CommandSpec};
-use crate::report::{RemediationReport, StepName, StepReport, Verdict};
+use lab_agents::command::{self, CommandSpec};
+use lab_agents::{AgentOptions, AgentReport, PlanOutcome, RanCommand, Truth, plan};
+use lab_reports::report::{RemediationReport, StepName, StepReport, Verdict};
 
 impl<S: SnapshotSource> Session<'_, S> {
     /// Asks the agent for a plan and runs it as approved.
@@ -132,7 +132,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         if !ok {
             report.problem = Some(summary.clone());
         }
-        self.fixes.push(crate::bundle::FixBy::Agent);
+        self.fixes.push(lab_incident::bundle::FixBy::Agent);
         let changes = self.changes_between(started, end);
         self.mitigated_ms = Some(end);
         let mut ev: Vec<String> = saved.into_iter().chain(changes.iter().cloned()).collect();
@@ -155,7 +155,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         self.finish(StepName::Remediate, started, ok, summary, ev, verdict)
     }
 
-    fn show_plan(&self, p: &crate::agent::Plan) {
+    fn show_plan(&self, p: &lab_agents::Plan) {
         let head = format!(
             "plan: anomaly {}, blames [{}], cause {}{}",
             if p.anomaly { "yes" } else { "no" },
@@ -183,7 +183,7 @@ impl<S: SnapshotSource> Session<'_, S> {
     /// Runs the plan's commands in order, each once approved; stops at the first declined or failed one.
     async fn run_plan(
         &mut self,
-        p: &crate::agent::Plan,
+        p: &lab_agents::Plan,
         agent: &AgentOptions,
         spec: &CommandSpec,
         report: &mut AgentReport,
@@ -216,7 +216,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             one.command = c.line();
             one.env.push((
                 lab_model::change::CHANGE_BY_ENV.into(),
-                crate::bundle::FixBy::Agent.tag(self.fixes.len() + 1),
+                lab_incident::bundle::FixBy::Agent.tag(self.fixes.len() + 1),
             ));
             let group = self.guard.group.clone();
             let argv = c.argv.clone();

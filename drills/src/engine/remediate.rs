@@ -9,12 +9,12 @@ use lab_runtime::state::now_ms;
 
 use super::guard::clear_ours;
 use super::{Event, Session, SnapshotSource};
-use crate::agent::EvidenceLevel;
-use crate::bundle::Bundle;
 use crate::checkpoint_first::LastCheckpoint;
-use crate::command::{self, CommandSpec};
-use crate::report::{RemediationReport, StepName, StepReport, Verdict};
-use crate::spec::Remediate;
+use lab_agents::EvidenceLevel;
+use lab_agents::command::{self, CommandSpec};
+use lab_drill_file::spec::Remediate;
+use lab_incident::bundle::Bundle;
+use lab_reports::report::{RemediationReport, StepName, StepReport, Verdict};
 
 impl<S: SnapshotSource> Session<'_, S> {
     /// Writes the incident bundle of the latest snapshot, cut to `level`, with what was tried before and
@@ -46,7 +46,7 @@ impl<S: SnapshotSource> Session<'_, S> {
                 serde_json::Value::Array(self.attempts.clone()),
             );
         }
-        let cut = crate::agent::evidence::limit(&full, level);
+        let cut = lab_agents::evidence::limit(&full, level);
         std::fs::create_dir_all(&self.options.bundle_dir)
             .map_err(|e| format!("cannot create {}: {e}", self.options.bundle_dir.display()))?;
         let path = self
@@ -107,7 +107,7 @@ impl<S: SnapshotSource> Session<'_, S> {
                 // Its changes carry who made them, so the next bundle tells them from a fault's.
                 env.push((
                     lab_model::change::CHANGE_BY_ENV.into(),
-                    crate::bundle::FixBy::Remediation.tag(nth + 1),
+                    lab_incident::bundle::FixBy::Remediation.tag(nth + 1),
                 ));
                 if let Some(b) = &bundle {
                     env.push(("LAB_INCIDENT_BUNDLE".into(), b.display().to_string()));
@@ -189,7 +189,7 @@ impl<S: SnapshotSource> Session<'_, S> {
                 let mut lab = self.lab.clone();
                 lab.ledger = lab
                     .ledger
-                    .acting_for(crate::bundle::FixBy::Remediation.tag(nth + 1));
+                    .acting_for(lab_incident::bundle::FixBy::Remediation.tag(nth + 1));
                 let since = self.started_ms;
                 let result = self.during(async move { clear_ours(&lab, since).await }).await;
                 match result {
@@ -201,7 +201,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         };
         let end = now_ms();
         super::session::past_ms(end);
-        self.fixes.push(crate::bundle::FixBy::Remediation);
+        self.fixes.push(lab_incident::bundle::FixBy::Remediation);
         report.changes = self.changes_between(started, end);
         if report.duration_s == 0.0 {
             report.duration_s = end.saturating_sub(started) as f64 / 1000.0;
@@ -301,13 +301,13 @@ impl<S: SnapshotSource> Session<'_, S> {
             let tried = self.remediations.last();
             let commands: Vec<String> = match tried {
                 Some(r) => match r.agent.as_ref().and_then(|a| a.plan.as_ref()) {
-                    Some(p) => p.commands.iter().map(crate::agent::PlanCommand::line).collect(),
+                    Some(p) => p.commands.iter().map(lab_agents::PlanCommand::line).collect(),
                     None => vec![r.command.clone().unwrap_or_else(|| "the lab's own clear".into())],
                 },
                 None => vec![],
             };
             self.attempts.push(serde_json::json!({
-                "at": crate::bundle::rfc3339(now_ms()),
+                "at": lab_model::clock::rfc3339(now_ms()),
                 "commands": commands,
                 "changes": tried.map(|r| r.changes.clone()).unwrap_or_default(),
                 "verification": f.reason,

@@ -10,10 +10,10 @@ use lab_runtime::state::now_ms;
 
 use super::{Event, Guard, Lab, Observer, Options, PROGRESS_EVERY_MS, SnapshotSource};
 use crate::judge::{Detection, PreFault, Recovery, StepsLost};
-use crate::report::{
+use lab_drill_file::spec::{Drill, Verify};
+use lab_reports::report::{
     CleanupReport, DrillReport, Failure, Figures, Point, RemediationReport, StepName, StepReport, Verdict,
 };
-use crate::spec::{Drill, Verify};
 
 /// One drill in progress: its snapshots, its steps and what they saw.
 pub struct Session<'a, S: SnapshotSource> {
@@ -35,7 +35,7 @@ pub struct Session<'a, S: SnapshotSource> {
     pub(super) fault_ms: Option<u64>,
     /// The remediations run so far, with who ran them: the change log of a later bundle tells their
     /// changes from the others'.
-    pub(super) fixes: Vec<crate::bundle::FixBy>,
+    pub(super) fixes: Vec<lab_incident::bundle::FixBy>,
     pub(super) detection: Option<Detection>,
     pub(super) lowest_pct: Option<f64>,
     pub(super) fault_pcts: Vec<f64>,
@@ -286,11 +286,11 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             name: drill.name.clone(),
             origin: origin.to_string(),
             description: drill.description.clone(),
-            faults: crate::report::injected(drill),
+            faults: drill.faults(),
             seed: drill.seed,
             lab: self.lab.name.clone(),
             runtime,
-            started_at: crate::bundle::rfc3339(self.started_ms),
+            started_at: lab_model::clock::rfc3339(self.started_ms),
             duration_s: now_ms().saturating_sub(self.started_ms) as f64 / 1000.0,
             verdict,
             reason,
@@ -328,7 +328,7 @@ pub(super) fn fixes_held(steps: &[StepReport]) -> Vec<bool> {
 /// Scores each agent's plan once the verifications are known: a plan that ran is fixed when the
 /// verification of its remediation passed (in a chained drill, each fault's own), else it failed.
 fn score_plans(remediations: &mut [RemediationReport], held: &[bool], back_s: Option<f64>) {
-    use crate::agent::{Mitigation, PlanOutcome, score::score};
+    use lab_agents::{Mitigation, PlanOutcome, score::score};
     for (i, r) in remediations.iter_mut().enumerate() {
         let Some(a) = r.agent.as_mut() else { continue };
         let (Some(plan), Some(truth)) = (a.plan.as_ref(), a.truth.as_ref()) else {

@@ -15,8 +15,8 @@ use lab_runtime::testing::FakeRuntime;
 
 use super::test_job::Job;
 use super::{Guard, Lab, Options, Session, Silent, run_drill};
-use crate::report::{DrillReport, StepName, Verdict};
-use crate::spec::Drill;
+use lab_drill_file::spec::Drill;
+use lab_reports::report::{DrillReport, StepName, Verdict};
 
 /// A lab no record names (the session reads the lab's seed from its record when there is one).
 const LAB: &str = "drill-session-test-lab";
@@ -61,13 +61,13 @@ steps:
 ";
 
 fn drill(text: &str) -> Drill {
-    crate::spec::parse(text).unwrap()
+    lab_drill_file::spec::parse(text).unwrap()
 }
 
 /// The fault of the drill's first step.
 fn fault(d: &Drill) -> Fault {
     match &d.steps[0] {
-        crate::spec::Step::Inject(f) => f.clone(),
+        lab_drill_file::spec::Step::Inject(f) => f.clone(),
         other => panic!("the first step injects nothing: {other:?}"),
     }
 }
@@ -175,10 +175,10 @@ async fn a_job_that_is_not_back_fails_verify_and_the_cleanup_still_clears_the_fa
     let guard = Guard::new(lab.clone());
     let mut job = Job::new(&rt);
     let d = drill(SLOW_STORAGE);
-    let crate::spec::Step::Expect(expect) = &d.steps[1] else {
+    let lab_drill_file::spec::Step::Expect(expect) = &d.steps[1] else {
         panic!("{:?}", d.steps[1]);
     };
-    let crate::spec::Step::Verify(verify) = &d.steps[3] else {
+    let lab_drill_file::spec::Step::Verify(verify) = &d.steps[3] else {
         panic!("{:?}", d.steps[3]);
     };
 
@@ -343,15 +343,15 @@ steps:
       deadline: 3s
 ";
 
-async fn run_agent(dir: &Path, agent: &str, approval: crate::agent::Approval) -> DrillReport {
+async fn run_agent(dir: &Path, agent: &str, approval: lab_agents::Approval) -> DrillReport {
     let rt = FakeRuntime::new();
     let mut job = Job::new(&rt);
     let lab = lab(&rt, dir);
     let guard = Guard::new(lab.clone());
     let mut opts = options(dir);
-    opts.agent = Some(crate::agent::AgentOptions {
+    opts.agent = Some(lab_agents::AgentOptions {
         command: agent.into(),
-        evidence: crate::agent::EvidenceLevel::Wiring,
+        evidence: lab_agents::EvidenceLevel::Wiring,
         approval,
         timeout: Duration::from_secs(3),
     });
@@ -371,7 +371,7 @@ async fn run_agent(dir: &Path, agent: &str, approval: crate::agent::Approval) ->
 /// changes nothing; a plan that ran and did not hold sends the incident back with `previous_attempts`.
 #[tokio::test]
 async fn agents_that_fail_are_verdicts_and_change_nothing() {
-    use crate::agent::{Approval, Mitigation, PlanOutcome};
+    use lab_agents::{Approval, Mitigation, PlanOutcome};
     let dirs: Vec<tempfile::TempDir> = (0..5).map(|_| tempfile::tempdir().unwrap()).collect();
     let plan = |cmds: &str| {
         format!(

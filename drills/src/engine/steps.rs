@@ -9,8 +9,8 @@ use super::evidence::evidence;
 use super::fit::unsuitable;
 use super::{SETTLE_EXTRA, Session, SnapshotSource};
 use crate::judge::{ExpectTracker, Outcome, SteadyWindow, fmt_s};
-use crate::report::{StepName, StepReport, Verdict};
-use crate::spec::{Drill, Expect};
+use lab_drill_file::spec::{Drill, Expect};
+use lab_reports::report::{StepName, StepReport, Verdict};
 
 impl<S: SnapshotSource> Session<'_, S> {
     /// Checks that the lab can run `drill` and nothing is injected already.

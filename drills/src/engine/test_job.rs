@@ -18,7 +18,7 @@ use lab_runtime::testing::FakeRuntime;
 
 use super::SnapshotSource;
 use crate::judge::PreFault;
-use crate::judge::tests::{alert, snap};
+use lab_model::testing::{alert, snap};
 
 #[derive(Debug)]
 pub(super) struct Job {

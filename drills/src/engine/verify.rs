@@ -11,8 +11,8 @@ use super::guard::clear_ours;
 use super::{Event, STEADY_AGAIN_WINDOW, Session, SnapshotSource};
 use crate::commits::CommitsRecovery;
 use crate::judge::{Outcome, RecoveryTracker, SteadyAgain, fmt_s};
-use crate::report::{CleanupReport, Failure, StepName, StepReport, Verdict};
-use crate::spec::{Verify, VerifyJob};
+use lab_drill_file::spec::{Verify, VerifyJob};
+use lab_reports::report::{CleanupReport, Failure, StepName, StepReport, Verdict};
 
 impl<S: SnapshotSource> Session<'_, S> {
     /// Verifies the job is back at its pre-fault baseline on its own signals: the training job's, or the

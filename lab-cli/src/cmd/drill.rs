@@ -9,7 +9,8 @@ use anyhow::Context;
 use lab_drills::agent::{AgentOptions, Approval, record};
 use lab_drills::engine::{Event, Observer};
 use lab_drills::report::Verdict;
-use lab_drills::{DrillError, Loaded, builtin, junit};
+use lab_drills::spec_error::LoadError;
+use lab_drills::{Loaded, builtin, junit};
 use lab_session::Lab;
 use lab_session::drills::Ran;
 
@@ -25,7 +26,7 @@ pub async fn run(name: &str, cmd: DrillCmd) -> anyhow::Result<ExitCode> {
 
 /// Checks each file (or, with none, the built-in drills); errors read `FILE:LINE:COL: message`.
 fn validate(files: &[PathBuf]) -> ExitCode {
-    let loaded: Vec<Result<Loaded, DrillError>> = if files.is_empty() {
+    let loaded: Vec<Result<Loaded, LoadError>> = if files.is_empty() {
         builtin::BUILTIN
             .iter()
             .chain(builtin::CHAINED.iter())
@@ -212,7 +213,7 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &a.record
         && dir.join(record::MARKER).exists()
     {
-        lab_drills::agent::replay::check_marker(dir).map_err(anyhow::Error::msg)?;
+        lab_drills::agent::record::check_marker(dir).map_err(anyhow::Error::msg)?;
     }
     let lab = Lab::open(name).await?;
     let mut options = lab.drill_options(remediate.remediate);
@@ -249,7 +250,7 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
         println!("{}", agent_table(&report));
     }
     if let Some(dir) = &a.record {
-        let written = record::write(dir, &report.drills).map_err(anyhow::Error::msg)?;
+        let written = lab_drills::recording::write(dir, &report.drills).map_err(anyhow::Error::msg)?;
         println!("recorded {} incident runs in {}", written.len(), dir.display());
     }
     if a.repeat > 1 {

@@ -5,10 +5,10 @@
 
 use std::collections::BTreeSet;
 
-use lab_faults::Fault;
+use lab_model::Fault;
 use serde::{Deserialize, Serialize};
 
-use super::plan::Plan;
+use crate::plan::Plan;
 
 /// What was really wrong: from the ledger (the targets of the injection's change records) and the
 /// injected fault's kind.
@@ -133,7 +133,7 @@ pub fn score(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::plan::PLAN_FORMAT;
+    use crate::plan::PLAN_FORMAT;
 
     fn plan(blame: &[&str], cause: &str) -> Plan {
         Plan {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lab_drills::html;
+use lab_reports::html;
 
 /// Where the page and its screenshot are kept: `target/test-artefacts/`.
 fn artefacts() -> PathBuf {

@@ -5,15 +5,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lab_drills::agent::replay::{load, replay};
-use lab_drills::agent::{EvidenceLevel, Mitigation};
+use lab_agents::replay::{load, replay};
+use lab_agents::{EvidenceLevel, Mitigation};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn fixtures() -> PathBuf {
-    root().join("drills/tests/fixtures/recorded")
+    root().join("agents/tests/fixtures/recorded")
 }
 
 fn agent() -> String {

@@ -3,8 +3,8 @@
 //! ([`Approval`]), runs it command by command as argv, and scores it against what was injected
 //! ([`score`]). [`record`] keeps each incident for [`replay`], which scores an agent without a lab.
 
-pub mod evidence;
-pub(crate) mod html;
+pub mod command;
+pub mod error;
 pub mod plan;
 pub mod record;
 pub mod replay;
@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use self::evidence::EvidenceLevel;
 pub use self::plan::{Plan, PlanCommand, PlanError};
 pub use self::score::{Mitigation, Score, Truth};
+pub use lab_incident::evidence::{self, EvidenceLevel};
 
 /// How long an agent may think before it is stopped.
 pub const DEFAULT_AGENT_TIMEOUT: Duration = Duration::from_secs(120);

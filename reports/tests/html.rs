@@ -3,7 +3,7 @@
 
 mod fixture;
 
-use lab_drills::html;
+use lab_reports::html;
 
 #[test]
 fn the_page_is_self_contained() {
@@ -108,7 +108,7 @@ fn the_summary_has_each_verdict_reason_and_figure() {
 fn a_drill_that_never_ran_still_gets_its_section() {
     let mut run = fixture::run();
     let d = &mut run.drills[1];
-    d.verdict = lab_drills::Verdict::Error;
+    d.verdict = lab_reports::Verdict::Error;
     d.reason = "check: this drill needs enforced CPU limits <cgroup v1>".into();
     d.timeline.clear();
     d.steps.clear();

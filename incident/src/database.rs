@@ -81,8 +81,8 @@ impl DatabaseSection {
                 name: p.name.clone(),
                 phase: p.phase,
                 ready: p.ready,
-                reason: p.reason.as_deref().and_then(crate::bundle::evidence_only),
-                message: p.message.as_deref().and_then(crate::bundle::evidence_only),
+                reason: p.reason.as_deref().and_then(crate::redact::evidence_only),
+                message: p.message.as_deref().and_then(crate::redact::evidence_only),
                 made_from: None,
                 differs_from_template: false,
             })
@@ -185,7 +185,7 @@ pub(crate) mod tests {
     use lab_model::status::PodStatus;
 
     use super::*;
-    use crate::judge::tests::snap;
+    use lab_model::testing::snap;
 
     /// The lab under a hung standby: db-1 Pending on the old template, the template fixed, commits hung.
     pub(crate) fn stuck() -> (Snapshot, DbStatus) {

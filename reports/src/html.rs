@@ -9,9 +9,10 @@
 
 use std::fmt::Write;
 
-use lab_faults::Fault;
+use lab_model::Fault;
 use lab_model::format::opt_secs;
 
+use crate::escape::esc;
 use crate::report::{DrillReport, Point, RunReport, StepName, Verdict};
 
 /// The page for a whole run.
@@ -99,7 +100,7 @@ fn drill(o: &mut String, d: &DrillReport) {
         }
         o.push_str("</ul>\n");
     }
-    crate::agent::html::plans(o, d);
+    crate::agent_html::plans(o, d);
     steps(o, d);
     o.push_str("</section>\n");
 }
@@ -918,22 +919,6 @@ fn anchor(name: &str) -> String {
             }
         })
         .collect()
-}
-
-/// Text made safe for HTML content and attribute values.
-pub(crate) fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
 }
 
 const CSS: &str = "

@@ -10,10 +10,10 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use lab_faults::{Fault, FaultKind};
 use lab_model::quantity::format_duration;
 use lab_model::snapshot::GoldenSignal;
 use lab_model::status::RuntimeKind;
+use lab_model::{Fault, FaultKind};
 use lab_model::{Millicores, parse_duration};
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -41,6 +41,19 @@ pub struct Drill {
     #[serde(with = "secs")]
     pub cleanup_deadline: Duration,
     pub steps: Vec<Step>,
+}
+
+impl Drill {
+    /// The faults its steps inject, in order.
+    pub fn faults(&self) -> Vec<Fault> {
+        self.steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Inject(f) => Some(f.clone()),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// What the lab must be for the drill to mean anything.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::html::esc;
+use crate::escape::esc;
 use crate::report::DrillReport;
 
 /// With `--agent`: each plan, what it concluded, its commands as decided, and its score.

@@ -15,7 +15,10 @@ use lab_model::snapshot::GoldenSignal;
 use lab_model::status::{Phase, Role};
 use serde::Serialize;
 
-use crate::judge::fmt_s;
+use lab_model::format::fmt_s;
+
+use crate::redact::evidence_only;
+pub use lab_model::clock::rfc3339;
 
 /// How far back the change log and the signals reach.
 pub const LOOKBACK_MS: u64 = 3 * 60 * 60 * 1000;
@@ -248,15 +251,6 @@ impl FixBy {
 pub const EFFECT_WINDOW_MS: u64 = 10_000;
 pub const EFFECT_SETTLE_MS: u64 = 3_000;
 
-/// Words that would name an injection rather than show evidence; a detail carrying one is left out.
-const TELLING: [&str; 4] = ["fault", "inject", "cleared", "drill"];
-
-pub(crate) fn evidence_only(s: &str) -> Option<String> {
-    let l = s.to_lowercase();
-    (!TELLING.iter().any(|w| l.contains(w))).then(|| s.to_string())
-}
-
-/// RFC 3339 in UTC with milliseconds, from ms since the Unix epoch.
 /// `step 4800 at 2026-…Z (4 s ago)`, or what is known of it.
 fn checkpoint_line(t: &TrainingView, now_ms: u64) -> String {
     match (t.checkpoint_step, t.checkpoint_at_ms) {
@@ -268,14 +262,6 @@ fn checkpoint_line(t: &TrainingView, now_ms: u64) -> String {
         (Some(s), None) => format!("step {s} (resumed from; not written since rank-0 started)"),
         _ => "none reported".into(),
     }
-}
-
-pub fn rfc3339(ms: u64) -> String {
-    let nanos = i128::from(ms) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_else(|| ms.to_string())
 }
 
 fn ms(s: Option<f64>) -> Option<f64> {
@@ -578,7 +564,7 @@ impl Bundle {
                     "  {:<12} {:>7}  {}",
                     d.name,
                     d.served_per_s.map_or("-".into(), |v| format!("{v:.0}")),
-                    crate::bundle::clients_line(&d.clients)
+                    clients_line(&d.clients)
                 );
             }
         }
@@ -811,7 +797,7 @@ mod tests {
     use lab_model::status::PodStatus;
 
     use super::*;
-    use crate::judge::tests::{alert, snap};
+    use lab_model::testing::{alert, snap};
 
     fn storage(i: u32, base: f64, now: f64, readers: &[&str]) -> StorageView {
         StorageView {

@@ -4,34 +4,38 @@
 
 use std::collections::BTreeMap;
 
-use lab_faults::Fault;
+use lab_model::Fault;
 use serde::Serialize;
 
-use crate::judge::PreFault;
+use lab_model::snapshot::Baseline;
 
-/// The outcome of one drill.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Verdict {
-    /// Detected, remediated, and the job's own signals came back; the cleanup left the lab steady.
-    Pass,
-    /// The drill ran and something it checks did not hold.
-    Fail,
-    /// The drill could not run as written (the lab did not fit, a fault could not be injected, or the lab
-    /// was not steady to begin with).
-    Error,
-    /// An agent's plan was declined by the person (or the approvals file) asked to approve it.
-    Declined,
+pub use lab_model::Verdict;
+
+/// The job's normal, measured just before the drill injects anything.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PreFault {
+    /// Mean samples per second over the window.
+    pub samples_per_s: f64,
+    /// Mean step time over the window (one over the mean steps per second), seconds.
+    pub step_seconds: f64,
+    /// How long the window was, seconds.
+    pub window_s: f64,
+    /// The baseline the golden-signal rules compared with until then (learned at `lab up`, or the
+    /// previous drill's), for comparison.
+    pub learned: Option<Baseline>,
+    /// The database writer's mean commits per second over the window, when the lab runs one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commits_per_s: Option<f64>,
 }
 
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Verdict::Pass => "PASS",
-            Verdict::Fail => "FAIL",
-            Verdict::Error => "ERROR",
-            Verdict::Declined => "DECLINED",
-        })
+impl PreFault {
+    /// Throughput as a percentage of this baseline.
+    pub fn pct(&self, samples_per_s: f64) -> f64 {
+        if self.samples_per_s > 0.0 {
+            100.0 * samples_per_s / self.samples_per_s
+        } else {
+            0.0
+        }
     }
 }
 
@@ -152,7 +156,7 @@ pub struct RemediationReport {
     pub changes: Vec<String>,
     /// With `--agent`: the plan, what was approved and run, and its score.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub agent: Option<crate::agent::AgentReport>,
+    pub agent: Option<lab_agents::AgentReport>,
 }
 
 /// The drill's own cleanup: what it cleared, and whether the lab came back to steady state after it.
@@ -233,7 +237,7 @@ impl DrillReport {
 
     /// The report of a drill that was not run, with why.
     pub fn not_run(
-        drill: &crate::spec::Drill,
+        drill: &lab_drill_file::spec::Drill,
         origin: &str,
         lab: &str,
         runtime: &str,
@@ -243,11 +247,11 @@ impl DrillReport {
             name: drill.name.clone(),
             origin: origin.to_string(),
             description: drill.description.clone(),
-            faults: injected(drill),
+            faults: drill.faults(),
             seed: drill.seed,
             lab: lab.to_string(),
             runtime: runtime.to_string(),
-            started_at: crate::bundle::rfc3339(lab_model::clock::now_ms()),
+            started_at: lab_model::clock::rfc3339(lab_model::clock::now_ms()),
             duration_s: 0.0,
             verdict: Verdict::Error,
             reason,
@@ -262,18 +266,6 @@ impl DrillReport {
             full_bundles: Vec::new(),
         }
     }
-}
-
-/// The faults a drill's steps inject, in order.
-pub(crate) fn injected(drill: &crate::spec::Drill) -> Vec<Fault> {
-    drill
-        .steps
-        .iter()
-        .filter_map(|s| match s {
-            crate::spec::Step::Inject(f) => Some(f.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The median, minimum and maximum of one figure over a drill's runs that reported it.
@@ -395,7 +387,7 @@ impl RunReport {
         RunReport {
             format: FORMAT,
             lab: lab.to_string(),
-            started_at: crate::bundle::rfc3339(started_ms),
+            started_at: lab_model::clock::rfc3339(started_ms),
             duration_s,
             passed: !drills.is_empty() && drills.iter().all(|d| d.verdict == Verdict::Pass),
             repeat: stats.iter().map(|s| s.runs as u32).max().unwrap_or(1),
@@ -485,7 +477,7 @@ mod tests {
     use super::*;
 
     fn run(name: &str, verdict: Verdict, detect: Option<f64>, ran: bool) -> DrillReport {
-        let drill = crate::spec::parse(
+        let drill = lab_drill_file::spec::parse(
             &format!(
                 "name: {name}\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n  - expect:\n      signals: [latency]\n  - remediate:\n  - verify:\n"
             ),

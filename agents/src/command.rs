@@ -10,7 +10,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
-use crate::error::DrillError;
+use crate::error::CommandError;
 
 /// How much of each stream the report keeps.
 pub const KEEP_BYTES: usize = 16 * 1024;
@@ -53,12 +53,12 @@ pub type LineSink = Arc<dyn Fn(&str, bool) + Send + Sync>;
 /// Runs `spec`; `on_line(line, is_stderr)` sees every line as it comes.
 ///
 /// # Errors
-/// [`DrillError::Io`] when `sh` cannot be started.
+/// [`CommandError`] when `sh` cannot be started.
 pub async fn run(
     spec: &CommandSpec,
     on_line: LineSink,
     group: &GroupSlot,
-) -> Result<CommandOutcome, DrillError> {
+) -> Result<CommandOutcome, CommandError> {
     let mut cmd = tokio::process::Command::new("sh");
     cmd.arg("-c").arg(&spec.command);
     run_prepared(cmd, spec, on_line, group).await
@@ -68,15 +68,15 @@ pub async fn run(
 /// in errors. A first element without a `/` is looked up on the `PATH` (with `spec.path_first` first).
 ///
 /// # Errors
-/// [`DrillError::Io`] when it cannot be started.
+/// [`CommandError`] when it cannot be started.
 pub async fn run_argv(
     argv: &[String],
     spec: &CommandSpec,
     on_line: LineSink,
     group: &GroupSlot,
-) -> Result<CommandOutcome, DrillError> {
+) -> Result<CommandOutcome, CommandError> {
     let Some((program, args)) = argv.split_first() else {
-        return Err(DrillError::Io {
+        return Err(CommandError {
             what: "an empty command".into(),
             source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
         });
@@ -96,7 +96,7 @@ async fn run_prepared(
     spec: &CommandSpec,
     on_line: LineSink,
     group: &GroupSlot,
-) -> Result<CommandOutcome, DrillError> {
+) -> Result<CommandOutcome, CommandError> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -117,7 +117,7 @@ async fn run_prepared(
     let start = Instant::now();
     let mut child = cmd
         .spawn()
-        .map_err(DrillError::io(format!("cannot start `{}`", spec.command)))?;
+        .map_err(CommandError::io(format!("cannot start `{}`", spec.command)))?;
     let pgid = child.id().and_then(|p| i32::try_from(p).ok());
     *group.lock().unwrap_or_else(|p| p.into_inner()) = pgid;
     let out = tokio::spawn(collect(child.stdout.take(), false, on_line.clone()));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lab_model::format::opt_secs;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-use crate::error::DrillError;
+use crate::error::ReportError;
 use crate::report::{DrillReport, RunReport, Verdict};
 
 /// The name of the report and of its one suite.
@@ -18,8 +18,8 @@ const SUITE: &str = "lab drills";
 /// Writes `report` as JUnit XML.
 ///
 /// # Errors
-/// [`DrillError::Xml`] when `out` cannot be written.
-pub fn write(report: &RunReport, out: impl Write) -> Result<(), DrillError> {
+/// [`ReportError::Xml`] when `out` cannot be written.
+pub fn write(report: &RunReport, out: impl Write) -> Result<(), ReportError> {
     let mut suite = TestSuite::new(SUITE);
     suite.set_time(seconds(report.duration_s));
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(&report.started_at) {
@@ -82,7 +82,7 @@ pub fn write(report: &RunReport, out: impl Write) -> Result<(), DrillError> {
     let mut junit = Report::new(SUITE);
     junit.set_time(seconds(report.duration_s));
     junit.add_test_suite(suite);
-    junit.serialize(out).map_err(DrillError::Xml)
+    junit.serialize(out).map_err(ReportError::Xml)
 }
 
 fn case(d: &DrillReport) -> TestCase {
@@ -395,7 +395,7 @@ time to detect 8.0 s, to mitigate -, back to baseline -, steps lost 0
 
     #[test]
     fn agent_plans_are_suite_properties_and_a_declined_plan_is_a_failure() {
-        use crate::agent::{AgentReport, EvidenceLevel, Mitigation, PlanOutcome, Score};
+        use lab_agents::{AgentReport, EvidenceLevel, Mitigation, PlanOutcome, Score};
         let mut d = drill(
             "slow-storage",
             Verdict::Declined,

@@ -1,9 +1,9 @@
-//! The built-in drills, one per fault of the seed story, embedded from `drills/builtin/*.yaml`, and finding
+//! The built-in drills, one per fault of the seed story, embedded from `drill-file/builtin/*.yaml`, and finding
 //! a drill by name or by path.
 
 use std::path::Path;
 
-use crate::error::DrillError;
+use crate::error::LoadError;
 use crate::spec::{self, Drill};
 
 /// `(name, text)` of every built-in drill, in the seed story's order.
@@ -41,16 +41,16 @@ pub struct Loaded {
 /// The built-in drill `name`, parsed.
 ///
 /// # Errors
-/// [`DrillError::NotFound`] for an unknown name; [`DrillError::Spec`] if the embedded file is broken (a
+/// [`LoadError::NotFound`] for an unknown name; [`LoadError::Spec`] if the embedded file is broken (a
 /// unit test keeps that from shipping).
-pub fn builtin(name: &str) -> Result<Loaded, DrillError> {
+pub fn builtin(name: &str) -> Result<Loaded, LoadError> {
     let (n, text) = BUILTIN
         .iter()
         .chain(CHAINED.iter())
         .find(|(n, _)| *n == name)
-        .ok_or_else(|| DrillError::NotFound(name.to_string()))?;
+        .ok_or_else(|| LoadError::NotFound(name.to_string()))?;
     let origin = format!("builtin:{n}");
-    let drill = spec::parse(text).map_err(|spec| DrillError::Spec {
+    let drill = spec::parse(text).map_err(|spec| LoadError::Spec {
         origin: origin.clone(),
         spec,
     })?;
@@ -61,7 +61,7 @@ pub fn builtin(name: &str) -> Result<Loaded, DrillError> {
 ///
 /// # Errors
 /// As [`builtin`].
-pub fn all() -> Result<Vec<Loaded>, DrillError> {
+pub fn all() -> Result<Vec<Loaded>, LoadError> {
     BUILTIN
         .iter()
         .chain(CHAINED.iter())
@@ -72,14 +72,14 @@ pub fn all() -> Result<Vec<Loaded>, DrillError> {
 /// Reads and checks the drill file at `path`.
 ///
 /// # Errors
-/// [`DrillError::Read`] or [`DrillError::Spec`] (printed as `FILE:LINE:COL: message`).
-pub fn load_file(path: &Path) -> Result<Loaded, DrillError> {
-    let text = std::fs::read_to_string(path).map_err(|source| DrillError::Read {
+/// [`LoadError::Read`] or [`LoadError::Spec`] (printed as `FILE:LINE:COL: message`).
+pub fn load_file(path: &Path) -> Result<Loaded, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_path_buf(),
         source,
     })?;
     let origin = path.display().to_string();
-    let drill = spec::parse(&text).map_err(|spec| DrillError::Spec {
+    let drill = spec::parse(&text).map_err(|spec| LoadError::Spec {
         origin: origin.clone(),
         spec,
     })?;
@@ -90,16 +90,16 @@ pub fn load_file(path: &Path) -> Result<Loaded, DrillError> {
 ///
 /// # Errors
 /// As [`load_file`] and [`builtin`].
-pub fn resolve(arg: &str) -> Result<Loaded, DrillError> {
+pub fn resolve(arg: &str) -> Result<Loaded, LoadError> {
     let p = Path::new(arg);
     if p.exists() {
         return load_file(p);
     }
     match builtin(arg) {
-        Err(DrillError::NotFound(_))
+        Err(LoadError::NotFound(_))
             if arg.ends_with(".yaml") || arg.ends_with(".yml") || arg.contains('/') =>
         {
-            Err(DrillError::Read {
+            Err(LoadError::Read {
                 path: p.to_path_buf(),
                 source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             })
@@ -110,7 +110,7 @@ pub fn resolve(arg: &str) -> Result<Loaded, DrillError> {
 
 #[cfg(test)]
 mod tests {
-    use lab_faults::FaultKind;
+    use lab_model::FaultKind;
 
     use super::*;
     use crate::spec::Step;
@@ -185,7 +185,7 @@ mod tests {
     #[test]
     fn names_and_paths() {
         assert_eq!(resolve("slow-storage").unwrap().drill.name, "slow-storage");
-        assert!(matches!(resolve("slow-nfs"), Err(DrillError::NotFound(_))));
-        assert!(matches!(resolve("nope/x.yaml"), Err(DrillError::Read { .. })));
+        assert!(matches!(resolve("slow-nfs"), Err(LoadError::NotFound(_))));
+        assert!(matches!(resolve("nope/x.yaml"), Err(LoadError::Read { .. })));
     }
 }

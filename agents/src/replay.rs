@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::record::{MARKER, RECORDING_FORMAT, RecordedRun};
-use super::score::{Score, score};
-use super::{EvidenceLevel, Mitigation, Truth, evidence, plan};
 use crate::command::{self, CommandSpec, GroupSlot};
+use crate::record::{RECORDING_FORMAT, RecordedRun, check_marker};
+use crate::score::{Score, score};
+use crate::{EvidenceLevel, Mitigation, Truth, evidence, plan};
 
 /// One recorded incident: its bundle, truth, and every plan verified live (with how often each outcome).
 #[derive(Debug, Clone)]
@@ -44,31 +44,6 @@ impl Incident {
                 format!("recorded with both outcomes ({f} fixed, {t} failed)"),
             ),
         }
-    }
-}
-
-/// Checks a recording folder's marker.
-///
-/// # Errors
-/// A message saying what the folder is not.
-pub fn check_marker(dir: &Path) -> Result<(), String> {
-    let marker = dir.join(MARKER);
-    let text = std::fs::read_to_string(&marker).map_err(|e| {
-        format!(
-            "{} is not a recording ({} cannot be read: {e}); make one with `lab drill run --record DIR`",
-            dir.display(),
-            MARKER
-        )
-    })?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", marker.display()))?;
-    match v.get("format").and_then(serde_json::Value::as_str) {
-        Some(RECORDING_FORMAT) => Ok(()),
-        Some(other) => Err(format!(
-            "{} holds a recording of format {other:?}; this lab reads {RECORDING_FORMAT:?}: record it again",
-            dir.display()
-        )),
-        None => Err(format!("{}: no \"format\"", marker.display())),
     }
 }
 
