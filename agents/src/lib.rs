@@ -3,21 +3,20 @@
 //! ([`Approval`]), runs it command by command as argv, and scores it against what was injected
 //! ([`score`]). [`record`] keeps each incident for [`replay`], which scores an agent without a lab.
 
+pub mod approval;
 pub mod command;
 pub mod error;
+pub mod mcp;
 pub mod plan;
 pub mod record;
 pub mod replay;
 pub mod score;
 
-use std::collections::VecDeque;
-use std::io::{BufRead as _, IsTerminal as _, Write as _};
-use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use self::approval::{Approval, Decision};
 pub use self::plan::{Plan, PlanCommand, PlanError};
 pub use self::score::{Mitigation, Score, Truth};
 pub use lab_incident::evidence::{self, EvidenceLevel};
@@ -33,91 +32,6 @@ pub struct AgentOptions {
     pub evidence: EvidenceLevel,
     pub approval: Approval,
     pub timeout: Duration,
-}
-
-/// Who approves each command of a plan.
-#[derive(Debug, Clone)]
-pub enum Approval {
-    /// Every checked command runs.
-    Auto,
-    /// A person, asked on the terminal before each command.
-    Terminal,
-    /// Decisions read from a file, one line per command in the order they are asked (`yes`/`no`); a
-    /// command with no line left is declined.
-    File(Arc<Mutex<VecDeque<bool>>>),
-}
-
-impl Approval {
-    /// The decisions in `path`: one per line, `yes`/`y`/`approve` or `no`/`n`/`decline`; blank lines and
-    /// `#` comments are skipped.
-    ///
-    /// # Errors
-    /// A message when the file cannot be read or a line is neither.
-    pub fn from_file(path: &Path) -> Result<Approval, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the approvals file {}: {e}", path.display()))?;
-        let mut out = VecDeque::new();
-        for (i, line) in text.lines().enumerate() {
-            let l = line.split('#').next().unwrap_or("").trim().to_lowercase();
-            match l.as_str() {
-                "" => {}
-                "yes" | "y" | "approve" => out.push_back(true),
-                "no" | "n" | "decline" => out.push_back(false),
-                other => {
-                    return Err(format!(
-                        "{}:{}: {other:?} is not a decision: write yes or no, one per command",
-                        path.display(),
-                        i + 1
-                    ));
-                }
-            }
-        }
-        Ok(Approval::File(Arc::new(Mutex::new(out))))
-    }
-
-    /// Asking on the terminal; refused when stdin is not one (use a file in CI).
-    ///
-    /// # Errors
-    /// A message when there is no terminal to ask on.
-    pub fn terminal() -> Result<Approval, String> {
-        if std::io::stdin().is_terminal() {
-            Ok(Approval::Terminal)
-        } else {
-            Err(
-                "--approve without a file asks on the terminal, and stdin is not one: give --approve FILE"
-                    .into(),
-            )
-        }
-    }
-
-    /// Whether `cmd` (the `i`th of `n`) may run, with who decided.
-    pub async fn decide(&self, cmd: &PlanCommand, i: usize, n: usize) -> (bool, String) {
-        match self {
-            Approval::Auto => (true, "auto".into()),
-            Approval::File(q) => match q.lock().unwrap_or_else(|p| p.into_inner()).pop_front() {
-                Some(d) => (d, "approvals file".into()),
-                None => (false, "approvals file (no decision left)".into()),
-            },
-            Approval::Terminal => {
-                let prompt = format!(
-                    "  approve command {i} of {n}: {}\n    reason: {}\n  run it? [y/N] ",
-                    cmd.line(),
-                    cmd.reason
-                );
-                let yes = tokio::task::spawn_blocking(move || {
-                    let mut o = std::io::stdout().lock();
-                    let _ = o.write_all(prompt.as_bytes());
-                    let _ = o.flush();
-                    let mut line = String::new();
-                    let _ = std::io::stdin().lock().read_line(&mut line);
-                    matches!(line.trim().to_lowercase().as_str(), "y" | "yes")
-                })
-                .await
-                .unwrap_or(false);
-                (yes, "terminal".into())
-            }
-        }
-    }
 }
 
 /// One command of a plan, as decided and run.

@@ -12,7 +12,7 @@ pub const PLAN_FORMAT: &str = "straggler-lab.plan/v1";
 pub const MAX_COMMANDS: usize = 10;
 
 /// The cause classes a plan may name (docs/agents.md defines each).
-pub const CAUSES: [&str; 11] = [
+pub const CAUSES: [&str; 12] = [
     "bad-network-path",
     "slow-node",
     "competing-job",
@@ -22,12 +22,13 @@ pub const CAUSES: [&str; 11] = [
     "crash-loop",
     "hung-rank",
     "cpu-neighbour",
+    "unschedulable-replica",
     "none",
     "unknown",
 ];
 
 /// The `lab` subcommands a plan may run, as argv prefixes after `lab`.
-pub const ALLOWED: [&[&str]; 16] = [
+pub const ALLOWED: [&[&str]; 19] = [
     &["scale", "ranks"],
     &["config", "world-size"],
     &["resize", "rank"],
@@ -44,6 +45,9 @@ pub const ALLOWED: [&[&str]; 16] = [
     &["storage", "drain"],
     &["storage", "undrain"],
     &["checkpoint"],
+    &["db", "status"],
+    &["db", "template"],
+    &["db", "delete-pod"],
 ];
 
 /// One proposed command.
@@ -140,8 +144,11 @@ pub fn check(plan: &Plan) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// Whether `argv` is a lab command a plan may run.
-fn allowed(argv: &[String]) -> Result<(), String> {
+/// Whether `argv` is a lab command a plan (or an agent's act) may run.
+///
+/// # Errors
+/// Why it may not.
+pub fn allowed(argv: &[String]) -> Result<(), String> {
     let Some((first, rest)) = argv.split_first() else {
         return Err("it is empty".into());
     };

@@ -129,6 +129,11 @@ impl Recent {
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()
     }
+
+    /// The moments kept, oldest first.
+    pub fn points(&self) -> impl Iterator<Item = &SteadyPoint> {
+        self.points.iter()
+    }
 }
 
 #[cfg(test)]

@@ -213,7 +213,8 @@ pub struct Effect {
 }
 
 /// Who ran a remediation whose changes a later bundle shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FixBy {
     /// The remediate step's command, `--remediate`, or the lab's own clear.
     Remediation,

@@ -1,5 +1,6 @@
 //! Evidence levels: how much of the incident bundle an agent gets to read. Each level adds to the one
-//! before it: `metrics` (the golden signals, per-dependency latency and each rank's own figures),
+//! before it: `pods` (pod health alone — phase, Ready, restarts and their reasons: the seed's starting
+//! point, where a stalled job looks healthy), `metrics` (+ the golden signals, per-dependency latency and each rank's own figures),
 //! `wiring` (+ the pods with their containers and resources against the template, and the rank → server
 //! edges), `changes` (+ the change log), `full` (+ the lab's one-line latency summary). What was tried
 //! before (`previous_attempts`) is in the bundle at every level.
@@ -10,6 +11,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EvidenceLevel {
+    Pods,
     Metrics,
     Wiring,
     Changes,
@@ -18,7 +20,8 @@ pub enum EvidenceLevel {
 
 impl EvidenceLevel {
     /// Every level, least first.
-    pub const ALL: [EvidenceLevel; 4] = [
+    pub const ALL: [EvidenceLevel; 5] = [
+        EvidenceLevel::Pods,
         EvidenceLevel::Metrics,
         EvidenceLevel::Wiring,
         EvidenceLevel::Changes,
@@ -28,6 +31,7 @@ impl EvidenceLevel {
     /// Its name on the command line and in reports.
     pub fn as_str(self) -> &'static str {
         match self {
+            EvidenceLevel::Pods => "pods",
             EvidenceLevel::Metrics => "metrics",
             EvidenceLevel::Wiring => "wiring",
             EvidenceLevel::Changes => "changes",
@@ -43,7 +47,7 @@ impl EvidenceLevel {
         EvidenceLevel::ALL
             .into_iter()
             .find(|l| l.as_str() == s)
-            .ok_or_else(|| format!("unknown evidence level {s:?}: metrics, wiring, changes or full"))
+            .ok_or_else(|| format!("unknown evidence level {s:?}: pods, metrics, wiring, changes or full"))
     }
 }
 
@@ -62,6 +66,9 @@ fn remove(v: &mut Value, key: &str) {
 /// The bundle (as JSON) cut down to `level`; it says which level it holds in `evidence`.
 pub fn limit(bundle: &Value, level: EvidenceLevel) -> Value {
     let mut b = bundle.clone();
+    if level < EvidenceLevel::Metrics {
+        pods_only(&mut b);
+    }
     if level < EvidenceLevel::Full {
         remove(&mut b, "latency_summary");
     }
@@ -104,6 +111,54 @@ pub fn limit(bundle: &Value, level: EvidenceLevel) -> Value {
     b
 }
 
+/// What a pod's health says: the fields `kubectl get pods` and `describe` show, nothing measured.
+const POD_HEALTH: [&str; 8] = [
+    "name", "role", "phase", "ready", "restarts", "reason", "message", "node",
+];
+
+/// The bundle as pod health alone shows it: the pods (and the database's) with their phase, Ready,
+/// restarts and reasons, the one-line Kubernetes view, and what was tried before.
+fn pods_only(b: &mut Value) {
+    let health = |pods: Option<&Value>| -> Value {
+        let list = pods.and_then(Value::as_array).map_or_else(Vec::new, |ps| {
+            ps.iter()
+                .map(|p| {
+                    let mut o = serde_json::Map::new();
+                    for k in POD_HEALTH {
+                        if let Some(v) = p.get(k) {
+                            o.insert(k.into(), v.clone());
+                        }
+                    }
+                    Value::Object(o)
+                })
+                .collect()
+        });
+        Value::Array(list)
+    };
+    let pods = health(b.get("wiring").and_then(|w| w.get("pods")));
+    let db_pods = b
+        .get("database")
+        .and_then(|d| d.get("pods"))
+        .map(|p| health(Some(p)));
+    let Some(o) = b.as_object_mut() else { return };
+    o.retain(|k, _| {
+        matches!(
+            k.as_str(),
+            "format"
+                | "lab"
+                | "runtime"
+                | "generated_at"
+                | "generated_at_ms"
+                | "kubernetes"
+                | "previous_attempts"
+        )
+    });
+    o.insert("pods".into(), pods);
+    if let Some(d) = db_pods {
+        o.insert("database_pods".into(), d);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +174,28 @@ mod tests {
                          "ranks": [{"name": "rank-1", "reads_from": "storage-1", "read": 0.9}]},
             "previous_attempts": [{"plan": []}],
         })
+    }
+
+    #[test]
+    fn pods_is_pod_health_alone() {
+        let mut b = bundle();
+        b["kubernetes"] = "4/4 Running, Ready".into();
+        b["wiring"]["pods"] = serde_json::json!([{"name": "rank-1", "role": "rank", "phase": "Running",
+            "ready": true, "restarts": 0, "cpu_live": "150m", "cpu_template": "400m", "containers": ["rank"]}]);
+        let p = limit(&b, EvidenceLevel::Pods);
+        assert_eq!(p["evidence"], "pods");
+        assert_eq!(p["kubernetes"], "4/4 Running, Ready");
+        assert_eq!(p["pods"][0]["name"], "rank-1");
+        assert_eq!(p["pods"][0]["ready"], true);
+        assert!(
+            p["pods"][0].get("cpu_live").is_none(),
+            "a live limit is not pod health"
+        );
+        for gone in ["dependencies", "training", "wiring", "changes", "latency_summary"] {
+            assert!(p.get(gone).is_none(), "{gone} at pods");
+        }
+        assert!(p.get("previous_attempts").is_some());
+        assert!(EvidenceLevel::Pods < EvidenceLevel::Metrics);
     }
 
     #[test]

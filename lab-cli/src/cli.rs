@@ -96,6 +96,23 @@ pub enum Command {
     ///   lab replay agents/tests/fixtures/recorded --agent examples/agents/reference.py --evidence full
     #[command(verbatim_doc_comment)]
     Replay(ReplayArgs),
+    /// Serve the lab to an agent over the Model Context Protocol (MCP, JSON-RPC on stdin/stdout).
+    ///
+    /// The agent is the MCP client: it starts `lab mcp` as its server and calls its tools — status,
+    /// incident, query, logs, dependencies, processes, changes (what the evidence level offers), and the
+    /// acts checkpoint and remediate (one allowed `lab` command per call, gated by --approve), and diagnose
+    /// (what it concluded). Every call is recorded (--calls). One agent at a time per lab. Nothing but
+    /// protocol messages goes to stdout; logs go to stderr.
+    ///
+    /// A client's configuration (the `mcpServers` block most MCP clients read):
+    ///   {"mcpServers": {"straggler-lab": {"command": "lab", "args": ["--name", "lab", "mcp", "--evidence", "full"]}}}
+    ///
+    /// Examples:
+    ///   lab mcp --evidence wiring --approve ask        # a person approves each act on the terminal
+    ///   lab mcp --approve never --calls calls.jsonl    # a read-only agent, its calls kept
+    ///   lab mcp --approve policy.yaml                  # classes earn autonomy one verified fix at a time
+    #[command(verbatim_doc_comment)]
+    Mcp(McpArgs),
     /// Runs a local lab's supervisor (started by `lab up`; not for direct use).
     #[command(name = "__supervise", hide = true)]
     Supervise { dir: PathBuf },
@@ -587,7 +604,7 @@ pub enum DrillCmd {
     /// Check drill files without running them; errors give line and column.
     Validate { files: Vec<PathBuf> },
     /// Run drills against the running lab; exit 0 only if every drill passed.
-    Run(DrillRunArgs),
+    Run(Box<DrillRunArgs>),
     /// The built-in drills.
     List,
 }
@@ -622,29 +639,77 @@ pub struct DrillRunArgs {
     /// finds the incident bundle's path in LAB_INCIDENT_BUNDLE (and the level in LAB_EVIDENCE), and
     /// prints a plan on stdout (JSON, docs/agents.md); the lab checks the plan (only allowed `lab`
     /// commands, run as argv), records it, runs it, and scores it against what was injected.
-    #[arg(long, value_name = "CMD", conflicts_with = "remediate")]
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["remediate", "mcp_agent"], group = "agents")]
     pub agent: Option<String>,
-    /// How much of the bundle the agent reads: metrics, wiring (+ pods and rank → server edges), changes
-    /// (+ the change log) or full (+ the latency summary).
-    #[arg(long, value_enum, default_value_t = EvidenceArg::Full, requires = "agent")]
+    /// Let this agent investigate and act through the lab's MCP server at each remediation. It is run with
+    /// `sh -c` and is the MCP client: it starts the server as LAB_MCP_SERVER says (a JSON argv, e.g.
+    /// ["/usr/bin/lab", "mcp", "--session", "…/session.json"]; LAB_MCP_CONFIG names the same as an
+    /// `mcpServers` file) and calls its tools until it is done, then exits. The drill verifies on the job's
+    /// own signals; when that fails, the agent is started again, told why (the incident's
+    /// previous_attempts), up to --attempts times. Every call is recorded and scored (docs/agents.md).
+    #[arg(long, value_name = "CMD", conflicts_with = "remediate", group = "agents")]
+    pub mcp_agent: Option<String>,
+    /// How many tries an agent gets at each incident: after a failed verification it is asked again, with
+    /// the failure as context (the seed's loop).
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=5), requires = "agents")]
+    pub attempts: u32,
+    /// How much of the incident the agent sees: pods (pod health alone), metrics, wiring (+ pods' resources and
+    /// rank → server edges), changes (+ the change log) or full (+ the latency summary).
+    #[arg(long, value_enum, default_value_t = EvidenceArg::Full, requires = "agents")]
     pub evidence: EvidenceArg,
-    /// Approve each command of the agent's plan before it runs: on the terminal, or with FILE, from its
-    /// lines in order (`yes` or `no` per command; a command with no line left is declined; `-` is the
-    /// terminal). A declined
-    /// command ends the drill with the verdict DECLINED; nothing after it runs.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", requires = "agent")]
-    pub approve: Option<PathBuf>,
-    /// How long the agent may take to print its plan.
-    #[arg(long, default_value = "120s", value_parser = parse_duration, requires = "agent")]
+    /// Who approves the agent's acts: auto (each checked command runs), ask (each is asked: from
+    /// --approvals, else on the terminal, else declined), never, or the path of an approval policy file
+    /// (each cause class starts at ask and runs on its own after K verified fixes in a row; the record is
+    /// kept in the lab's folder across drills). A declined command ends the attempt; a plan's declined
+    /// command ends the drill with the verdict DECLINED.
+    #[arg(
+        long,
+        default_value = "auto",
+        value_name = "auto|ask|never|POLICY",
+        requires = "agents"
+    )]
+    pub approve: String,
+    /// Answers to the asks, one per line (`yes` or `no`), in the order they are asked.
+    #[arg(long, value_name = "FILE", requires = "agents")]
+    pub approvals: Option<PathBuf>,
+    /// How long the agent may take (per attempt).
+    #[arg(long, default_value = "120s", value_parser = parse_duration, requires = "agents")]
     pub agent_timeout: std::time::Duration,
     /// Keep each incident for `lab replay`: its whole bundle, the ledger's truth, the timeline, and the
     /// verified outcome of every plan tried (added to what DIR already holds).
-    #[arg(long, value_name = "DIR", requires = "agent")]
+    #[arg(long, value_name = "DIR", requires = "agents")]
     pub record: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// How much the agent may see: pods (pod health alone), metrics (+ the golden signals, queries and
+    /// logs), wiring (+ dependencies, processes, resources against templates), changes (+ the change log) or
+    /// full (+ the latency summary). Tools above it are not offered.
+    #[arg(long, value_enum, default_value_t = EvidenceArg::Full)]
+    pub evidence: EvidenceArg,
+    /// Who approves the agent's remediate calls: auto (each allowed command runs), ask (each is asked: from
+    /// --approvals, else on the terminal, else declined), never (a read-only agent), or the path of an
+    /// approval policy file (each cause class starts at ask and runs on its own after K verified fixes in a
+    /// row; docs/agents.md).
+    #[arg(long, default_value = "auto", value_name = "auto|ask|never|POLICY")]
+    pub approve: String,
+    /// Answers to the asks, one per line (`yes` or `no`), in order.
+    #[arg(long, value_name = "FILE")]
+    pub approvals: Option<PathBuf>,
+    /// Append every call (time, tool, arguments, outcome, result size, what an act changed) to FILE as JSON
+    /// lines.
+    #[arg(long, value_name = "FILE")]
+    pub calls: Option<PathBuf>,
+    /// Serve one attempt of a drill as the session file written by `lab drill run --mcp-agent` says (the
+    /// lab, the level, the incident, the approval); the other flags are then ignored.
+    #[arg(long, value_name = "FILE")]
+    pub session: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EvidenceArg {
+    Pods,
     Metrics,
     Wiring,
     Changes,
@@ -655,6 +720,7 @@ impl EvidenceArg {
     pub fn level(self) -> lab_drills::agent::EvidenceLevel {
         use lab_drills::agent::EvidenceLevel as L;
         match self {
+            EvidenceArg::Pods => L::Pods,
             EvidenceArg::Metrics => L::Metrics,
             EvidenceArg::Wiring => L::Wiring,
             EvidenceArg::Changes => L::Changes,

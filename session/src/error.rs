@@ -33,6 +33,9 @@ pub enum SessionError {
     Demo(String),
     #[error("cannot keep the baseline")]
     SaveBaseline(#[source] serde_json::Error),
+    /// The MCP server cannot serve (another agent is connected, an approval that cannot be read).
+    #[error("{0}")]
+    Mcp(String),
     #[error("cannot encode the live snapshot")]
     Encode(#[source] serde_json::Error),
 }

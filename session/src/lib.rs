@@ -14,6 +14,7 @@ pub mod error;
 pub mod guard;
 pub mod lifecycle;
 pub mod live;
+pub mod mcp;
 pub mod watch;
 
 use std::sync::Arc;

@@ -190,7 +190,8 @@ impl<S: SnapshotSource> Session<'_, S> {
     ) -> (bool, String, Verdict) {
         let n = p.commands.len();
         for (i, c) in p.commands.iter().enumerate() {
-            let (approved, by) = agent.approval.decide(c, i + 1, n).await;
+            let d = agent.approval.decide(&c.line(), &c.reason, Some(&p.cause)).await;
+            let (approved, by) = (d.approved, d.by);
             let mut ran = RanCommand {
                 argv: c.argv.clone(),
                 approved,

@@ -384,15 +384,18 @@ async fn agents_that_fail_are_verdicts_and_change_nothing() {
     );
     let approvals = dirs[3].path().join("approvals");
     std::fs::write(&approvals, "no\n").unwrap();
-    let decline = Approval::from_file(&approvals).unwrap();
+    let decline = Approval {
+        mode: lab_agents::approval::Mode::Ask,
+        answers: lab_agents::approval::Answers::from_file(&approvals, 0).unwrap(),
+    };
     let look = plan(r#"{"argv":["lab","status"],"reason":"look first"}"#);
     let nothing = format!("{keep}{}", plan(""));
     let (not_json, crash, slow, declined, empty) = tokio::join!(
-        run_agent(dirs[0].path(), "echo restart rank 1", Approval::Auto),
-        run_agent(dirs[1].path(), "echo boom >&2; exit 3", Approval::Auto),
-        run_agent(dirs[2].path(), "sleep 30", Approval::Auto),
+        run_agent(dirs[0].path(), "echo restart rank 1", Approval::auto()),
+        run_agent(dirs[1].path(), "echo boom >&2; exit 3", Approval::auto()),
+        run_agent(dirs[2].path(), "sleep 30", Approval::auto()),
         run_agent(dirs[3].path(), &look, decline),
-        run_agent(dirs[4].path(), &nothing, Approval::Auto),
+        run_agent(dirs[4].path(), &nothing, Approval::auto()),
     );
     let first = |r: &DrillReport| r.remediations[0].agent.clone().unwrap();
     assert_eq!(not_json.verdict, Verdict::Fail, "{}", not_json.reason);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use lab_drills::agent::{AgentOptions, Approval, record};
+use lab_drills::agent::{AgentOptions, record};
 use lab_drills::engine::{Event, Observer};
 use lab_drills::report::Verdict;
 use lab_drills::spec_error::LoadError;
@@ -19,7 +19,7 @@ use crate::cli::{DrillCmd, DrillRunArgs};
 pub async fn run(name: &str, cmd: DrillCmd) -> anyhow::Result<ExitCode> {
     match cmd {
         DrillCmd::Validate { files } => Ok(validate(&files)),
-        DrillCmd::Run(a) => run_drills(name, a).await,
+        DrillCmd::Run(a) => run_drills(name, *a).await,
         DrillCmd::List => list(),
     }
 }
@@ -196,11 +196,7 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
     let drills = lab_session::drills::repeated(&drills, a.repeat);
     let agent = match &a.agent {
         Some(cmd) => {
-            let approval = match &a.approve {
-                None => Approval::Auto,
-                Some(p) if p.as_os_str() == "-" => Approval::terminal().map_err(anyhow::Error::msg)?,
-                Some(p) => Approval::from_file(p).map_err(anyhow::Error::msg)?,
-            };
+            let approval = lab_session::mcp::approval(name, &a.approve, a.approvals.as_deref(), 0)?;
             Some(AgentOptions {
                 command: cmd.clone(),
                 evidence: a.evidence.level(),

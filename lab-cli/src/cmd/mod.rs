@@ -9,6 +9,7 @@ mod fault;
 mod incident;
 mod job;
 mod lifecycle;
+mod mcp;
 mod remediate;
 mod replay;
 mod status;
@@ -50,6 +51,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Incident(a) => incident::incident(&name, a).await,
         Command::Demo(a) => demo::demo(&name, a).await,
         Command::Replay(a) => replay::replay(a).await,
+        Command::Mcp(a) => mcp::mcp(&name, a).await,
         Command::Watch => {
             let lab = lab_session::Lab::open(&name).await?;
             lab.serve_snapshots().await?;

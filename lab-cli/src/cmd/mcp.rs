@@ -1,0 +1,29 @@
+//! `lab mcp`: the lab as an MCP server on stdin/stdout, for one agent.
+
+use std::process::ExitCode;
+
+use lab_session::Lab;
+use lab_session::mcp::McpOptions;
+
+use crate::cli::McpArgs;
+
+pub async fn mcp(name: &str, a: McpArgs) -> anyhow::Result<ExitCode> {
+    let server = match &a.session {
+        Some(file) => {
+            let s = lab_drills::agent::mcp::McpSession::load(file).map_err(anyhow::Error::msg)?;
+            let lab = Lab::open(&s.lab).await?;
+            lab.mcp_session_server(&s)?
+        }
+        None => {
+            let lab = Lab::open(name).await?;
+            lab.mcp_server(&McpOptions {
+                evidence: a.evidence.level(),
+                approve: a.approve.clone(),
+                approvals: a.approvals.clone(),
+                calls: a.calls.clone(),
+            })?
+        }
+    };
+    server.serve_stdio().await.map_err(anyhow::Error::msg)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,298 @@
+//! `lab mcp`: the opened lab as an MCP server an agent connects to. The live source of the tools'
+//! evidence: the lab's latest snapshot made into a bundle (the same bundle `lab incident` prints), its
+//! processes, its logs and its series; an agent's act is the `lab` command it names, run by this same `lab`
+//! binary with its changes recorded on the agent's behalf. One agent at a time per lab: a second server on
+//! the same lab is refused while the first runs.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lab_drills::Bundle;
+use lab_drills::agent::EvidenceLevel;
+use lab_drills::agent::approval::{Answers, Approval, Mode};
+use lab_drills::agent::command::{self, CommandSpec, GroupSlot, LineSink};
+use lab_drills::agent::mcp::tools::QueryArgs;
+use lab_drills::agent::mcp::{Acted, CallLog, Evidence, McpSession, Server, Settings};
+use lab_drills::incident::FixBy;
+use lab_model::change::CHANGE_BY_ENV;
+use serde_json::Value;
+
+use crate::{Lab, Result, SessionError};
+
+/// The lock file a server holds on its lab while it runs.
+pub const LOCK_FILE: &str = "mcp.lock";
+
+/// How long one act (a `lab` command) may take.
+pub const ACT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// How `lab mcp` was asked to serve.
+#[derive(Debug, Clone)]
+pub struct McpOptions {
+    pub evidence: EvidenceLevel,
+    /// `auto`, `ask`, `never`, or an approval policy file.
+    pub approve: String,
+    pub approvals: Option<PathBuf>,
+    /// Where every call is written (JSON lines).
+    pub calls: Option<PathBuf>,
+}
+
+/// The live lab as the tools' evidence.
+pub struct LiveEvidence {
+    lab: Lab,
+    /// The incident as it opened: a drill's bundle file, else the lab as it was when the server started.
+    incident: tokio::sync::OnceCell<Value>,
+    incident_file: Option<PathBuf>,
+    change_by: String,
+    fixes: Vec<FixBy>,
+    normal: Option<f64>,
+    /// Kept open for the server's life: its lock says an agent is connected.
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+impl std::fmt::Debug for LiveEvidence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveEvidence")
+            .field("lab", &self.lab.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lab {
+    /// Takes the lab's MCP lock: one agent at a time.
+    ///
+    /// # Errors
+    /// [`SessionError::Mcp`] when another server holds it, or it cannot be made.
+    fn mcp_lock(&self) -> Result<nix::fcntl::Flock<std::fs::File>> {
+        let path = lab_runtime::state::lab_dir(self.name()).join(LOCK_FILE);
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| SessionError::Mcp(format!("cannot open {}: {e}", path.display())))?;
+        // flock: released by the kernel when this process ends, however it ends.
+        match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(held) => {
+                let _ = std::fs::write(&path, format!("lab mcp pid {}", std::process::id()));
+                Ok(held)
+            }
+            Err(_) => {
+                let who = std::fs::read_to_string(&path).unwrap_or_default();
+                Err(SessionError::Mcp(format!(
+                    "another agent is connected to lab {:?} ({}): one agent at a time; stop it first",
+                    self.name(),
+                    who.trim()
+                )))
+            }
+        }
+    }
+
+    /// The lab's MCP server as `lab mcp` runs it standalone.
+    ///
+    /// # Errors
+    /// When another agent is connected, or the approval cannot be read.
+    pub fn mcp_server(&self, o: &McpOptions) -> Result<Server<LiveEvidence>> {
+        let approval = approval(self.name(), &o.approve, o.approvals.as_deref(), 0)?;
+        let evidence = LiveEvidence {
+            lab: self.clone(),
+            incident: tokio::sync::OnceCell::new(),
+            incident_file: None,
+            change_by: "agent 1".into(),
+            fixes: Vec::new(),
+            normal: None,
+            _lock: self.mcp_lock()?,
+        };
+        Ok(Server::new(
+            evidence,
+            Settings {
+                name: self.name().to_string(),
+                level: o.evidence,
+                approval,
+                log: Arc::new(CallLog::new(o.calls.clone())),
+            },
+        ))
+    }
+
+    /// The lab's MCP server for one attempt of a drill, as its session file says.
+    ///
+    /// # Errors
+    /// When another agent is connected, or the approval cannot be read.
+    pub fn mcp_session_server(&self, s: &McpSession) -> Result<Server<LiveEvidence>> {
+        let approval = approval(self.name(), &s.approve, s.approvals.as_deref(), s.approvals_used)?;
+        let evidence = LiveEvidence {
+            lab: self.clone(),
+            incident: tokio::sync::OnceCell::new(),
+            incident_file: Some(s.incident.clone()),
+            change_by: s.change_by.clone(),
+            fixes: s.fixes.clone(),
+            normal: s.normal_samples_per_s,
+            _lock: self.mcp_lock()?,
+        };
+        Ok(Server::new(
+            evidence,
+            Settings {
+                name: self.name().to_string(),
+                level: s.evidence,
+                approval,
+                log: Arc::new(CallLog::new(Some(s.calls.clone()))),
+            },
+        ))
+    }
+}
+
+/// Where the lab keeps its earned-autonomy record.
+pub fn approval_state_path(name: &str) -> PathBuf {
+    lab_runtime::state::lab_dir(name).join("approval-state.json")
+}
+
+/// The approval `approve` names (`auto`, `ask`, `never`, or a policy file whose record is kept in lab
+/// `name`'s folder), with the asks answered from `answers` (its first `used` lines taken) or the terminal.
+///
+/// # Errors
+/// [`SessionError::Mcp`] naming what cannot be read.
+pub fn approval(
+    name: &str,
+    approve: &str,
+    answers: Option<&std::path::Path>,
+    used: usize,
+) -> Result<Approval> {
+    let mode = Mode::parse(approve, &approval_state_path(name)).map_err(SessionError::Mcp)?;
+    let answers = match answers {
+        Some(p) => Answers::from_file(p, used).map_err(SessionError::Mcp)?,
+        None => Answers::terminal_if_any(),
+    };
+    Ok(Approval { mode, answers })
+}
+
+impl LiveEvidence {
+    async fn bundle_now(&self) -> std::result::Result<Value, String> {
+        let now = lab_model::clock::now_ms();
+        let snap = match crate::live::read_fresh(self.lab.name(), now) {
+            Some(s) => s,
+            None => self.lab.snapshot(Duration::from_secs(2)).await,
+        };
+        let mut bundle = Bundle::from_snapshot(&snap);
+        if snap.database.is_some()
+            && let Ok(d) = self.lab.runtime().database().await
+        {
+            bundle.set_database(&d);
+        }
+        let series: Vec<(u64, f64)> =
+            lab_drills::history::Recent::read(&crate::live::history_path(self.lab.name()))
+                .points()
+                .filter_map(|p| Some((p.at_ms, p.samples_per_s?)))
+                .collect();
+        bundle.annotate_changes(
+            &self.fixes,
+            &series,
+            self.normal.or(snap.training.baseline.map(|b| b.samples_per_s)),
+        );
+        serde_json::to_value(&bundle).map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait]
+impl Evidence for LiveEvidence {
+    async fn now(&self) -> std::result::Result<Value, String> {
+        self.bundle_now().await
+    }
+
+    async fn incident(&self) -> std::result::Result<Value, String> {
+        self.incident
+            .get_or_try_init(|| async {
+                match &self.incident_file {
+                    Some(p) => {
+                        let bytes =
+                            std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+                        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", p.display()))
+                    }
+                    None => {
+                        let mut b = self.bundle_now().await?;
+                        b["previous_attempts"] = Value::Array(vec![]);
+                        Ok(b)
+                    }
+                }
+            })
+            .await
+            .cloned()
+    }
+
+    async fn query(&self, _q: &QueryArgs) -> std::result::Result<Value, String> {
+        Err("this lab answers no queries yet".into())
+    }
+
+    fn answers(&self, tool: &str) -> bool {
+        !matches!(tool, "query" | "logs")
+    }
+
+    async fn processes(&self, rank: u32) -> std::result::Result<Value, String> {
+        let procs = self
+            .lab
+            .runtime()
+            .rank_processes(rank)
+            .await
+            .map_err(|e| lab_model::format::error_chain(&e))?;
+        Ok(serde_json::json!({"rank": lab_model::names::rank(rank), "processes": procs}))
+    }
+
+    async fn logs(&self, _component: &str, _lines: u32) -> std::result::Result<Value, String> {
+        Err("this lab keeps no logs to read yet".into())
+    }
+
+    async fn act(&self, argv: &[String]) -> std::result::Result<Acted, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the lab binary: {e}"))?;
+        let mut full = vec![exe.display().to_string()];
+        full.extend(argv.iter().skip(1).cloned());
+        let spec = CommandSpec {
+            command: argv.join(" "),
+            timeout: ACT_TIMEOUT,
+            env: vec![
+                ("LAB_NAME".into(), self.lab.name().to_string()),
+                (
+                    "LAB_STATE_DIR".into(),
+                    lab_runtime::state::base_dir().display().to_string(),
+                ),
+                (CHANGE_BY_ENV.into(), self.change_by.clone()),
+            ],
+            path_first: exe.parent().map(PathBuf::from),
+        };
+        let group: GroupSlot = Arc::default();
+        let quiet: LineSink = Arc::new(|_: &str, _| {});
+        let from = lab_model::clock::now_ms();
+        let out = command::run_argv(&full, &spec, quiet, &group)
+            .await
+            .map_err(|e| lab_model::format::error_chain(&e))?;
+        let to = lab_model::clock::now_ms();
+        let (changes, touched) = match self.lab.ledger().read() {
+            Ok(d) => {
+                let ours: Vec<&lab_model::ChangeRecord> = d
+                    .changes
+                    .iter()
+                    .filter(|c| {
+                        c.at_ms >= from && c.at_ms <= to && c.by.as_deref() == Some(self.change_by.as_str())
+                    })
+                    .collect();
+                let mut touched: Vec<String> = ours.iter().map(|c| c.target.clone()).collect();
+                touched.sort();
+                touched.dedup();
+                (ours.iter().map(|c| c.line()).collect(), touched)
+            }
+            Err(_) => (Vec::new(), Vec::new()),
+        };
+        Ok(Acted {
+            exit_code: if out.timed_out { None } else { out.exit_code },
+            stdout: out.stdout,
+            stderr: if out.timed_out {
+                format!("{}\nstopped after {} s", out.stderr, ACT_TIMEOUT.as_secs())
+            } else {
+                out.stderr
+            },
+            changes,
+            touched,
+            judged: None,
+        })
+    }
+}
