@@ -29,7 +29,8 @@ impl Incident {
     /// What live verification said of these commands: fixed, failed, or unknown (never tried, or tried
     /// with both outcomes).
     pub fn outcome_of(&self, commands: &[Vec<String>]) -> (Mitigation, String) {
-        match self.known.get(commands) {
+        let commands = effective(commands);
+        match self.known.get(&commands) {
             None => (Mitigation::Unknown, "never verified live".into()),
             Some((f, 0)) => (
                 Mitigation::Fixed,
@@ -90,7 +91,7 @@ pub fn load(dir: &Path) -> Result<Vec<Incident>, String> {
         });
         inc.runs += 1;
         for t in run.tried {
-            let e = inc.known.entry(t.commands).or_insert((0, 0));
+            let e = inc.known.entry(effective(&t.commands)).or_insert((0, 0));
             match t.outcome {
                 Mitigation::Fixed => e.0 += 1,
                 _ => e.1 += 1,
@@ -101,6 +102,25 @@ pub fn load(dir: &Path) -> Result<Vec<Incident>, String> {
         return Err(format!("{} holds no recorded incident", dir.display()));
     }
     Ok(by_drill.into_values().collect())
+}
+
+/// The commands that change the lab, in order: a checkpoint saves the run and changes nothing of the job,
+/// and a read (`lab status`, `lab rank procs`, ...) changes nothing at all, so neither tells a fix from a trap.
+pub fn effective(commands: &[Vec<String>]) -> Vec<Vec<String>> {
+    commands
+        .iter()
+        .filter(|c| !changes_nothing(c))
+        .cloned()
+        .collect()
+}
+
+/// Whether `argv` is a `lab` command that changes nothing of the job: a checkpoint, or a read.
+pub fn changes_nothing(argv: &[String]) -> bool {
+    let rest: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
+    matches!(
+        rest.as_slice(),
+        ["checkpoint", ..] | ["status", ..] | ["rank", "procs", ..] | ["job", "list", ..] | ["db", "status", ..]
+    ) || matches!(rest.as_slice(), ["rank", "env", _]) || matches!(rest.as_slice(), ["rank", "env", _, "--json"])
 }
 
 /// One incident replayed.

@@ -105,20 +105,50 @@ pub fn score(
     plan_at_s: Option<f64>,
     mitigated_at_s: Option<f64>,
 ) -> Score {
-    let blamed: BTreeSet<&str> = plan.blame.iter().map(String::as_str).collect();
+    score_conclusion(
+        &Conclusion {
+            anomaly: plan.anomaly,
+            blame: plan.blame.clone(),
+            cause: plan.cause.clone(),
+        },
+        truth,
+        mitigation,
+        plan_at_s,
+        mitigated_at_s,
+    )
+}
+
+/// What an agent concluded, however it said it: a plan's head, or an interactive agent's diagnosis (and
+/// what it acted on).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conclusion {
+    pub anomaly: bool,
+    pub blame: Vec<String>,
+    pub cause: String,
+}
+
+/// Scores a conclusion against `truth`.
+pub fn score_conclusion(
+    c: &Conclusion,
+    truth: &Truth,
+    mitigation: Mitigation,
+    plan_at_s: Option<f64>,
+    mitigated_at_s: Option<f64>,
+) -> Score {
+    let blamed: BTreeSet<&str> = c.blame.iter().map(String::as_str).collect();
     let real: BTreeSet<&str> = truth.components.iter().map(String::as_str).collect();
     let hit = blamed.intersection(&real).count() as f64;
     let round = |v: f64| (v * 1000.0).round() / 1000.0;
     Score {
-        detection: plan.anomaly == truth.anomaly,
+        detection: c.anomaly == truth.anomaly,
         precision: (!blamed.is_empty()).then(|| round(hit / blamed.len() as f64)),
         recall: if real.is_empty() {
             1.0
         } else {
             round(hit / real.len() as f64)
         },
-        cause: plan.cause == truth.cause,
-        cause_named: plan.cause.clone(),
+        cause: c.cause == truth.cause,
+        cause_named: c.cause.clone(),
         cause_expected: truth.cause.clone(),
         mitigation,
         plan_at_s,

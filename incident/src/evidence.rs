@@ -1,5 +1,5 @@
 //! Evidence levels: how much of the incident bundle an agent gets to read. Each level adds to the one
-//! before it: `pods` (pod health alone — phase, Ready, restarts and their reasons: the seed's starting
+//! before it (pod health is at every level): `pods` (pod health alone — phase, Ready, restarts and their reasons: the seed's starting
 //! point, where a stalled job looks healthy), `metrics` (+ the golden signals, per-dependency latency and each rank's own figures),
 //! `wiring` (+ the pods with their containers and resources against the template, and the rank → server
 //! edges), `changes` (+ the change log), `full` (+ the lab's one-line latency summary). What was tried
@@ -76,6 +76,13 @@ pub fn limit(bundle: &Value, level: EvidenceLevel) -> Value {
         remove(&mut b, "changes");
     }
     if level < EvidenceLevel::Wiring {
+        // Pod health is at every level; the pods' containers and resources are wiring.
+        if let Some(pods) = b.get("wiring").and_then(|w| w.get("pods")) {
+            let health = pod_health(Some(pods));
+            if let Some(o) = b.as_object_mut() {
+                o.insert("pods".into(), health);
+            }
+        }
         remove(&mut b, "wiring");
         // The database's desired state (its template, the versions its pods were made from, the primary's
         // settings) is wiring too; the writer's signals stay.
@@ -116,25 +123,28 @@ const POD_HEALTH: [&str; 8] = [
     "name", "role", "phase", "ready", "restarts", "reason", "message", "node",
 ];
 
+/// Each pod's health alone, from the wiring's pod rows.
+fn pod_health(pods: Option<&Value>) -> Value {
+    let list = pods.and_then(Value::as_array).map_or_else(Vec::new, |ps| {
+        ps.iter()
+            .map(|p| {
+                let mut o = serde_json::Map::new();
+                for k in POD_HEALTH {
+                    if let Some(v) = p.get(k) {
+                        o.insert(k.into(), v.clone());
+                    }
+                }
+                Value::Object(o)
+            })
+            .collect()
+    });
+    Value::Array(list)
+}
+
 /// The bundle as pod health alone shows it: the pods (and the database's) with their phase, Ready,
 /// restarts and reasons, the one-line Kubernetes view, and what was tried before.
 fn pods_only(b: &mut Value) {
-    let health = |pods: Option<&Value>| -> Value {
-        let list = pods.and_then(Value::as_array).map_or_else(Vec::new, |ps| {
-            ps.iter()
-                .map(|p| {
-                    let mut o = serde_json::Map::new();
-                    for k in POD_HEALTH {
-                        if let Some(v) = p.get(k) {
-                            o.insert(k.into(), v.clone());
-                        }
-                    }
-                    Value::Object(o)
-                })
-                .collect()
-        });
-        Value::Array(list)
-    };
+    let health = pod_health;
     let pods = health(b.get("wiring").and_then(|w| w.get("pods")));
     let db_pods = b
         .get("database")
@@ -205,6 +215,7 @@ mod tests {
         for gone in ["latency_summary", "changes", "wiring"] {
             assert!(m.get(gone).is_none(), "{gone} at metrics");
         }
+        assert!(m["pods"].is_array(), "pod health is at every level");
         assert!(m["dependencies"][0].get("readers").is_none());
         assert_eq!(m["dependencies"][0]["p50_ms"], 400.0);
         assert!(m["training"]["ranks"][0].get("reads_from").is_none());

@@ -261,6 +261,8 @@ mod tests {
             remediations: vec![],
             cleanup: CleanupReport::default(),
             timeline: vec![],
+            agent: None,
+            idle_accelerator_s: None,
             full_bundles: vec![],
         }
     }
@@ -410,6 +412,7 @@ time to detect 8.0 s, to mitigate -, back to baseline -, steps lost 0
             stdout: String::new(),
             stderr: String::new(),
             changes: vec![],
+            mcp: None,
             agent: Some(AgentReport {
                 agent: "agent".into(),
                 evidence: EvidenceLevel::Wiring,

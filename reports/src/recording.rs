@@ -118,6 +118,7 @@ mod tests {
             stdout: String::new(),
             stderr: String::new(),
             changes: vec![],
+            mcp: None,
             agent: Some(AgentReport {
                 agent: "agent".into(),
                 evidence: EvidenceLevel::Full,

@@ -157,6 +157,9 @@ pub struct RemediationReport {
     /// With `--agent`: the plan, what was approved and run, and its score.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<lab_agents::AgentReport>,
+    /// With `--mcp-agent`: the attempt, every call the agent made, what it concluded, and its score.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<lab_agents::mcp::McpAttempt>,
 }
 
 /// The drill's own cleanup: what it cleared, and whether the lab came back to steady state after it.
@@ -195,6 +198,51 @@ pub struct Point {
     pub world_size: Option<u32>,
 }
 
+/// An agent's whole incident, scored: what it found, whether its fix held, what it cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentSummary {
+    /// `plan` (`--agent`) or `mcp` (`--mcp-agent`).
+    pub protocol: String,
+    pub agent: String,
+    pub evidence: lab_agents::EvidenceLevel,
+    /// It saw an anomaly.
+    pub detected: bool,
+    /// It blamed (or acted on) the components really at fault, and only those, in its last attempt.
+    pub localized: bool,
+    /// It named the cause class of what was injected, in its last attempt.
+    pub cause: bool,
+    /// Its fix held: verified on the job's own signals.
+    pub mitigated: bool,
+    /// Tries it took (each after a failed verification).
+    pub attempts: u32,
+    /// Seconds from the incident's opening (detection) to the verified fix.
+    pub incident_to_fix_s: Option<f64>,
+    /// Calls it made (MCP), or commands it proposed (plans).
+    pub tool_calls: usize,
+    /// Acts declined by the approval, and calls refused as wrong.
+    pub declined: usize,
+    pub refused: usize,
+    /// Approved acts that changed only parts that were not at fault.
+    pub harmful: Vec<String>,
+}
+
+/// Accelerator-seconds idle over `timeline` from `from_s` to `to_s` (seconds from the drill's start): each
+/// point's `ranks` × (1 − its share of the baseline's throughput), over the time to the next point. A point
+/// with no throughput (no rank reports) counts as all idle.
+pub fn idle_accelerator_s(timeline: &[Point], from_s: f64, to_s: f64, ranks: usize) -> f64 {
+    let mut total = 0.0;
+    for w in timeline.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        let (lo, hi) = (a.t_s.max(from_s), b.t_s.min(to_s));
+        if hi <= lo {
+            continue;
+        }
+        let share = a.pct.map_or(0.0, |p| (p / 100.0).clamp(0.0, 1.0));
+        total += ranks as f64 * (1.0 - share) * (hi - lo);
+    }
+    (total * 10.0).round() / 10.0
+}
+
 /// The report of one drill.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DrillReport {
@@ -223,6 +271,12 @@ pub struct DrillReport {
     pub remediations: Vec<RemediationReport>,
     pub cleanup: CleanupReport,
     pub timeline: Vec<Point>,
+    /// With an agent (`--agent` or `--mcp-agent`): what it did over the whole incident, scored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentSummary>,
+    /// The cost of the slowness: accelerator-seconds the job's ranks sat idle (their share of the
+    /// baseline's throughput not reached) from the fault to the verified fix (or the end of the drill).
+    pub idle_accelerator_s: Option<f64>,
     /// Every incident bundle handed out, whole, for `--record` (not in the JSON report: the bundles' files
     /// are, cut to the evidence level).
     #[serde(skip)]
@@ -263,6 +317,8 @@ impl DrillReport {
             remediations: Vec::new(),
             cleanup: CleanupReport::default(),
             timeline: Vec::new(),
+            agent: None,
+            idle_accelerator_s: None,
             full_bundles: Vec::new(),
         }
     }
@@ -375,6 +431,8 @@ pub struct RunReport {
     pub stats: Vec<DrillStats>,
     /// Every run of every drill, in the order they ran.
     pub drills: Vec<DrillReport>,
+    /// The drills' idle accelerator-seconds, added up.
+    pub idle_accelerator_s: f64,
 }
 
 /// The report format's identifier.
@@ -392,6 +450,7 @@ impl RunReport {
             passed: !drills.is_empty() && drills.iter().all(|d| d.verdict == Verdict::Pass),
             repeat: stats.iter().map(|s| s.runs as u32).max().unwrap_or(1),
             stats,
+            idle_accelerator_s: (drills.iter().filter_map(|d| d.idle_accelerator_s).sum::<f64>() * 10.0).round() / 10.0,
             drills,
         }
     }

@@ -48,6 +48,9 @@ impl Lab {
                 .ok()
                 .and_then(|p| p.parent().map(PathBuf::from)),
             agent: None,
+            mcp_agent: None,
+            attempts: 1,
+            approval_state: Some(crate::mcp::approval_state_path(&self.name)),
         }
     }
 

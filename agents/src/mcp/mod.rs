@@ -6,12 +6,14 @@
 //! over a source of [`server::Evidence`] (a live lab in `lab_session`, a recording in [`replay`]), and
 //! [`calls`] the trajectory every call is written to.
 
+pub mod attempt;
 pub mod calls;
 pub mod server;
 pub mod session;
 pub mod tools;
 pub mod wire;
 
+pub use attempt::{McpAgentOptions, McpAttempt};
 pub use calls::{CallLog, ToolCall};
 pub use server::{Acted, Evidence, Server, Settings};
 pub use session::McpSession;

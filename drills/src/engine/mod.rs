@@ -13,6 +13,7 @@
 mod evidence;
 mod fit;
 mod guard;
+mod interactive;
 mod observe;
 mod propose;
 mod remediate;
@@ -32,6 +33,7 @@ use tracing::Instrument as _;
 pub use self::evidence::evidence;
 pub use self::fit::unsuitable;
 pub use self::guard::Guard;
+pub use self::interactive::{ATTEMPT_ENV, CONFIG_ENV, SERVER_ENV, SERVER_NAME};
 pub use self::observe::{Event, Flow, Observer, Silent};
 pub use self::session::Session;
 pub use self::source::{SnapshotSource, Ticking};
@@ -62,6 +64,20 @@ pub struct Options {
     pub command_path: Option<PathBuf>,
     /// Ask this agent for a plan at each remediation instead of running a command (`--agent`).
     pub agent: Option<lab_agents::AgentOptions>,
+    /// Let this agent investigate and act through the lab's MCP server at each remediation (`--mcp-agent`).
+    pub mcp_agent: Option<lab_agents::mcp::McpAgentOptions>,
+    /// How many tries an agent gets at each incident (0 and 1: one); after a failed verification it is
+    /// asked again with the failure as context.
+    pub attempts: u32,
+    /// Where the lab keeps its record of verified fixes per cause class (earned autonomy).
+    pub approval_state: Option<PathBuf>,
+}
+
+impl Options {
+    /// Whether an agent (a planner or an interactive one) remediates.
+    pub fn has_agent(&self) -> bool {
+        self.agent.is_some() || self.mcp_agent.is_some()
+    }
 }
 
 impl Options {
@@ -134,13 +150,28 @@ pub async fn run_drill<S: SnapshotSource>(
             .await;
         if base.ok && observer.after_step(&base, s.last_snapshot()) == Flow::Continue {
             let mut i = 0;
+            // The remediate step of the incident in hand, and how many tries it has had: an agent gets
+            // `attempts` of them, each verified, each after the first told how the one before failed.
+            let mut fix_at: Option<usize> = None;
+            let mut tries = 0;
             while let Some(step) = drill.steps.get(i) {
                 let step_span = tracing::info_span!("step", drill = %drill.name, step = step.key());
                 let r = match step {
-                    Step::Inject(f) => s.inject(f.clone()).instrument(step_span).await,
+                    Step::Inject(f) => {
+                        tries = 0;
+                        s.inject(f.clone()).instrument(step_span).await
+                    }
                     Step::Expect(e) => s.expect(e).instrument(step_span).await,
-                    Step::Remediate(r) => s.remediate(r).instrument(step_span).await,
-                    Step::Verify(v) => s.verify(v).instrument(step_span).await,
+                    Step::Remediate(r) => {
+                        fix_at = Some(i);
+                        tries += 1;
+                        s.remediate(r).instrument(step_span).await
+                    }
+                    Step::Verify(v) => {
+                        let r = s.verify(v).instrument(step_span).await;
+                        s.record_verification(r.ok);
+                        r
+                    }
                 };
                 i += 1;
                 if observer.after_step(&r, s.last_snapshot()) == Flow::Stop {
@@ -148,14 +179,19 @@ pub async fn run_drill<S: SnapshotSource>(
                 }
                 if !r.ok {
                     // A verification that fails sends the incident back when the drill has a further
-                    // remediation of the same incident, as the seed's pipeline did; the last verification
-                    // decides. A remediation after a further injection belongs to the next incident: a
-                    // chained drill whose first fix failed stops there.
+                    // remediation of the same incident, as the seed's pipeline did, or when an agent has
+                    // tries left; the last verification decides. A remediation after a further injection
+                    // belongs to the next incident: a chained drill whose first fix failed stops there.
                     let next_fix = next_fix_of_this_incident(&drill.steps[i..]);
-                    match (step, next_fix) {
-                        (Step::Verify(_), Some(j)) => {
+                    let again = options.has_agent() && tries < options.attempts.max(1);
+                    match (step, next_fix, fix_at) {
+                        (Step::Verify(_), Some(j), _) => {
                             s.retry();
                             i += j;
+                        }
+                        (Step::Verify(_), None, Some(at)) if again => {
+                            s.retry();
+                            i = at;
                         }
                         _ => break,
                     }

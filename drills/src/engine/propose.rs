@@ -151,6 +151,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             stderr,
             changes,
             agent: Some(report),
+            mcp: None,
         });
         self.finish(StepName::Remediate, started, ok, summary, ev, verdict)
     }

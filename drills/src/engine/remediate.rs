@@ -68,6 +68,11 @@ impl<S: SnapshotSource> Session<'_, S> {
             .or_else(|| self.options.remediate.clone())
             .or_else(|| spec.command.clone());
         let what = command.clone().unwrap_or_else(|| "the lab's own clear".into());
+        if let Some(agent) = self.options.mcp_agent.clone() {
+            return self
+                .remediate_with_mcp_agent(&agent, spec.checkpoint_before_fix)
+                .await;
+        }
         if let Some(agent) = self.options.agent.clone() {
             return self
                 .remediate_with_agent(&agent, spec.checkpoint_before_fix)
@@ -100,6 +105,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             stderr: String::new(),
             changes: Vec::new(),
             agent: None,
+            mcp: None,
         };
         let (ok, summary) = match command {
             Some(cmd) => {
@@ -289,6 +295,28 @@ impl<S: SnapshotSource> Session<'_, S> {
             .unwrap_or_default()
     }
 
+    /// After a verification, adds its word to the lab's record of verified fixes per cause class (earned
+    /// autonomy): the class the agent of the last remediation named, verified or not.
+    pub fn record_verification(&mut self, verified: bool) {
+        let Some(path) = self.options.approval_state.clone() else {
+            return;
+        };
+        let Some(r) = self.remediations.last() else { return };
+        let class = match (r.agent.as_ref().and_then(|a| a.plan.as_ref()), r.mcp.as_ref()) {
+            (Some(p), _) => Some(p.cause.clone()),
+            (None, Some(m)) => Some(m.conclusion().cause),
+            (None, None) => None,
+        };
+        let Some(class) = class.filter(|c| lab_agents::plan::CAUSES.contains(&c.as_str())) else {
+            return;
+        };
+        let mut state = lab_agents::approval::EarnedState::load(&path).unwrap_or_default();
+        state.record(&class, verified, &lab_model::clock::rfc3339(now_ms()));
+        if let Err(e) = state.save(&path) {
+            tracing::warn!("cannot keep the record of verified fixes: {e}");
+        }
+    }
+
     /// After a failed verification, lets a further remediation try again: the failure stays in the steps
     /// and the evidence, the next bundle says what was tried and how it failed (`previous_attempts`), and
     /// the next verification decides the verdict.
@@ -300,9 +328,10 @@ impl<S: SnapshotSource> Session<'_, S> {
                 .push(format!("an earlier remediation did not hold: {}", f.reason));
             let tried = self.remediations.last();
             let commands: Vec<String> = match tried {
-                Some(r) => match r.agent.as_ref().and_then(|a| a.plan.as_ref()) {
-                    Some(p) => p.commands.iter().map(lab_agents::PlanCommand::line).collect(),
-                    None => vec![r.command.clone().unwrap_or_else(|| "the lab's own clear".into())],
+                Some(r) => match (r.agent.as_ref().and_then(|a| a.plan.as_ref()), r.mcp.as_ref()) {
+                    (Some(p), _) => p.commands.iter().map(lab_agents::PlanCommand::line).collect(),
+                    (None, Some(m)) => m.acts().filter(|a| a.approved).map(|a| a.argv.join(" ")).collect(),
+                    (None, None) => vec![r.command.clone().unwrap_or_else(|| "the lab's own clear".into())],
                 },
                 None => vec![],
             };

@@ -26,6 +26,8 @@ pub struct Session<'a, S: SnapshotSource> {
     pub(super) buffer: VecDeque<Snapshot>,
     pub(super) last: Option<Snapshot>,
     pub(super) baseline: Option<PreFault>,
+    /// The job's ranks when its baseline was measured: the accelerators a slowdown leaves idle.
+    pub(super) baseline_ranks: Option<usize>,
     pub(super) steps: Vec<StepReport>,
     pub(super) remediations: Vec<RemediationReport>,
     pub(super) timeline: Vec<Point>,
@@ -88,6 +90,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             buffer: VecDeque::new(),
             last: None,
             baseline: None,
+            baseline_ranks: None,
             steps: Vec::new(),
             remediations: Vec::new(),
             timeline: Vec::new(),
@@ -277,7 +280,17 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         };
         let mut remediations = self.remediations;
         let held = fixes_held(&self.steps);
-        score_plans(&mut remediations, &held, figures.time_to_baseline_s);
+        score_plans(&mut remediations, &held, figures.time_to_baseline_s, inject);
+        let agent = summarize(&remediations, &held, &figures);
+        let ranks = self.baseline_ranks.unwrap_or(0);
+        let started_ms = self.started_ms;
+        let idle = inject.map(|i| {
+            let from = i.saturating_sub(started_ms) as f64 / 1000.0;
+            let to = figures
+                .time_to_baseline_s
+                .map_or(f64::INFINITY, |b| from + b);
+            lab_reports::report::idle_accelerator_s(&self.timeline, from, to, ranks)
+        });
         let runtime = self.last.as_ref().map_or_else(
             || self.lab.runtime.kind().to_string(),
             |s| s.status.runtime.to_string(),
@@ -302,6 +315,8 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             remediations,
             cleanup: self.cleanup,
             timeline: self.timeline,
+            agent,
+            idle_accelerator_s: idle,
             full_bundles: self.full_bundles,
         }
     }
@@ -325,22 +340,132 @@ pub(super) fn fixes_held(steps: &[StepReport]) -> Vec<bool> {
     held
 }
 
-/// Scores each agent's plan once the verifications are known: a plan that ran is fixed when the
-/// verification of its remediation passed (in a chained drill, each fault's own), else it failed.
-fn score_plans(remediations: &mut [RemediationReport], held: &[bool], back_s: Option<f64>) {
-    use lab_agents::{Mitigation, PlanOutcome, score::score};
+/// Scores each agent's plan (and each interactive agent's attempt) once the verifications are known: one
+/// that ran is fixed when the verification of its remediation passed (in a chained drill, each fault's own),
+/// else it failed.
+fn score_plans(remediations: &mut [RemediationReport], held: &[bool], back_s: Option<f64>, inject: Option<u64>) {
+    use lab_agents::score::{score, score_conclusion};
+    use lab_agents::{Mitigation, PlanOutcome};
     for (i, r) in remediations.iter_mut().enumerate() {
-        let Some(a) = r.agent.as_mut() else { continue };
-        let (Some(plan), Some(truth)) = (a.plan.as_ref(), a.truth.as_ref()) else {
-            continue;
-        };
-        let m = match a.outcome {
-            PlanOutcome::Ran if held.get(i).copied().unwrap_or(false) => Mitigation::Fixed,
-            PlanOutcome::Ran => Mitigation::Failed,
-            _ => Mitigation::NotRun,
-        };
-        a.score = Some(score(plan, truth, m, a.plan_at_s, back_s));
+        let fixed = held.get(i).copied().unwrap_or(false);
+        if let Some(a) = r.agent.as_mut()
+            && let (Some(plan), Some(truth)) = (a.plan.as_ref(), a.truth.as_ref())
+        {
+            let m = match a.outcome {
+                PlanOutcome::Ran if fixed => Mitigation::Fixed,
+                PlanOutcome::Ran => Mitigation::Failed,
+                _ => Mitigation::NotRun,
+            };
+            a.score = Some(score(plan, truth, m, a.plan_at_s, back_s));
+        }
+        if let Some(m) = r.mcp.as_mut()
+            && let Some(truth) = m.truth.clone()
+        {
+            let ran = m.acts().any(|a| a.approved);
+            let mitigation = match (ran, fixed) {
+                (_, true) => Mitigation::Fixed,
+                (true, false) => Mitigation::Failed,
+                (false, false) => Mitigation::NotRun,
+            };
+            // When it knew: its diagnosis, else its first act.
+            let known = m
+                .calls
+                .iter()
+                .find(|c| c.tool == "diagnose" || c.act.is_some())
+                .map(|c| c.at_ms);
+            let at = known
+                .zip(inject)
+                .map(|(k, i)| k.saturating_sub(i) as f64 / 1000.0);
+            m.score = Some(score_conclusion(&m.conclusion(), &truth, mitigation, at, back_s));
+        }
     }
+}
+
+/// The agent's whole incident in one line of figures, from its remediations (the last one decides).
+fn summarize(
+    remediations: &[RemediationReport],
+    held: &[bool],
+    figures: &Figures,
+) -> Option<lab_reports::report::AgentSummary> {
+    let with_agent: Vec<(usize, &RemediationReport)> = remediations
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.agent.is_some() || r.mcp.is_some())
+        .collect();
+    let (last_i, last) = *with_agent.last()?;
+    let mitigated = held.get(last_i).copied().unwrap_or(false);
+    let incident_to_fix_s = match (mitigated, figures.time_to_baseline_s, figures.time_to_detect_s) {
+        (true, Some(b), Some(d)) => Some(((b - d).max(0.0) * 10.0).round() / 10.0),
+        _ => None,
+    };
+    let mut s = lab_reports::report::AgentSummary {
+        protocol: String::new(),
+        agent: last.command.clone().unwrap_or_default(),
+        evidence: lab_agents::EvidenceLevel::Full,
+        detected: false,
+        localized: false,
+        cause: false,
+        mitigated,
+        attempts: with_agent.len() as u32,
+        incident_to_fix_s,
+        tool_calls: 0,
+        declined: 0,
+        refused: 0,
+        harmful: Vec::new(),
+    };
+    for (_, r) in &with_agent {
+        if let Some(a) = &r.agent {
+            s.protocol = "plan".into();
+            s.evidence = a.evidence;
+            s.tool_calls += a.plan.as_ref().map_or(0, |p| p.commands.len());
+            s.declined += a.commands.iter().filter(|c| !c.approved).count();
+            s.refused += usize::from(a.outcome == lab_agents::PlanOutcome::Refused);
+            if let (Some(p), Some(t)) = (&a.plan, &a.truth) {
+                s.harmful.extend(
+                    a.commands
+                        .iter()
+                        .filter(|c| c.approved && c.exit_code == Some(0))
+                        .filter(|c| touches_only_healthy(&c.argv, t))
+                        .map(|c| c.argv.join(" ")),
+                );
+                let _ = p;
+            }
+            if let Some(sc) = &a.score {
+                s.detected = sc.detection;
+                s.localized = sc.precision == Some(1.0) && sc.recall == 1.0;
+                s.cause = sc.cause;
+            }
+        }
+        if let Some(m) = &r.mcp {
+            s.protocol = "mcp".into();
+            s.evidence = m.evidence;
+            s.tool_calls += m.calls.len();
+            s.declined += m.declined();
+            s.refused += m.refused();
+            if let Some(t) = &m.truth {
+                s.harmful.extend(m.harmful(t));
+            }
+            if let Some(sc) = &m.score {
+                s.detected = sc.detection;
+                s.localized = sc.precision == Some(1.0) && sc.recall == 1.0;
+                s.cause = sc.cause;
+            }
+        }
+    }
+    Some(s)
+}
+
+/// Whether a plan's command names a component that was not at fault and none that was (`lab restart rank 2`
+/// when storage-1 was slow): read from its arguments, as a plan's commands carry no change records of
+/// their own.
+fn touches_only_healthy(argv: &[String], truth: &lab_agents::Truth) -> bool {
+    let named: Vec<String> = match argv.iter().skip(1).map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["restart", "rank", n, ..] | ["resize", "rank", n, ..] | ["rank", "stop", n, ..] => vec![format!("rank-{n}")],
+        ["storage", "drain", n, ..] => vec![format!("storage-{n}")],
+        ["db", "delete-pod", p, ..] => vec![(*p).to_string()],
+        _ => Vec::new(),
+    };
+    !named.is_empty() && !named.iter().any(|n| truth.components.contains(n))
 }
 
 fn median(v: &[f64]) -> Option<f64> {

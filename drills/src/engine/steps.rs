@@ -93,6 +93,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             match steady.push(&s) {
                 Outcome::Done(b) => {
                     self.baseline = Some(b);
+                    self.baseline_ranks = self.last.as_ref().map(|s| s.status.ranks_ready().1);
                     self.source.rebase(&b);
                     let learned = b.learned.map_or(String::new(), |l| {
                         format!(

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use lab_drills::agent::mcp::McpAgentOptions;
 use lab_drills::agent::{AgentOptions, record};
 use lab_drills::engine::{Event, Observer};
 use lab_drills::report::Verdict;
@@ -211,10 +212,27 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
     {
         lab_drills::agent::record::check_marker(dir).map_err(anyhow::Error::msg)?;
     }
+    let mcp_agent = match &a.mcp_agent {
+        Some(cmd) => {
+            // Checked before anything runs: a policy or answers file that cannot be read changes nothing.
+            lab_session::mcp::approval(name, &a.approve, a.approvals.as_deref(), 0)?;
+            Some(McpAgentOptions {
+                command: cmd.clone(),
+                evidence: a.evidence.level(),
+                approve: a.approve.clone(),
+                approvals: a.approvals.clone(),
+                timeout: a.agent_timeout,
+                lab_bin: std::env::current_exe().context("cannot find the lab binary for the MCP server")?,
+            })
+        }
+        None => None,
+    };
     let lab = Lab::open(name).await?;
     let mut options = lab.drill_options(remediate.remediate);
     options.remediate_each = remediate.remediate_each;
     options.agent = agent;
+    options.mcp_agent = mcp_agent;
+    options.attempts = a.attempts;
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("\ninterrupted: cleaning up what the drill injected");
@@ -242,7 +260,7 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot write the HTML report to {}", p.display()))?;
     }
     println!("\n{}", report.summary_table());
-    if a.agent.is_some() {
+    if a.agent.is_some() || a.mcp_agent.is_some() {
         println!("{}", agent_table(&report));
     }
     if let Some(dir) = &a.record {
