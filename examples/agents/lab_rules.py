@@ -197,23 +197,31 @@ def slow_compute(view, look):
         return None
     summary = f"{', '.join(slow)} compute far slower than their siblings with their limits as in the template"
     cmds = []
+    found = []
     for name in slow:
         n = num(name)
-        pids = []
         if look is not None:
+            # What runs there now is the evidence; a rank with nothing beside it is not this cause.
             pids = [str(p["pid"]) for p in look(int(n)) if not p.get("rank_itself")]
-        if not pids:
-            beside = [c for c in view.get("changes") or [] if c.get("where") == name and "pid" in str(c.get("after", ""))]
-            pid = str(beside[-1]["after"]).split("pid")[-1].split()[0] if beside else None
+            if not pids:
+                continue
+        else:
+            # The change log's word, when the newest change of what runs beside the rank added something.
+            beside = [c for c in view.get("changes") or [] if c.get("where") == name and c.get("what") == "process beside it"]
+            last = str(beside[-1].get("after", "")) if beside else ""
+            pid = last.split("pid")[-1].split()[0] if "pid" in last else None
             pids = [pid] if pid and pid.isdigit() else []
+        found.append(name)
         if pids:
             cmds += [cmd(f"pid {pid} runs in {name}'s CPU limit beside the rank: stop it", "rank", "stop", n, "--pid", pid)
                      for pid in pids]
         else:
             cmds.append(cmd(f"list what runs in {name}'s CPU limit", "rank", "procs", n))
+    if not found:
+        return None
     if any(c["argv"][2] == "procs" for c in cmds):
         summary += "; nothing says what runs beside them: escalate with the list"
-    return conclusion(True, slow, "cpu-neighbour", summary, cmds)
+    return conclusion(True, found, "cpu-neighbour", summary, cmds)
 
 
 def median(xs):
@@ -246,7 +254,7 @@ def slow_dependency(view):
         rest = median([o for o, _ in own])
         worst = max(own, key=lambda x: x[0])
         others = [o for o, d in own if d is not worst[1]]
-        if worst[0] > 20 and worst[0] > 4 * max(median(others), 1.0):
+        if worst[0] > 50 and worst[0] > 4 * max(median(others), 1.0):
             return worst[1]
         del rest
     return None
@@ -336,7 +344,9 @@ def decide(view, look=None):
         if c:
             break
     else:
-        c = slow_compute(view, look) or storage(view) or (None if view.get("wiring") else metrics_only(view))
+        # A storage server that stands out is the more specific evidence: a machine under load can make
+        # ranks compute slowly too, and a slow reader makes its siblings wait.
+        c = storage(view) or slow_compute(view, look) or (None if view.get("wiring") else metrics_only(view))
     if c is None:
         return conclusion(True, [], "unknown", "signals fire but no rule explains them", [])
     done = tried_before(view)

@@ -36,7 +36,7 @@ async def call(session, tools, name, **args):
         return None
     r = await session.call_tool(name, args)
     text = "".join(getattr(c, "text", "") for c in r.content)
-    if r.isError:
+    if getattr(r, "is_error", None) or getattr(r, "isError", None):
         log(f"{name} {args}: {text}")
         return None
     return json.loads(text) if text else None

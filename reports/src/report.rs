@@ -450,7 +450,9 @@ impl RunReport {
             passed: !drills.is_empty() && drills.iter().all(|d| d.verdict == Verdict::Pass),
             repeat: stats.iter().map(|s| s.runs as u32).max().unwrap_or(1),
             stats,
-            idle_accelerator_s: (drills.iter().filter_map(|d| d.idle_accelerator_s).sum::<f64>() * 10.0).round() / 10.0,
+            idle_accelerator_s: (drills.iter().filter_map(|d| d.idle_accelerator_s).sum::<f64>() * 10.0)
+                .round()
+                / 10.0,
             drills,
         }
     }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use lab_model::Snapshot;
 
 pub mod drill_copy;
+pub mod mcp;
 pub mod tmux;
 pub use drill_copy::{Edits, drill_copy, trap_first};
 pub use tmux::Tmux;

@@ -65,12 +65,18 @@ impl McpAttempt {
 
     /// Calls declined by the approval.
     pub fn declined(&self) -> usize {
-        self.calls.iter().filter(|c| c.outcome == Outcome::Declined).count()
+        self.calls
+            .iter()
+            .filter(|c| c.outcome == Outcome::Declined)
+            .count()
     }
 
     /// Calls refused as wrong (an unknown tool, bad arguments, a command off the allow-list, garbage).
     pub fn refused(&self) -> usize {
-        self.calls.iter().filter(|c| c.outcome == Outcome::Refused).count()
+        self.calls
+            .iter()
+            .filter(|c| c.outcome == Outcome::Refused)
+            .count()
     }
 
     /// The components its approved acts changed.
@@ -88,7 +94,11 @@ impl McpAttempt {
     /// What it concluded: its diagnosis, with what it acted on counted as blamed; without a diagnosis,
     /// what its acts say (an act is an anomaly seen; its cause, the act's).
     pub fn conclusion(&self) -> Conclusion {
-        let mut blame: Vec<String> = self.diagnosis.as_ref().map(|d| d.blame.clone()).unwrap_or_default();
+        let mut blame: Vec<String> = self
+            .diagnosis
+            .as_ref()
+            .map(|d| d.blame.clone())
+            .unwrap_or_default();
         if blame.is_empty() {
             blame = self.touched();
         }
@@ -115,7 +125,7 @@ impl McpAttempt {
     /// Approved acts whose changes touched only parts that were not at fault: a healthy part made worse.
     pub fn harmful(&self, truth: &Truth) -> Vec<String> {
         self.acts()
-            .filter(|a| a.approved && !a.touched.is_empty())
+            .filter(|a| a.approved && !a.touched.is_empty() && !crate::replay::changes_nothing(&a.argv))
             .filter(|a| !a.touched.iter().any(|t| truth.components.contains(t)))
             .map(|a| format!("{} (changed {})", a.argv.join(" "), a.touched.join(", ")))
             .collect()

@@ -83,7 +83,10 @@ impl<S: SnapshotSource> Session<'_, S> {
             return self.finish(StepName::Remediate, started, false, why, vec![], Verdict::Error);
         }
         let mut env = self.options.command_env.clone();
-        env.push((SERVER_ENV.into(), serde_json::to_string(&server).unwrap_or_default()));
+        env.push((
+            SERVER_ENV.into(),
+            serde_json::to_string(&server).unwrap_or_default(),
+        ));
         env.push((CONFIG_ENV.into(), config.display().to_string()));
         env.push(("LAB_INCIDENT_BUNDLE".into(), cut.display().to_string()));
         env.push(("LAB_EVIDENCE".into(), agent.evidence.to_string()));
@@ -177,7 +180,11 @@ impl<S: SnapshotSource> Session<'_, S> {
                         .lines()
                         .last()
                         .map_or(String::new(), |l| format!(": {l}"));
-                    (false, format!("the agent failed ({code}){last} ({done})"), Verdict::Error)
+                    (
+                        false,
+                        format!("the agent failed ({code}){last} ({done})"),
+                        Verdict::Error,
+                    )
                 } else {
                     (true, format!("the agent finished: {done}"), Verdict::Fail)
                 }
@@ -225,14 +232,21 @@ impl<S: SnapshotSource> Session<'_, S> {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let incident = dir.join("incident.json");
         let full = self.full_bundles.last().ok_or("no bundle was written")?;
-        std::fs::write(&incident, serde_json::to_vec_pretty(full).map_err(|e| e.to_string())?)
-            .map_err(|e| format!("cannot write {}: {e}", incident.display()))?;
+        std::fs::write(
+            &incident,
+            serde_json::to_vec_pretty(full).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("cannot write {}: {e}", incident.display()))?;
         let used = self
             .remediations
             .iter()
             .filter_map(|r| r.mcp.as_ref())
             .flat_map(|m| m.calls.iter())
-            .filter(|c| c.act.as_ref().is_some_and(|a| a.decided_by.contains("approvals file")))
+            .filter(|c| {
+                c.act
+                    .as_ref()
+                    .is_some_and(|a| a.decided_by.contains("approvals file"))
+            })
             .count();
         let session = McpSession {
             format: SESSION_FORMAT.into(),
@@ -250,8 +264,11 @@ impl<S: SnapshotSource> Session<'_, S> {
             attempt,
         };
         let path = dir.join("session.json");
-        std::fs::write(&path, serde_json::to_vec_pretty(&session).map_err(|e| e.to_string())?)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(&session).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         Ok(path)
     }
 }
@@ -276,7 +293,10 @@ fn call_line(c: &lab_agents::mcp::ToolCall, started_ms: u64) -> String {
         Outcome::Ok => format!("ok ({} B)", c.result_bytes),
         o => format!(
             "{} — {}",
-            serde_json::to_value(o).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+            serde_json::to_value(o)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default(),
             c.message.as_deref().unwrap_or("")
         ),
     };

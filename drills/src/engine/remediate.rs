@@ -330,7 +330,11 @@ impl<S: SnapshotSource> Session<'_, S> {
             let commands: Vec<String> = match tried {
                 Some(r) => match (r.agent.as_ref().and_then(|a| a.plan.as_ref()), r.mcp.as_ref()) {
                     (Some(p), _) => p.commands.iter().map(lab_agents::PlanCommand::line).collect(),
-                    (None, Some(m)) => m.acts().filter(|a| a.approved).map(|a| a.argv.join(" ")).collect(),
+                    (None, Some(m)) => m
+                        .acts()
+                        .filter(|a| a.approved)
+                        .map(|a| a.argv.join(" "))
+                        .collect(),
                     (None, None) => vec![r.command.clone().unwrap_or_else(|| "the lab's own clear".into())],
                 },
                 None => vec![],

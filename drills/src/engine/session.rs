@@ -286,9 +286,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         let started_ms = self.started_ms;
         let idle = inject.map(|i| {
             let from = i.saturating_sub(started_ms) as f64 / 1000.0;
-            let to = figures
-                .time_to_baseline_s
-                .map_or(f64::INFINITY, |b| from + b);
+            let to = figures.time_to_baseline_s.map_or(f64::INFINITY, |b| from + b);
             lab_reports::report::idle_accelerator_s(&self.timeline, from, to, ranks)
         });
         let runtime = self.last.as_ref().map_or_else(
@@ -343,7 +341,12 @@ pub(super) fn fixes_held(steps: &[StepReport]) -> Vec<bool> {
 /// Scores each agent's plan (and each interactive agent's attempt) once the verifications are known: one
 /// that ran is fixed when the verification of its remediation passed (in a chained drill, each fault's own),
 /// else it failed.
-fn score_plans(remediations: &mut [RemediationReport], held: &[bool], back_s: Option<f64>, inject: Option<u64>) {
+fn score_plans(
+    remediations: &mut [RemediationReport],
+    held: &[bool],
+    back_s: Option<f64>,
+    inject: Option<u64>,
+) {
     use lab_agents::score::{score, score_conclusion};
     use lab_agents::{Mitigation, PlanOutcome};
     for (i, r) in remediations.iter_mut().enumerate() {
@@ -459,8 +462,16 @@ fn summarize(
 /// when storage-1 was slow): read from its arguments, as a plan's commands carry no change records of
 /// their own.
 fn touches_only_healthy(argv: &[String], truth: &lab_agents::Truth) -> bool {
-    let named: Vec<String> = match argv.iter().skip(1).map(String::as_str).collect::<Vec<_>>().as_slice() {
-        ["restart", "rank", n, ..] | ["resize", "rank", n, ..] | ["rank", "stop", n, ..] => vec![format!("rank-{n}")],
+    let named: Vec<String> = match argv
+        .iter()
+        .skip(1)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["restart", "rank", n, ..] | ["resize", "rank", n, ..] | ["rank", "stop", n, ..] => {
+            vec![format!("rank-{n}")]
+        }
         ["storage", "drain", n, ..] => vec![format!("storage-{n}")],
         ["db", "delete-pod", p, ..] => vec![(*p).to_string()],
         _ => Vec::new(),
