@@ -115,6 +115,97 @@ mod tests {
     use super::*;
     use crate::spec::Step;
 
+    /// Every built-in drill knows its right fix and at least one trap, with one part per remediate step;
+    /// a variant's fixes and expected alerts follow its drawn parameters, and the same seed draws the
+    /// same variants.
+    #[test]
+    fn fixes_and_variants_follow_the_drawn_parameters() {
+        use crate::spec::FixChoice;
+        for l in all().unwrap() {
+            let d = &l.drill;
+            let right = d.fix(FixChoice::Right).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!d.fixes.traps.is_empty(), "{} has no trap", d.name);
+            let trap = d.fix(FixChoice::Trap(1)).unwrap();
+            assert_ne!(right, trap, "{}", d.name);
+            assert!(
+                right.iter().chain(&trap).all(|c| !c.contains('{')),
+                "{}: {right:?} {trap:?}",
+                d.name
+            );
+            assert!(d.fix(FixChoice::Trap(9)).unwrap_err().contains("trap(s)"));
+            let a = d.vary(4, 7);
+            assert_eq!(
+                a,
+                d.vary(4, 7),
+                "{}: the same seed draws the same variants",
+                d.name
+            );
+            assert_ne!(a, d.vary(4, 8), "{}: another seed draws others", d.name);
+            assert_eq!(a[0].name, format!("{}-v1", d.name));
+            for v in &a {
+                for f in v.faults() {
+                    f.validate().unwrap_or_else(|e| panic!("{}: {f}: {e}", v.name));
+                }
+                // Each expected alert is on a component the variant's faults are on (or the job's).
+                let on: Vec<String> = v.faults().iter().flat_map(lab_model::Fault::components).collect();
+                for s in &v.steps {
+                    if let Step::Expect(e) = s {
+                        for x in &e.alerts {
+                            assert!(
+                                on.contains(&x.target) || !x.target.starts_with("rank-"),
+                                "{}: {x} not on {on:?}",
+                                v.name
+                            );
+                        }
+                    }
+                }
+                v.fix(FixChoice::Right).unwrap();
+            }
+        }
+        let t = builtin("throttled-rank").unwrap().drill;
+        let v = t.vary(8, 1);
+        let fixes: Vec<String> = v
+            .iter()
+            .map(|d| d.fix(FixChoice::Right).unwrap()[0].clone())
+            .collect();
+        let ranks: Vec<String> = v
+            .iter()
+            .map(|d| match &d.faults()[0] {
+                lab_model::Fault::ThrottledRank { rank, .. } => format!("lab resize rank {rank} --cpu 400m"),
+                f => panic!("{f}"),
+            })
+            .collect();
+        assert_eq!(fixes, ranks);
+        assert!(
+            ranks.iter().collect::<std::collections::BTreeSet<_>>().len() > 1,
+            "{ranks:?}"
+        );
+        let w = builtin("sync-replica")
+            .unwrap()
+            .drill
+            .with_fix(FixChoice::Right)
+            .unwrap();
+        let cmd = w.steps.iter().find_map(|s| match s {
+            Step::Remediate(r) => r.command.clone(),
+            _ => None,
+        });
+        assert_eq!(
+            cmd.as_deref(),
+            Some("lab db template --node-selector '' && lab db delete-pod db-1")
+        );
+        let c = builtin("slow-compute")
+            .unwrap()
+            .drill
+            .with_fix(FixChoice::Right)
+            .unwrap();
+        assert!(
+            c.steps
+                .iter()
+                .all(|s| !matches!(s, Step::Remediate(r) if r.command.is_some())),
+            "'' is the lab's clear"
+        );
+    }
+
     #[test]
     fn every_builtin_parses_and_injects_its_own_fault() {
         let all = all().unwrap();

@@ -41,6 +41,176 @@ pub struct Drill {
     #[serde(with = "secs")]
     pub cleanup_deadline: Duration,
     pub steps: Vec<Step>,
+    /// The fixes this drill knows: the right one and the traps (look-alikes' fixes that must fail).
+    #[serde(default, skip_serializing_if = "Fixes::is_empty")]
+    pub fixes: Fixes,
+}
+
+/// A drill's known fixes, as remediation commands, one per remediate step separated by ` | ` (a chained
+/// drill has one per incident), with `{server}`, `{rank}`, `{ranks}`, `{cpu}`, ... standing for the
+/// parameters of the fault the drill injects (so a variant's fix follows its drawn values). An empty right
+/// fix is the lab's own clear.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fixes {
+    #[serde(default)]
+    pub right: Option<String>,
+    #[serde(default)]
+    pub traps: Vec<String>,
+}
+
+impl Fixes {
+    fn is_empty(&self) -> bool {
+        self.right.is_none() && self.traps.is_empty()
+    }
+}
+
+/// Which of a drill's known fixes to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixChoice {
+    Right,
+    /// The `n`th trap, from 1.
+    Trap(usize),
+}
+
+impl FixChoice {
+    /// `right`, `trap` (the first) or `trap:N`.
+    ///
+    /// # Errors
+    /// A message saying what is accepted.
+    pub fn parse(s: &str) -> Result<FixChoice, String> {
+        match s {
+            "right" => Ok(FixChoice::Right),
+            "trap" => Ok(FixChoice::Trap(1)),
+            _ => s
+                .strip_prefix("trap:")
+                .and_then(|n| n.parse().ok())
+                .filter(|&n| n >= 1)
+                .map(FixChoice::Trap)
+                .ok_or_else(|| format!("--fix {s:?}: give right, trap, or trap:N (N from 1)")),
+        }
+    }
+}
+
+impl Drill {
+    /// The remediation commands of the fix `choice`, one per remediate step, placeholders filled from the
+    /// drill's faults (the first fault's parameters, then each later fault's where they differ by step).
+    ///
+    /// # Errors
+    /// A message when the drill does not know that fix, or its commands do not match its remediate steps.
+    pub fn fix(&self, choice: FixChoice) -> Result<Vec<String>, String> {
+        let text = match choice {
+            FixChoice::Right => self.fixes.right.clone(),
+            FixChoice::Trap(n) => self.fixes.traps.get(n - 1).cloned(),
+        }
+        .ok_or_else(|| match choice {
+            FixChoice::Right => format!("drill {} names no right fix (its `fixes.right`)", self.name),
+            FixChoice::Trap(n) => format!(
+                "drill {} has {} trap(s) (its `fixes.traps`), not a trap {n}",
+                self.name,
+                self.fixes.traps.len()
+            ),
+        })?;
+        let steps = self
+            .steps
+            .iter()
+            .filter(|s| matches!(s, Step::Remediate(_)))
+            .count();
+        let parts: Vec<String> = text.split(" | ").map(|p| p.trim().to_string()).collect();
+        if parts.len() != steps {
+            return Err(format!(
+                "drill {}: the fix {text:?} has {} part(s) for {steps} remediate step(s)",
+                self.name,
+                parts.len()
+            ));
+        }
+        // Each remediate step's fault: the latest injected before it.
+        let mut faults = Vec::new();
+        let mut last = None;
+        for s in &self.steps {
+            match s {
+                Step::Inject(f) => last = Some(f),
+                Step::Remediate(_) => faults.push(last),
+                _ => {}
+            }
+        }
+        Ok(parts
+            .into_iter()
+            .zip(faults)
+            .map(|(p, f)| f.map_or(p.clone(), |f| fill(&p, f)))
+            .collect())
+    }
+
+    /// `n` variants of this drill, drawn reproducibly from `seed`: each fault's parameters drawn within its
+    /// kind's ranges ([`Fault::vary`]), the alerts it expects moved to the components the variant is on, its
+    /// fixes following through their placeholders; named `NAME-v1`, `NAME-v2`, ....
+    pub fn vary(&self, n: u32, seed: u64) -> Vec<Drill> {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let shape = lab_model::fault::Shape {
+            ranks: self.runtime.ranks.unwrap_or(4),
+            storage_servers: self.runtime.storage_servers.unwrap_or(3),
+            gpus: self.runtime.gpus.unwrap_or(4),
+        };
+        (1..=n)
+            .map(|i| {
+                let mut d = self.clone();
+                d.name = format!("{}-v{i}", self.name);
+                let mut renamed: Vec<(String, String)> = Vec::new();
+                for s in &mut d.steps {
+                    if let Step::Inject(f) = s {
+                        let v = f.vary(shape, &mut |lo, hi| rng.random_range(lo..=hi));
+                        renamed.extend(f.components().into_iter().zip(v.components()));
+                        *f = v;
+                    }
+                }
+                for s in &mut d.steps {
+                    if let Step::Expect(e) = s {
+                        for a in &mut e.alerts {
+                            if let Some((_, to)) = renamed.iter().find(|(from, _)| &a.target == from) {
+                                a.target = to.clone();
+                            }
+                        }
+                    }
+                }
+                let params: Vec<String> = d.faults().iter().map(ToString::to_string).collect();
+                d.description = Some(format!(
+                    "{} (variant {i} of seed {seed}: {})",
+                    self.description.as_deref().unwrap_or(&self.name),
+                    params.join(", ")
+                ));
+                d
+            })
+            .collect()
+    }
+}
+
+impl Drill {
+    /// This drill with the fix `choice` as the command of each remediate step (the lab's own clear where
+    /// the fix's part is empty).
+    ///
+    /// # Errors
+    /// As [`Drill::fix`].
+    pub fn with_fix(&self, choice: FixChoice) -> Result<Drill, String> {
+        let parts = self.fix(choice)?;
+        let mut d = self.clone();
+        let mut parts = parts.into_iter();
+        for s in &mut d.steps {
+            if let Step::Remediate(r) = s {
+                r.command = parts.next().filter(|p| !p.trim().is_empty());
+            }
+        }
+        Ok(d)
+    }
+}
+
+/// `text` with `{name}` replaced by `fault`'s parameter of that name.
+fn fill(text: &str, fault: &Fault) -> String {
+    let mut out = text.to_string();
+    for (k, v) in fault.placeholders() {
+        out = out.replace(&format!("{{{k}}}"), &v);
+    }
+    out
 }
 
 impl Drill {
@@ -317,6 +487,8 @@ struct RawDrill {
     cleanup_deadline: Option<Duration>,
     #[serde(deserialize_with = "steps")]
     steps: Vec<Step>,
+    #[serde(default)]
+    fixes: Fixes,
 }
 
 impl Check for RawDrill {
@@ -352,6 +524,7 @@ impl Check for RawDrill {
             baseline,
             cleanup_deadline: self.cleanup_deadline.unwrap_or(defaults::CLEANUP_DEADLINE),
             steps: self.steps,
+            fixes: self.fixes,
         })
     }
 }

@@ -630,6 +630,20 @@ pub struct DrillRunArgs {
     /// Write a self-contained HTML page here: per drill a timeline chart, the verdict, figures and evidence.
     #[arg(long)]
     pub html: Option<PathBuf>,
+    /// Remediate with the drill's own known fix instead of its remediate steps' commands: `right`, or a trap
+    /// (`trap` for the first, `trap:N`), as the drill file's `fixes` names them (placeholders filled from
+    /// what the drill injects). `lab drill list` shows them.
+    #[arg(long, value_name = "right|trap|trap:N", value_parser = parse_fix, conflicts_with_all = ["remediate", "agents"])]
+    pub fix: Option<lab_drills::spec::FixChoice>,
+    /// Run K variants of each drill instead of the drill itself: each fault's parameters drawn within its
+    /// ranges (another server or rank, another delay, CPU cut, rank count, neighbour or crash pace), the
+    /// expected alerts and the fixes following the drawn values. The same --seed draws the same variants;
+    /// the report lists each variant's parameters.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub vary: Option<u32>,
+    /// The seed the variants are drawn from.
+    #[arg(long, default_value_t = 1, requires = "vary")]
+    pub seed: u64,
     /// Run each drill N times in a row (1 to 100). The summary, the JSON report and the JUnit file give
     /// each drill's pass rate and the median, minimum and maximum of every figure; the run passes only if
     /// every run of every drill passed.
@@ -770,6 +784,10 @@ pub struct DemoArgs {
     /// Where to run the demo.
     #[arg(long, value_enum, default_value_t = RuntimeArg::Auto)]
     pub runtime: RuntimeArg,
+}
+
+fn parse_fix(s: &str) -> Result<lab_drills::spec::FixChoice, String> {
+    lab_drills::spec::FixChoice::parse(s)
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {

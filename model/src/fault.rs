@@ -194,6 +194,148 @@ fn default_selector() -> String {
     "lab/disk=nvme".into()
 }
 
+/// The shape of the lab a variant is drawn for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub ranks: u32,
+    pub storage_servers: u32,
+    pub gpus: u32,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape {
+            ranks: 4,
+            storage_servers: 3,
+            gpus: 4,
+        }
+    }
+}
+
+/// The node labels a varied sync-replica asks for (none exists on any node).
+const UNMATCHED_SELECTORS: [&str; 3] = ["lab/disk=nvme", "lab/zone=b", "lab/rack=r9"];
+
+impl Fault {
+    /// A variant of this fault with its parameters drawn within its kind's ranges, for a lab of `shape`:
+    /// another server or rank, a delay of 150–600 ms, a rank's CPU cut to 75–200m (its template keeps the
+    /// lab's 400m), 1 or 2 more ranks than GPUs, a crash every 100–200 steps, a hog beside as many ranks (other ones), a
+    /// neighbour on 96–256 connections, a server held to 4–10m of CPU, another node label no node has.
+    /// `draw(lo, hi)` returns a number in `lo..=hi` (a seeded generator, so a variant can be drawn again).
+    /// Every range keeps the fault's effect well past its alert's threshold.
+    pub fn vary(&self, shape: Shape, draw: &mut dyn FnMut(u64, u64) -> u64) -> Fault {
+        let mut pick = |lo: u64, hi: u64| draw(lo, hi);
+        let server =
+            |p: &mut dyn FnMut(u64, u64) -> u64| p(0, u64::from(shape.storage_servers.max(1) - 1)) as u32;
+        let rank = |p: &mut dyn FnMut(u64, u64) -> u64| p(0, u64::from(shape.ranks.max(1) - 1)) as u32;
+        match self {
+            Fault::SlowStorage { .. } => Fault::SlowStorage {
+                server: server(&mut pick),
+                delay: Duration::from_millis(pick(3, 12) * 50),
+                jitter: Duration::ZERO,
+            },
+            Fault::ThrottledRank { .. } => Fault::ThrottledRank {
+                rank: rank(&mut pick),
+                cpu: Millicores(pick(3, 8) as u32 * 25),
+            },
+            Fault::UnplaceableRank { .. } => Fault::UnplaceableRank {
+                ranks: shape.gpus + pick(1, 2) as u32,
+            },
+            Fault::StuckRollout { .. } => Fault::StuckRollout {
+                ranks: shape.gpus + pick(1, 2) as u32,
+            },
+            Fault::RankCrash { .. } => Fault::RankCrash {
+                rank: rank(&mut pick),
+                after: pick(10, 20) * 10,
+            },
+            Fault::RankHang { .. } => Fault::RankHang {
+                rank: rank(&mut pick),
+            },
+            Fault::SlowCompute { ranks: before } => {
+                // As many ranks as the drill names (its expected alerts name each), drawn without repeats.
+                let mut pool: Vec<u32> = (0..shape.ranks.max(1)).collect();
+                let mut ranks = Vec::new();
+                for _ in 0..before.len().clamp(1, pool.len()) {
+                    let i = pick(0, pool.len() as u64 - 1) as usize;
+                    ranks.push(pool.swap_remove(i));
+                }
+                ranks.sort_unstable();
+                Fault::SlowCompute { ranks }
+            }
+            Fault::CompetingJob { .. } => Fault::CompetingJob {
+                server: server(&mut pick),
+                threads: pick(3, 8) as u32 * 32,
+            },
+            Fault::SlowDisk { .. } => Fault::SlowDisk {
+                server: server(&mut pick),
+                cpu: Millicores(pick(4, 10) as u32),
+            },
+            Fault::SyncReplica { .. } => Fault::SyncReplica {
+                node_selector: UNMATCHED_SELECTORS[pick(0, UNMATCHED_SELECTORS.len() as u64 - 1) as usize]
+                    .into(),
+            },
+        }
+    }
+
+    /// Its parameters as the placeholders a drill's fixes use: `{server}`, `{rank}`, `{ranks}`, `{delay}`,
+    /// `{cpu}`, `{after}`, `{threads}`, `{node_selector}` (and `{target}`, the component it is on).
+    pub fn placeholders(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![("target", self.target())];
+        match self {
+            Fault::SlowStorage { server, delay, .. } => {
+                v.push(("server", server.to_string()));
+                v.push(("delay", format_duration(*delay)));
+            }
+            Fault::ThrottledRank { rank, cpu } => {
+                v.push(("rank", rank.to_string()));
+                v.push(("cpu", cpu.to_string()));
+            }
+            Fault::UnplaceableRank { ranks } | Fault::StuckRollout { ranks } => {
+                v.push(("ranks", ranks.to_string()))
+            }
+            Fault::RankCrash { rank, after } => {
+                v.push(("rank", rank.to_string()));
+                v.push(("after", after.to_string()));
+            }
+            Fault::RankHang { rank } => {
+                v.push(("rank", rank.to_string()));
+                // A rank that waits for it: the look-alike's fix restarts one of those.
+                v.push(("sibling", ((rank + 1) % 4).to_string()));
+            }
+            Fault::SlowCompute { ranks } => {
+                v.push((
+                    "ranks",
+                    ranks
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ));
+                if let Some(r) = ranks.first() {
+                    v.push(("rank", r.to_string()));
+                }
+            }
+            Fault::CompetingJob { server, threads } => {
+                v.push(("server", server.to_string()));
+                v.push(("threads", threads.to_string()));
+            }
+            Fault::SlowDisk { server, cpu } => {
+                v.push(("server", server.to_string()));
+                v.push(("cpu", cpu.to_string()));
+            }
+            Fault::SyncReplica { node_selector } => v.push(("node_selector", node_selector.clone())),
+        }
+        v
+    }
+
+    /// The components this fault is on, by the names the lab uses (`storage-1`, `rank-2`, `db-1`).
+    pub fn components(&self) -> Vec<String> {
+        match self {
+            Fault::SlowCompute { ranks } => ranks.iter().map(|r| crate::names::rank(*r)).collect(),
+            _ => vec![self.target()],
+        }
+    }
+}
+
 impl Fault {
     /// Its kind.
     pub fn kind(&self) -> FaultKind {

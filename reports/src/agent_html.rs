@@ -1,5 +1,5 @@
-//! The agent plans' table of the HTML report: what each plan concluded, its commands as decided, and
-//! its four scores.
+//! The agents' tables of the HTML report: what each plan concluded, its commands as decided, and its
+//! scores; each interactive attempt with every call it made.
 
 use std::fmt::Write as _;
 
@@ -68,6 +68,93 @@ pub(crate) fn plans(o: &mut String, d: &DrillReport) {
                 cmds.join("<br>")
             }
         );
+    }
+    o.push_str("</tbody>\n</table>\n");
+}
+
+/// With `--mcp-agent`: each attempt, what it concluded, every call it made (time, tool, what, outcome), and
+/// its score; then the drill's agent summary.
+pub(crate) fn attempts(o: &mut String, d: &DrillReport) {
+    let attempts: Vec<_> = d.remediations.iter().filter_map(|r| r.mcp.as_ref()).collect();
+    if attempts.is_empty() {
+        return;
+    }
+    if let Some(s) = &d.agent {
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        let _ = writeln!(
+            o,
+            "<h3>Interactive agent</h3>\n<p class=\"agent-summary\">detected {} · localized {} · cause {} · mitigated {} · \
+             {} attempt(s) · incident to verified fix {} · {} calls · {} declined · {} refused · harmful {} · idle \
+             accelerator-seconds {}</p>",
+            yes(s.detected),
+            yes(s.localized),
+            yes(s.cause),
+            yes(s.mitigated),
+            s.attempts,
+            s.incident_to_fix_s.map_or("-".into(), |t| format!("{t:.1} s")),
+            s.tool_calls,
+            s.declined,
+            s.refused,
+            if s.harmful.is_empty() {
+                "none".to_string()
+            } else {
+                esc(&s.harmful.join("; "))
+            },
+            d.idle_accelerator_s.map_or("-".into(), |v| format!("{v:.0}"))
+        );
+    }
+    o.push_str("<table class=\"agent-calls\">\n<thead><tr><th>attempt</th><th>at</th><th>tool</th><th>what</th><th>outcome</th><th>decided by</th></tr></thead>\n<tbody>\n");
+    for a in &attempts {
+        let concluded = match &a.diagnosis {
+            Some(dg) => format!(
+                "concluded {} · blames {}",
+                esc(&dg.cause),
+                esc(&dg.blame.join(", "))
+            ),
+            None => "no diagnosis".into(),
+        };
+        let score = a.score.as_ref().map_or(String::new(), |s| {
+            format!(
+                " · scored: cause {} · recall {:.2} · {}",
+                if s.cause { "right" } else { "wrong" },
+                s.recall,
+                format!("{:?}", s.mitigation).to_lowercase()
+            )
+        });
+        let _ = writeln!(
+            o,
+            "<tr class=\"attempt\"><td colspan=\"6\">attempt {} ({} evidence): {concluded}{score}{}</td></tr>",
+            a.attempt,
+            a.evidence,
+            a.problem
+                .as_deref()
+                .map_or(String::new(), |p| format!(" · {}", esc(p)))
+        );
+        for c in &a.calls {
+            let what = match &c.act {
+                Some(x) => format!("<code>{}</code>", esc(&x.argv.join(" "))),
+                None if c.arguments.as_object().is_some_and(|m| !m.is_empty()) => {
+                    format!("<code>{}</code>", esc(&c.arguments.to_string()))
+                }
+                None => String::new(),
+            };
+            let outcome = serde_json::to_value(c.outcome)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            let _ = writeln!(
+                o,
+                "<tr class=\"call-{outcome}\"><td>{}</td><td>{}</td><td>{}</td><td>{what}</td><td>{}{}</td><td>{}</td></tr>",
+                a.attempt,
+                c.t_s.map_or("-".into(), |t| format!("+{t:.1} s")),
+                esc(&c.tool),
+                esc(&outcome),
+                c.message
+                    .as_deref()
+                    .map_or(String::new(), |m| format!(": {}", esc(m))),
+                c.act.as_ref().map_or(String::new(), |x| esc(&x.decided_by)),
+            );
+        }
     }
     o.push_str("</tbody>\n</table>\n");
 }

@@ -101,6 +101,7 @@ fn drill(o: &mut String, d: &DrillReport) {
         o.push_str("</ul>\n");
     }
     crate::agent_html::plans(o, d);
+    crate::agent_html::attempts(o, d);
     steps(o, d);
     o.push_str("</section>\n");
 }
@@ -251,8 +252,15 @@ enum Swatch {
     Dotted,
     Dashed,
     Band,
+    Tick,
 }
 const C_READY: &str = "#138a5a";
+/// The agent's calls: reads, acts, and those refused or declined.
+const C_CALL_READ: &str = "#5c6bc0";
+const C_CALL_ACT: &str = "#ef6c00";
+const C_CALL_BAD: &str = "#c62828";
+/// How tall a call's tick stands on the plot's floor.
+const CALL_TICK: f64 = 14.0;
 
 /// A line on the right axis.
 struct Series {
@@ -460,6 +468,12 @@ fn chart(d: &DrillReport) -> String {
         .iter()
         .map(|p| p.t_s)
         .chain(markers.iter().map(|m| m.t))
+        .chain(
+            d.remediations
+                .iter()
+                .filter_map(|r| r.mcp.as_ref())
+                .flat_map(|m| m.calls.iter().filter_map(|c| c.t_s)),
+        )
         .fold(0.0_f64, f64::max)
         .max(1.0);
     let x = |t: f64| LEFT + (RIGHT - LEFT) * t / t_max;
@@ -644,6 +658,7 @@ fn chart(d: &DrillReport) -> String {
     );
 
     ready_strip(&mut o, ts, &x);
+    let calls = calls_strip(&mut o, d, &x);
 
     // Markers: a line through the plot, its label in the first row where it does not cover another.
     let mut row_end = [f64::NEG_INFINITY; LABEL_ROWS];
@@ -699,6 +714,11 @@ fn chart(d: &DrillReport) -> String {
         }
     }
     items.push(("pods Ready of desired".into(), C_READY, Swatch::Line));
+    if calls > 0 {
+        items.push(("agent's calls: read".into(), C_CALL_READ, Swatch::Tick));
+        items.push(("act".into(), C_CALL_ACT, Swatch::Tick));
+        items.push(("refused or declined".into(), C_CALL_BAD, Swatch::Tick));
+    }
     items.push(("baseline (100%)".into(), C_THROUGHPUT, Swatch::Dashed));
     if let Some(p) = steady_after {
         items.push((
@@ -720,6 +740,13 @@ fn chart(d: &DrillReport) -> String {
             ly += LEGEND_ROW_H;
         }
         let mark = match swatch {
+            Swatch::Tick => format!(
+                "<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"{color}\" stroke-width=\"3\"/>",
+                lx + 11.0,
+                lx + 11.0,
+                ly - 12.0,
+                ly + 1.0
+            ),
             Swatch::Band => format!(
                 "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"22\" height=\"12\" fill=\"{color}\" fill-opacity=\"0.12\"/>",
                 ly - 10.0
@@ -746,6 +773,48 @@ fn chart(d: &DrillReport) -> String {
     }
     o.push_str("</g>\n</svg>\n</figure>\n");
     o
+}
+
+/// The agent's calls as ticks along the bottom of the plot, one per call at its time, coloured by what it
+/// did (read, act, refused or declined); each says what it was. Returns how many were drawn.
+fn calls_strip(o: &mut String, d: &DrillReport, x: &dyn Fn(f64) -> f64) -> usize {
+    use lab_agents::mcp::calls::Outcome;
+    let mut n = 0;
+    o.push_str("<g class=\"calls\">\n");
+    for m in d.remediations.iter().filter_map(|r| r.mcp.as_ref()) {
+        for c in &m.calls {
+            let Some(t) = c.t_s else { continue };
+            let color = match (c.outcome, c.act.is_some()) {
+                (Outcome::Refused | Outcome::Declined, _) => C_CALL_BAD,
+                (_, true) => C_CALL_ACT,
+                _ => C_CALL_READ,
+            };
+            let what = match &c.act {
+                Some(a) => a.argv.join(" "),
+                None => c.tool.clone(),
+            };
+            let outcome = serde_json::to_value(c.outcome)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            let title = format!(
+                "+{t:.1} s · attempt {} · {what} → {outcome}{}",
+                m.attempt,
+                c.message.as_deref().map_or(String::new(), |w| format!(": {w}"))
+            );
+            let _ = writeln!(
+                o,
+                "<line class=\"call call-{outcome}\" data-t=\"{t:.1}\" data-tool=\"{}\" x1=\"{xx:.1}\" x2=\"{xx:.1}\" y1=\"{:.1}\" y2=\"{PLOT_BOTTOM}\" stroke=\"{color}\" stroke-width=\"3\"><title>{}</title></line>",
+                esc(&c.tool),
+                PLOT_BOTTOM - CALL_TICK,
+                esc(&title),
+                xx = x(t),
+            );
+            n += 1;
+        }
+    }
+    o.push_str("</g>\n");
+    n
 }
 
 /// Pods Ready as a line in its own strip above everything: flat at the top while every rank is Ready.

@@ -69,6 +69,40 @@ pub fn write(report: &RunReport, out: impl Write) -> Result<(), ReportError> {
             }
         }
     }
+    // With an agent, the drill's agent summary (`slow-storage.agent.mitigated`, `.tool_calls`, ...).
+    let mut runs: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    for d in &report.drills {
+        let n = runs.entry(d.name.as_str()).or_default();
+        *n += 1;
+        let case = if report.repeat > 1 {
+            format!("{} #{n}", d.name)
+        } else {
+            d.name.clone()
+        };
+        if let Some(a) = &d.agent {
+            let key = |k: &str| format!("{case}.agent.{k}");
+            for (k, v) in [
+                ("protocol", a.protocol.clone()),
+                ("detected", a.detected.to_string()),
+                ("localized", a.localized.to_string()),
+                ("cause", a.cause.to_string()),
+                ("mitigated", a.mitigated.to_string()),
+                ("attempts", a.attempts.to_string()),
+                ("tool_calls", a.tool_calls.to_string()),
+                ("declined", a.declined.to_string()),
+                ("refused", a.refused.to_string()),
+                ("harmful", a.harmful.len().to_string()),
+            ] {
+                suite.add_property((key(k), v));
+            }
+            if let Some(t) = a.incident_to_fix_s {
+                suite.add_property((key("incident_to_fix_s"), format!("{t:.1}")));
+            }
+        }
+        if let Some(v) = d.idle_accelerator_s {
+            suite.add_property((format!("{case}.idle_accelerator_s"), format!("{v:.1}")));
+        }
+    }
     let mut seen: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     suite.add_test_cases(report.drills.iter().map(|d| {
         let n = seen.entry(d.name.as_str()).or_default();
@@ -120,6 +154,25 @@ fn system_out(d: &DrillReport) -> String {
             s.duration_s,
             s.summary
         ));
+    }
+    for m in d.remediations.iter().filter_map(|r| r.mcp.as_ref()) {
+        for c in &m.calls {
+            let what = c
+                .act
+                .as_ref()
+                .map_or(String::new(), |a| format!(" {}", a.argv.join(" ")));
+            let outcome = serde_json::to_value(c.outcome)
+                .ok()
+                .and_then(|v| v.as_str().map(String::from))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  mcp attempt {} {} {}{what} → {outcome}{}\n",
+                m.attempt,
+                c.t_s.map_or("-".into(), |t| format!("+{t:.1}s")),
+                c.tool,
+                c.message.as_deref().map_or(String::new(), |w| format!(": {w}"))
+            ));
+        }
     }
     let f = &d.figures;
     out.push_str(&format!(

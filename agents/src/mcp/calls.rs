@@ -53,6 +53,9 @@ pub struct ToolCall {
     pub seq: u32,
     /// When it came, ms since the Unix epoch.
     pub at_ms: u64,
+    /// When it came, seconds from the start of the drill (set by the drill that read the trajectory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_s: Option<f64>,
     pub tool: String,
     pub arguments: Value,
     pub outcome: Outcome,
@@ -139,6 +142,7 @@ mod tests {
             log.push(ToolCall {
                 seq: log.next_seq(),
                 at_ms: 1000 + i as u64,
+                t_s: None,
                 tool: (*tool).into(),
                 arguments: serde_json::json!({}),
                 outcome: Outcome::Ok,

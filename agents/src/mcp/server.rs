@@ -195,6 +195,7 @@ impl<E: Evidence> Server<E> {
             log.push(ToolCall {
                 seq: log.next_seq(),
                 at_ms,
+                t_s: None,
                 tool: name.to_string(),
                 arguments: arguments.clone(),
                 outcome,

@@ -30,6 +30,7 @@ impl Bad {
         ToolCall {
             seq,
             at_ms: lab_model::clock::now_ms(),
+            t_s: None,
             tool: "(malformed)".into(),
             arguments: json!({"line": start}),
             outcome: Outcome::Refused,

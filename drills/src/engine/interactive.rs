@@ -121,7 +121,10 @@ impl<S: SnapshotSource> Session<'_, S> {
         while let Ok((line, stderr)) = rx.try_recv() {
             observer.event(&Event::Output { line: &line, stderr });
         }
-        let calls = calls::read(&dir.join("calls.jsonl")).unwrap_or_default();
+        let mut calls = calls::read(&dir.join("calls.jsonl")).unwrap_or_default();
+        for c in &mut calls {
+            c.t_s = Some((self.rel_s(c.at_ms) * 10.0).round() / 10.0);
+        }
         for c in &calls {
             let line = call_line(c, started);
             self.observer.event(&Event::Output {

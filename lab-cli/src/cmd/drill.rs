@@ -100,9 +100,33 @@ fn list() -> anyhow::Result<ExitCode> {
             println!("{:<18} needs `lab up --database`", "");
         }
         println!("{:<18} {}", "", steps.join(" → "));
+        let show = |c: Result<Vec<String>, String>| {
+            c.map(|parts| {
+                parts
+                    .iter()
+                    .map(|p| {
+                        if p.is_empty() {
+                            "the lab's own clear".to_string()
+                        } else {
+                            p.clone()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            })
+        };
+        if let Ok(r) = show(d.fix(lab_drills::spec::FixChoice::Right)) {
+            println!("{:<18} right fix: {r}", "");
+        }
+        for n in 1..=d.fixes.traps.len() {
+            if let Ok(t) = show(d.fix(lab_drills::spec::FixChoice::Trap(n))) {
+                println!("{:<18} trap {n}: {t}", "");
+            }
+        }
     }
     println!(
-        "\nRun one with `lab drill run NAME` (or a drill file); `--remediate 'CMD'` tests your own fix."
+        "\nRun one with `lab drill run NAME` (or a drill file); `--remediate 'CMD'` tests your own fix, `--fix right` or \
+         `--fix trap` the drill's own, `--vary K` K variants of it, `--mcp-agent 'CMD'` an agent."
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -183,11 +207,28 @@ impl Observer for Printer {
 }
 
 async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
-    let drills: Vec<Loaded> = a
+    let mut drills: Vec<Loaded> = a
         .files
         .iter()
         .map(|f| lab_drills::resolve(f))
         .collect::<Result<_, _>>()?;
+    if let Some(k) = a.vary {
+        drills = drills
+            .iter()
+            .flat_map(|l| {
+                l.drill.vary(k, a.seed).into_iter().map(|d| Loaded {
+                    origin: format!("{} (variant, seed {})", l.origin, a.seed),
+                    drill: d,
+                })
+            })
+            .collect();
+    }
+    if let Some(choice) = a.fix {
+        // Checked for every drill before anything runs: a drill without that fix changes nothing.
+        for l in &mut drills {
+            l.drill = l.drill.with_fix(choice).map_err(anyhow::Error::msg)?;
+        }
+    }
     // Checked before anything runs: a mismatch changes nothing.
     let mut remediate = lab_drills::Options::default();
     let parsed: Vec<&lab_drills::Drill> = drills.iter().map(|l| &l.drill).collect();
@@ -287,9 +328,37 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// One line per agent plan: what it concluded and how it scored.
+/// One line per drill with an agent (what it found, whether its fix held, what it cost), then one per plan.
 fn agent_table(report: &lab_drills::RunReport) -> String {
-    let mut o = String::from("agent plans: detection · localization (precision/recall) · cause · mitigation");
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let mut o = String::from(
+        "agents: detected · localized · cause · mitigated · attempts · incident→fix · calls · declined/refused · harmful · idle accelerator-s",
+    );
+    for d in &report.drills {
+        let Some(a) = &d.agent else { continue };
+        o.push_str(&format!(
+            "\n{:<18} {:<4} {:<8} {} · {} · {} · {} · {} · {} · {} · {}/{} · {} · {}",
+            d.name,
+            a.protocol,
+            a.evidence.to_string(),
+            yes(a.detected),
+            yes(a.localized),
+            yes(a.cause),
+            yes(a.mitigated),
+            a.attempts,
+            a.incident_to_fix_s.map_or("-".into(), |t| format!("{t:.1} s")),
+            a.tool_calls,
+            a.declined,
+            a.refused,
+            if a.harmful.is_empty() {
+                "none".to_string()
+            } else {
+                a.harmful.join("; ")
+            },
+            d.idle_accelerator_s.map_or("-".into(), |v| format!("{v:.0}")),
+        ));
+    }
+    o.push_str("\nagent plans: detection · localization (precision/recall) · cause · mitigation");
     for d in &report.drills {
         for r in &d.remediations {
             let Some(a) = &r.agent else { continue };
