@@ -14,13 +14,77 @@ use lab_model::Verdict;
 
 use crate::{Mitigation, Truth};
 
+/// A shell command line made of `lab` commands joined by `&&` as argv lists (`lab db template
+/// --node-selector '' && lab db delete-pod db-1`); `None` when it is anything else (a pipe, a variable, a
+/// script).
+pub fn lab_commands(line: &str) -> Option<Vec<Vec<String>>> {
+    let mut out = Vec::new();
+    for part in line.split("&&") {
+        let argv = shell_words(part.trim())?;
+        if argv.first().map(String::as_str) != Some("lab") {
+            return None;
+        }
+        out.push(argv);
+    }
+    Some(out)
+}
+
+/// `s` split as a POSIX shell splits words, for plain words and quotes; `None` for what needs a shell
+/// (`$`, `|`, `;`, `` ` ``, `>`, `<`, `(`).
+fn shell_words(s: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut has = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                has = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    cur.push(q);
+                }
+            }
+            '"' => {
+                has = true;
+                for q in chars.by_ref() {
+                    if q == '"' {
+                        break;
+                    }
+                    if matches!(q, '$' | '`') {
+                        return None;
+                    }
+                    cur.push(q);
+                }
+            }
+            c if c.is_whitespace() => {
+                if has {
+                    words.push(std::mem::take(&mut cur));
+                    has = false;
+                }
+            }
+            '$' | '|' | ';' | '`' | '>' | '<' | '(' | ')' | '&' => return None,
+            c => {
+                has = true;
+                cur.push(c);
+            }
+        }
+    }
+    if has {
+        words.push(cur);
+    }
+    Some(words)
+}
+
 /// The recording format's identifier, versioned.
-pub const RECORDING_FORMAT: &str = "straggler-lab.recording/v1";
+pub const RECORDING_FORMAT: &str = "straggler-lab.recording/v2";
 
 /// The marker file of a recording folder.
 pub const MARKER: &str = "recording.json";
 
-/// A plan tried live, and what verification said of it.
+/// A plan (or a remediation command) tried live, and what verification said of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TriedPlan {
     /// The commands, as argv, in order.
@@ -28,6 +92,29 @@ pub struct TriedPlan {
     /// `fixed` or `failed`, as verified on the job's signals.
     pub outcome: Mitigation,
     pub evidence: crate::EvidenceLevel,
+    /// Why its verification failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<String>,
+}
+
+/// What a replay serves besides the incident's bundle: the lab as it was from the detection to the first
+/// remediation (a whole bundle a second, stamped in seconds from the detection), and what ran in each rank's
+/// CPU limit then.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplayData {
+    #[serde(default)]
+    pub moments: Vec<Moment>,
+    /// By rank (`rank-1`): its processes, as `processes` answers.
+    #[serde(default)]
+    pub processes: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// The lab at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Moment {
+    /// Seconds from the detection.
+    pub t_s: f64,
+    pub bundle: serde_json::Value,
 }
 
 /// One point of the recorded timeline.
@@ -55,6 +142,8 @@ pub struct RecordedRun {
     pub incident: Option<serde_json::Value>,
     pub tried: Vec<TriedPlan>,
     pub timeline: Vec<TimePoint>,
+    #[serde(default)]
+    pub replay: ReplayData,
 }
 
 /// Checks a recording folder's marker.
@@ -112,4 +201,20 @@ pub fn write(dir: &Path, runs: &[RecordedRun]) -> Result<Vec<std::path::PathBuf>
         written.push(path);
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lab_command_lines_split_as_a_shell_would() {
+        let v = lab_commands("lab db template --node-selector '' && lab db delete-pod db-1").unwrap();
+        assert_eq!(v[0], ["lab", "db", "template", "--node-selector", ""]);
+        assert_eq!(v[1], ["lab", "db", "delete-pod", "db-1"]);
+        assert_eq!(lab_commands("lab restart rank 1").unwrap(), [["lab", "restart", "rank", "1"]]);
+        assert!(lab_commands("lab status | head").is_none());
+        assert!(lab_commands("echo $HOME").is_none());
+        assert!(lab_commands("kubectl delete pod db-1").is_none());
+    }
 }

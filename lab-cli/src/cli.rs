@@ -689,9 +689,11 @@ pub struct DrillRunArgs {
     /// How long the agent may take (per attempt).
     #[arg(long, default_value = "120s", value_parser = parse_duration, requires = "agents")]
     pub agent_timeout: std::time::Duration,
-    /// Keep each incident for `lab replay`: its whole bundle, the ledger's truth, the timeline, and the
-    /// verified outcome of every plan tried (added to what DIR already holds).
-    #[arg(long, value_name = "DIR", requires = "agents")]
+    /// Keep each incident for `lab replay`: its whole bundle, the lab from the detection to the first
+    /// remediation, the ranks' processes, the ledger's truth, the timeline, and the verified outcome of every
+    /// fix tried — an agent's plan or acts, or a remediation made of `lab` commands (`--fix`, `--remediate`)
+    /// — added to what DIR already holds.
+    #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
 }
 
@@ -717,8 +719,12 @@ pub struct McpArgs {
     pub calls: Option<PathBuf>,
     /// Serve one attempt of a drill as the session file written by `lab drill run --mcp-agent` says (the
     /// lab, the level, the incident, the approval); the other flags are then ignored.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "replay")]
     pub session: Option<PathBuf>,
+    /// Serve a recorded incident, without a lab, as the replay session file written by `lab replay
+    /// --mcp-agent` says: reads answer from the recording, acts are judged against what was verified live.
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -744,12 +750,18 @@ impl EvidenceArg {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("replayed").required(true).args(["agent", "mcp_agent"])))]
 pub struct ReplayArgs {
     /// The recording folder.
     pub dir: PathBuf,
-    /// The agent, as for `lab drill run --agent`.
+    /// A planning agent, as for `lab drill run --agent`: it reads each incident's bundle and prints a plan.
+    #[arg(long, value_name = "CMD", conflicts_with = "mcp_agent")]
+    pub agent: Option<String>,
+    /// An interactive agent, as for `lab drill run --mcp-agent`: it investigates each incident through the
+    /// lab's MCP tools, served from the recording (`lab mcp --replay`), and its acts are judged against what
+    /// was verified live instead of being run.
     #[arg(long, value_name = "CMD")]
-    pub agent: String,
+    pub mcp_agent: Option<String>,
     /// The evidence level the agent reads (repeat it, or give several, for each in turn).
     #[arg(long, value_enum, num_args = 1.., default_values_t = [EvidenceArg::Full])]
     pub evidence: Vec<EvidenceArg>,
@@ -759,6 +771,9 @@ pub struct ReplayArgs {
     /// Fail (exit 1) unless exactly N incidents are fixed at every level given; for a regression test.
     #[arg(long, value_name = "N")]
     pub expect_fixed: Option<usize>,
+    /// Replay everything twice and fail (exit 1) unless every score is the same both times.
+    #[arg(long)]
+    pub expect_stable: bool,
     /// Print the replay as JSON.
     #[arg(long)]
     pub json: bool,

@@ -317,6 +317,7 @@ mod tests {
             agent: None,
             idle_accelerator_s: None,
             full_bundles: vec![],
+            replay: Default::default(),
         }
     }
 
@@ -457,6 +458,7 @@ time to detect 8.0 s, to mitigate -, back to baseline -, steps lost 0
             "remediate: command 1 of 1 was declined",
         );
         d.remediations.push(crate::report::RemediationReport {
+            truth: None,
             command: Some("agent".into()),
             bundle: None,
             exit_code: Some(0),

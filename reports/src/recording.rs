@@ -5,34 +5,44 @@
 use std::path::{Path, PathBuf};
 
 use lab_agents::record::{self, RECORDING_FORMAT, RecordedRun, TimePoint, TriedPlan};
-use lab_agents::{Mitigation, PlanOutcome};
+use lab_agents::{EvidenceLevel, Mitigation, PlanOutcome};
 
-use crate::report::{DrillReport, Verdict};
+use crate::report::{DrillReport, StepName};
 
-/// What `report` holds worth replaying.
+/// What `report` holds worth replaying: the incident as first handed out, the ledger's truth, and each
+/// remediation that a verification judged — an agent's plan, an interactive agent's acts, or a remediation
+/// command made of `lab` commands — with that verification's word.
 pub fn recorded(report: &DrillReport) -> RecordedRun {
-    let last = report.remediations.len().saturating_sub(1);
+    let judged = verifications(report);
     let mut truth = None;
     let mut tried = Vec::new();
     for (i, r) in report.remediations.iter().enumerate() {
-        let Some(a) = &r.agent else { continue };
-        truth = truth.or_else(|| a.truth.clone());
-        let (Some(p), PlanOutcome::Ran) = (&a.plan, a.outcome) else {
+        let (commands, evidence, t) = if let Some(a) = &r.agent {
+            let Some(p) = a.plan.as_ref().filter(|_| a.outcome == PlanOutcome::Ran) else {
+                truth = truth.or_else(|| a.truth.clone());
+                continue;
+            };
+            (p.commands.iter().map(|c| c.argv.clone()).collect(), a.evidence, a.truth.clone())
+        } else if let Some(m) = &r.mcp {
+            let acts: Vec<Vec<String>> = m.acts().filter(|a| a.approved).map(|a| a.argv.clone()).collect();
+            (acts, m.evidence, m.truth.clone())
+        } else {
+            let Some(cmds) = r.command.as_deref().and_then(record::lab_commands) else {
+                truth = truth.or_else(|| r.truth.clone());
+                continue;
+            };
+            (cmds, EvidenceLevel::Full, r.truth.clone())
+        };
+        truth = truth.or(t);
+        // Only what a verification judged: the first verification after it.
+        let Some((held, why)) = judged.get(i).cloned().flatten() else {
             continue;
         };
-        // Only what verification judged: a pass after the last plan, a failure that sent it back.
-        let outcome = match (i == last, report.verdict) {
-            (true, Verdict::Pass) => Mitigation::Fixed,
-            (false, _) | (true, Verdict::Fail) => Mitigation::Failed,
-            _ => continue,
-        };
-        if i == last && report.verdict == Verdict::Fail && !failed_at_verify(report) {
-            continue;
-        }
         tried.push(TriedPlan {
-            commands: p.commands.iter().map(|c| c.argv.clone()).collect(),
-            outcome,
-            evidence: a.evidence,
+            commands,
+            outcome: if held { Mitigation::Fixed } else { Mitigation::Failed },
+            evidence,
+            verification: (!held).then_some(why),
         });
     }
     RecordedRun {
@@ -56,13 +66,28 @@ pub fn recorded(report: &DrillReport) -> RecordedRun {
                 firing: p.firing.clone(),
             })
             .collect(),
+        replay: report.replay.clone(),
     }
 }
 
-/// Whether the drill's failure was its verification (the plan ran and the job did not come back), not
-/// something before it.
-fn failed_at_verify(report: &DrillReport) -> bool {
-    report.reason.starts_with("verify")
+/// For each remediation, in order, the verification that judged it (the next verify step before another
+/// remediation): whether it held, and its summary; `None` when none judged it (the drill ended first).
+fn verifications(report: &DrillReport) -> Vec<Option<(bool, String)>> {
+    let mut out: Vec<Option<(bool, String)>> = Vec::new();
+    for s in &report.steps {
+        match s.step {
+            StepName::Remediate => out.push(None),
+            StepName::Verify => {
+                if let Some(last) = out.last_mut()
+                    && last.is_none()
+                {
+                    *last = Some((s.ok, format!("verify: {}", s.summary)));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// Writes the runs of `reports` that reached a remediation into the recording folder `dir`.
@@ -81,10 +106,10 @@ pub fn write(dir: &Path, reports: &[DrillReport]) -> Result<Vec<PathBuf>, String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::RemediationReport;
+    use crate::report::{RemediationReport, StepReport, Verdict};
     use lab_agents::record::MARKER;
     use lab_agents::replay::{load, replay};
-    use lab_agents::{AgentReport, EvidenceLevel, Plan, PlanCommand, Truth, plan::PLAN_FORMAT};
+    use lab_agents::{AgentReport, Plan, PlanCommand, Truth, plan::PLAN_FORMAT};
 
     fn run(verdict: Verdict, reason: &str, argv: &[&str]) -> DrillReport {
         let drill = lab_drill_file::spec::parse(
@@ -93,6 +118,18 @@ mod tests {
         .unwrap();
         let mut r = DrillReport::not_run(&drill, "t.yaml", "lab", "local", reason.into());
         r.verdict = verdict;
+        let step = |step, ok, summary: &str| StepReport {
+            step,
+            ok,
+            started_s: 0.0,
+            duration_s: 1.0,
+            summary: summary.into(),
+            evidence: vec![],
+        };
+        r.steps = vec![
+            step(StepName::Remediate, true, "ran"),
+            step(StepName::Verify, verdict == Verdict::Pass, reason.trim_start_matches("verify: ")),
+        ];
         r.full_bundles = vec![serde_json::json!({
             "format": "straggler-lab.incident/v1",
             "changes": [], "wiring": {"pods": []}, "dependencies": [], "training": {"ranks": []},
@@ -110,6 +147,7 @@ mod tests {
             }],
         };
         r.remediations.push(RemediationReport {
+            truth: None,
             command: Some("agent".into()),
             bundle: None,
             exit_code: Some(0),

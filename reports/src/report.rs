@@ -160,6 +160,9 @@ pub struct RemediationReport {
     /// With `--mcp-agent`: the attempt, every call the agent made, what it concluded, and its score.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp: Option<lab_agents::mcp::McpAttempt>,
+    /// What the ledger said was wrong when it ran (kept for `--record`, whoever remediated).
+    #[serde(skip)]
+    pub truth: Option<lab_agents::Truth>,
 }
 
 /// The drill's own cleanup: what it cleared, and whether the lab came back to steady state after it.
@@ -281,6 +284,10 @@ pub struct DrillReport {
     /// are, cut to the evidence level).
     #[serde(skip)]
     pub full_bundles: Vec<serde_json::Value>,
+    /// For `--record`: the lab as it was from the detection to the first remediation, and what ran in each
+    /// rank then (not in the JSON report).
+    #[serde(skip)]
+    pub replay: lab_agents::record::ReplayData,
 }
 
 impl DrillReport {
@@ -320,6 +327,7 @@ impl DrillReport {
             agent: None,
             idle_accelerator_s: None,
             full_bundles: Vec::new(),
+            replay: Default::default(),
         }
     }
 }

@@ -51,6 +51,7 @@ impl Lab {
             mcp_agent: None,
             attempts: 1,
             approval_state: Some(crate::mcp::approval_state_path(&self.name)),
+            keep_for_replay: false,
         }
     }
 

@@ -8,6 +8,7 @@
 
 pub mod attempt;
 pub mod calls;
+pub mod replay;
 pub mod server;
 pub mod session;
 pub mod tools;

@@ -210,6 +210,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         let mut ev: Vec<String> = changes.clone();
         ev.push(format!("trajectory: {}", dir.join("calls.jsonl").display()));
         self.remediations.push(RemediationReport {
+            truth: Some(self.truth()),
             command: Some(agent.command.clone()),
             bundle: Some(cut.display().to_string()),
             exit_code: report.exit_code,

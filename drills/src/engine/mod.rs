@@ -71,6 +71,9 @@ pub struct Options {
     pub attempts: u32,
     /// Where the lab keeps its record of verified fixes per cause class (earned autonomy).
     pub approval_state: Option<PathBuf>,
+    /// Keep what a replay serves (`--record`): the lab from the detection to the first remediation, the
+    /// ranks' processes.
+    pub keep_for_replay: bool,
 }
 
 impl Options {

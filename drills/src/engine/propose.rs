@@ -142,6 +142,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             bundle.display()
         ));
         self.remediations.push(RemediationReport {
+            truth: Some(self.truth()),
             command: Some(agent.command.clone()),
             bundle: Some(bundle.display().to_string()),
             exit_code: report.exit_code,

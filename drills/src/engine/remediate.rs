@@ -62,6 +62,7 @@ impl<S: SnapshotSource> Session<'_, S> {
     /// Remediates: runs the command (the run's `--remediate`, else the step's), or clears what the drill
     /// injected when there is none.
     pub async fn remediate(&mut self, spec: &Remediate) -> StepReport {
+        self.keep_processes().await;
         // `--remediate` once per remediate step gives this step its own; once, every step's.
         let nth = self.fixes.len();
         let command = (self.options.remediate_each.get(nth).cloned())
@@ -96,6 +97,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             }
         };
         let mut report = RemediationReport {
+            truth: Some(self.truth()),
             command: command.clone(),
             bundle: bundle.as_ref().map(|p| p.display().to_string()),
             exit_code: None,

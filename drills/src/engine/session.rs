@@ -50,6 +50,8 @@ pub struct Session<'a, S: SnapshotSource> {
     pub(super) attempts: Vec<serde_json::Value>,
     /// Every bundle handed out, whole (before any evidence level cut it), for a recording.
     pub(super) full_bundles: Vec<serde_json::Value>,
+    /// For a recording: the lab from the detection to the first remediation, and the ranks' processes.
+    pub(super) replay: lab_agents::record::ReplayData,
     /// The faults this drill injected, in order.
     pub(super) injected: Vec<lab_faults::Fault>,
     /// The snapshots the last verification judged, what it was asked, from when, and its step's index.
@@ -108,6 +110,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             retried: Vec::new(),
             attempts: Vec::new(),
             full_bundles: Vec::new(),
+            replay: Default::default(),
             injected: Vec::new(),
             verify_snaps: Vec::new(),
             verify_ctx: None,
@@ -168,7 +171,51 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
         if self.inject_ms.is_some() {
             self.lost.push(s);
         }
+        self.keep_moment(s);
         self.last = Some(s.clone());
+    }
+
+    /// For a recording: the lab as a bundle about once a second from the detection until the first
+    /// remediation starts (after it, the lab shows what that remediation did, which a replayed agent did not).
+    fn keep_moment(&mut self, s: &Snapshot) {
+        const MOST: usize = 60;
+        let (Some(d), None) = (self.detection.as_ref(), self.remediation_start_ms) else {
+            return;
+        };
+        if !self.options.keep_for_replay || self.replay.moments.len() >= MOST {
+            return;
+        }
+        let t_s = s.at_ms.saturating_sub(d.at_ms) as f64 / 1000.0;
+        if self.replay.moments.last().is_some_and(|m| t_s - m.t_s < 1.0) {
+            return;
+        }
+        if let Ok(bundle) = serde_json::to_value(lab_incident::Bundle::from_snapshot(s)) {
+            self.replay.moments.push(lab_agents::record::Moment {
+                t_s: (t_s * 10.0).round() / 10.0,
+                bundle,
+            });
+        }
+    }
+
+    /// For a recording: what runs in each rank's CPU limit, once, as the first remediation starts.
+    pub(super) async fn keep_processes(&mut self) {
+        if !self.options.keep_for_replay || !self.replay.processes.is_empty() {
+            return;
+        }
+        let ranks: Vec<u32> = self
+            .last
+            .as_ref()
+            .map(|s| s.ranks.iter().map(|r| r.rank).collect())
+            .unwrap_or_default();
+        for r in ranks {
+            if let Ok(p) = self.lab.runtime.rank_processes(r).await
+                && let Ok(v) = serde_json::to_value(p)
+            {
+                self.replay
+                    .processes
+                    .insert(lab_model::names::rank(r), serde_json::json!({"rank": lab_model::names::rank(r), "processes": v}));
+            }
+        }
     }
 
     pub(super) async fn next(&mut self) -> Snapshot {
@@ -316,6 +363,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             agent,
             idle_accelerator_s: idle,
             full_bundles: self.full_bundles,
+            replay: self.replay,
         }
     }
 }

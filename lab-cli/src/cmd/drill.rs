@@ -274,6 +274,7 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
     options.agent = agent;
     options.mcp_agent = mcp_agent;
     options.attempts = a.attempts;
+    options.keep_for_replay = a.record.is_some();
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("\ninterrupted: cleaning up what the drill injected");

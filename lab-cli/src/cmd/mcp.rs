@@ -8,6 +8,24 @@ use lab_session::mcp::McpOptions;
 use crate::cli::McpArgs;
 
 pub async fn mcp(name: &str, a: McpArgs) -> anyhow::Result<ExitCode> {
+    if let Some(file) = &a.replay {
+        use lab_drills::agent::mcp::replay::{ReplayEvidence, ReplaySession};
+        use lab_drills::agent::mcp::{CallLog, Server, Settings};
+        let s = ReplaySession::load(file).map_err(anyhow::Error::msg)?;
+        let evidence = ReplayEvidence::open(&s.recording, &s.drill).map_err(anyhow::Error::msg)?;
+        let server = Server::new(
+            evidence,
+            Settings {
+                name: format!("{} (recorded)", s.drill),
+                level: s.evidence,
+                // A replay runs nothing: every act is judged, and approving it changes nothing.
+                approval: lab_drills::agent::Approval::auto(),
+                log: std::sync::Arc::new(CallLog::new(Some(s.calls.clone()))),
+            },
+        );
+        server.serve_stdio().await.map_err(anyhow::Error::msg)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let server = match &a.session {
         Some(file) => {
             let s = lab_drills::agent::mcp::McpSession::load(file).map_err(anyhow::Error::msg)?;
