@@ -24,7 +24,7 @@ pub use lab_model::clock::rfc3339;
 pub const LOOKBACK_MS: u64 = 3 * 60 * 60 * 1000;
 
 /// The format's identifier, versioned.
-pub const FORMAT: &str = "straggler-lab.incident/v1";
+pub const FORMAT: &str = "straggler-lab.incident/v2";
 
 /// The whole bundle (schema in `docs/incident.md`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -77,11 +77,14 @@ pub struct Dependency {
     /// Read p50 and p99 the ranks see now, ms.
     pub p50_ms: Option<f64>,
     pub p99_ms: Option<f64>,
-    /// Request p50 as the storage server itself measures it, ms.
-    pub own_p50_ms: Option<f64>,
-    /// The server's own latency probed straight, bypassing the ranks' path (median over the window),
-    /// ms: high when the node itself is slow, flat when only the path to it is.
-    pub own_probe_ms: Option<f64>,
+    /// The server's own latency as a client measures it, ms: a read sent to it directly, bypassing the
+    /// ranks' path (median over the window). This answers "is the server itself slow?": high when the node
+    /// itself is slow, flat when only the path to it is.
+    pub own_latency_ms: Option<f64>,
+    /// The p50 of the server's own request-handling histogram (SeaweedFS's `request_seconds{type="GET"}`),
+    /// ms: only the time inside its handler. A request that waits before the server picks it up (a server
+    /// starved of CPU, a full queue) is not in it, so a slow server can look fast here.
+    pub handling_p50_ms: Option<f64>,
     pub reads_per_s: Option<f64>,
     pub errors_per_s: Option<f64>,
     /// Whether its latency stands out from its siblings'.
@@ -297,8 +300,8 @@ impl Bundle {
                 baseline_p50_ms: ms(v.baseline_p50),
                 p50_ms: ms(v.client_p50),
                 p99_ms: ms(v.client_p99),
-                own_p50_ms: ms(v.server_p50),
-                own_probe_ms: ms(v.own_probe),
+                own_latency_ms: ms(v.own_probe),
+                handling_p50_ms: ms(v.server_p50),
                 reads_per_s: v.reads_per_s,
                 errors_per_s: v.errors_per_s,
                 stands_out: v.outlier,
@@ -536,7 +539,7 @@ impl Bundle {
         let _ = writeln!(
             o,
             "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}  READERS",
-            "SERVER", "p50", "p99", "OWN p50", "DIRECT", "BASELINE"
+            "SERVER", "p50", "p99", "OWN", "HANDLER", "BASELINE"
         );
         for d in &self.dependencies {
             let _ = writeln!(
@@ -545,8 +548,8 @@ impl Bundle {
                 d.name,
                 opt(d.p50_ms),
                 opt(d.p99_ms),
-                opt(d.own_p50_ms),
-                opt(d.own_probe_ms),
+                opt(d.own_latency_ms),
+                opt(d.handling_p50_ms),
                 opt(d.baseline_p50_ms),
                 d.readers.join(", ")
             );
@@ -885,8 +888,8 @@ mod tests {
             baseline_p50_ms: Some(2.0),
             p50_ms: None,
             p99_ms: None,
-            own_p50_ms: None,
-            own_probe_ms: None,
+            own_latency_ms: None,
+            handling_p50_ms: None,
             reads_per_s: None,
             errors_per_s: None,
             stands_out: false,

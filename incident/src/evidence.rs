@@ -175,7 +175,7 @@ mod tests {
 
     fn bundle() -> Value {
         serde_json::json!({
-            "format": "straggler-lab.incident/v1",
+            "format": "straggler-lab.incident/v2",
             "latency_summary": ["storage-1 went from 2 ms to 414 ms"],
             "changes": [{"where": "storage-1"}],
             "wiring": {"pods": [], "edges": [{"from": "rank-1", "to": "storage-1"}]},

@@ -131,7 +131,7 @@ mod tests {
             step(StepName::Verify, verdict == Verdict::Pass, reason.trim_start_matches("verify: ")),
         ];
         r.full_bundles = vec![serde_json::json!({
-            "format": "straggler-lab.incident/v1",
+            "format": "straggler-lab.incident/v2",
             "changes": [], "wiring": {"pods": []}, "dependencies": [], "training": {"ranks": []},
             "signals_firing": [{"signal": "latency"}],
         })];
