@@ -20,7 +20,7 @@ mod fixtures;
 
 pub use action::{Action, FaultKey, Feedback};
 pub use error::ConsoleError;
-pub use state::State;
+pub use state::{Options, State};
 pub use summary::headline_text;
 pub use term::run;
 pub use text::status_text;

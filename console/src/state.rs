@@ -30,12 +30,52 @@ pub struct State {
     pub help: bool,
     /// True once the snapshot source is gone (the collector stopped).
     pub source_closed: bool,
+    /// How the console was started: its look and whether its keys act.
+    pub options: Options,
+}
+
+/// How the console is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Draw with colours. Off with `NO_COLOR`: emphasis is then bold, underline and the screen's own
+    /// marks (▲ on the outlier, * on a drifted limit), never colour alone.
+    pub colour: bool,
+    /// Keys never inject or clear (`lab console --read-only`, for a demo where a stray key must not
+    /// change the lab): only help and quit act.
+    pub read_only: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            colour: true,
+            read_only: false,
+        }
+    }
+}
+
+impl Options {
+    /// The options for a console on a terminal: colour unless `NO_COLOR` is set.
+    pub fn from_env(read_only: bool) -> Options {
+        Options {
+            colour: lab_model::format::colour_for(true),
+            read_only,
+        }
+    }
 }
 
 impl State {
     /// An empty state, waiting for the first snapshot.
     pub fn new() -> Self {
         State::default()
+    }
+
+    /// An empty state for a console started with `options`.
+    pub fn with_options(options: Options) -> Self {
+        State {
+            options,
+            ..State::default()
+        }
     }
 
     /// Takes a new snapshot.
@@ -80,6 +120,8 @@ impl State {
                 return None;
             }
             KeyCode::Char('q') | KeyCode::Esc => return Some(Action::Quit),
+            // Read-only: whatever else is pressed changes nothing.
+            _ if self.options.read_only => return None,
             KeyCode::Char('c') => Action::ClearAll,
             KeyCode::Char(c) => {
                 let inject = FaultKey::ALL
@@ -143,6 +185,21 @@ mod tests {
             s.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL), 0),
             Some(Action::Quit)
         );
+    }
+
+    #[test]
+    fn a_read_only_console_ignores_every_key_that_would_change_the_lab() {
+        let mut s = State::with_options(Options {
+            read_only: true,
+            ..Options::default()
+        });
+        for c in ['s', 't', 'u', 'S', 'T', 'U', 'c', 'x'] {
+            assert_eq!(s.on_key(key(KeyCode::Char(c)), 0), None, "{c}");
+        }
+        assert!(s.status.is_none(), "nothing is said to be under way");
+        assert_eq!(s.on_key(key(KeyCode::Char('?')), 0), None);
+        assert!(s.help);
+        assert_eq!(s.on_key(key(KeyCode::Char('q')), 0), Some(Action::Quit));
     }
 
     #[test]

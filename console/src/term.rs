@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::action::{Action, Feedback};
 use crate::error::ConsoleError;
-use crate::state::State;
+use crate::state::{Options, State};
 use crate::view::render;
 
 /// The console redraws at least this often, so ages and since-times keep moving.
@@ -64,7 +64,8 @@ fn on_key(state: &mut State, key: crossterm::event::KeyEvent, actions: &mpsc::Se
     }
 }
 
-/// Runs the console until the person quits (q, Esc, Ctrl-C) or the process gets SIGINT/SIGTERM.
+/// Runs the console until the person quits (q, Esc, Ctrl-C) or the process gets SIGINT/SIGTERM, drawn
+/// and keyed as `options` say (no colour with `NO_COLOR`; read-only).
 ///
 /// Reads snapshots from `snapshots`, sends each key's [`Action`] on `actions` (and [`Action::Quit`] when
 /// it ends), and shows what comes back on `feedback`. Never talks to a runtime.
@@ -75,6 +76,7 @@ pub async fn run(
     mut snapshots: watch::Receiver<Option<Snapshot>>,
     actions: mpsc::Sender<Action>,
     mut feedback: mpsc::Receiver<Feedback>,
+    options: Options,
 ) -> Result<(), ConsoleError> {
     let mut interrupt = signal(SignalKind::interrupt()).map_err(ConsoleError::Setup)?;
     let mut terminate = signal(SignalKind::terminate()).map_err(ConsoleError::Setup)?;
@@ -82,7 +84,7 @@ pub async fn run(
     let mut events = EventStream::new();
     let mut tick = tokio::time::interval(REFRESH);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut state = State::new();
+    let mut state = State::with_options(options);
     if let Some(s) = snapshots.borrow_and_update().clone() {
         state.apply(s, now_ms());
     }

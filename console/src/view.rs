@@ -24,6 +24,22 @@ use crate::summary::{
 pub const STALE_MS: u64 = 5_000;
 
 const KEYS: &str = "s/t/u inject · S/T/U clear · c clear all · ? help · q quit";
+/// The key line of a read-only console (`lab console --read-only`).
+const KEYS_READ_ONLY: &str = "read-only: keys change nothing · ? help · q quit";
+
+/// Takes every colour off a drawn screen (`NO_COLOR`), keeping what it meant as emphasis: what was red
+/// (bad) is bold, what was yellow (a warning) is underlined; the screen's own marks (▲, *) stay.
+fn strip_colour(buf: &mut ratatui::buffer::Buffer) {
+    for cell in &mut buf.content {
+        match cell.fg {
+            Color::Red | Color::LightRed => cell.modifier.insert(Modifier::BOLD),
+            Color::Yellow | Color::LightYellow => cell.modifier.insert(Modifier::UNDERLINED),
+            _ => {}
+        }
+        cell.fg = Color::Reset;
+        cell.bg = Color::Reset;
+    }
+}
 
 fn tone_style(t: Tone) -> Style {
     match t {
@@ -40,6 +56,13 @@ fn heading() -> Style {
 
 /// Draws the whole console at `now_ms`.
 pub fn render(frame: &mut Frame, state: &State, now_ms: u64) {
+    render_screen(frame, state, now_ms);
+    if !state.options.colour {
+        strip_colour(frame.buffer_mut());
+    }
+}
+
+fn render_screen(frame: &mut Frame, state: &State, now_ms: u64) {
     let [head, body, status] =
         Layout::vertical([Constraint::Length(2), Constraint::Min(0), Constraint::Length(1)])
             .areas(frame.area());
@@ -53,7 +76,7 @@ pub fn render(frame: &mut Frame, state: &State, now_ms: u64) {
         };
         frame.render_widget(Paragraph::new(text).alignment(Alignment::Center), body);
         if state.help {
-            render_help(frame);
+            render_help(frame, state.options.read_only);
         }
         return;
     };
@@ -75,7 +98,7 @@ pub fn render(frame: &mut Frame, state: &State, now_ms: u64) {
     render_alerts(frame, alerts, snap, now_ms);
     render_changes(frame, bottom, snap, now_ms);
     if state.help {
-        render_help(frame);
+        render_help(frame, state.options.read_only);
     }
 }
 
@@ -452,6 +475,11 @@ fn render_changes(frame: &mut Frame, area: Rect, snap: &Snapshot, now_ms: u64) {
 }
 
 fn render_status_line(frame: &mut Frame, area: Rect, state: &State, now_ms: u64) {
+    let keys = if state.options.read_only {
+        KEYS_READ_ONLY
+    } else {
+        KEYS
+    };
     let line = match state.status_line(now_ms) {
         Some(s) => {
             let style = if s.pending {
@@ -464,15 +492,15 @@ fn render_status_line(frame: &mut Frame, area: Rect, state: &State, now_ms: u64)
             Line::from(vec![
                 Span::styled(s.text.clone(), style),
                 Span::raw("  ·  "),
-                Span::raw(KEYS).dim(),
+                Span::raw(keys).dim(),
             ])
         }
-        None => Line::from(Span::raw(KEYS).dim()),
+        None => Line::from(Span::raw(keys).dim()),
     };
     frame.render_widget(Paragraph::new(line), area);
 }
 
-fn render_help(frame: &mut Frame) {
+fn render_help(frame: &mut Frame, read_only: bool) {
     let area = frame.area();
     let width = area.width.min(72);
     let height = area.height.min(15);
@@ -483,10 +511,15 @@ fn render_help(frame: &mut Frame) {
         height,
     };
     let mut lines = vec![
-        Line::from("Inject a fault with its key; clear it with the upper-case key.").bold(),
+        Line::from(if read_only {
+            "Read-only console (--read-only): no key injects or clears a fault."
+        } else {
+            "Inject a fault with its key; clear it with the upper-case key."
+        })
+        .bold(),
         Line::from(""),
     ];
-    for f in FaultKey::ALL {
+    for f in FaultKey::ALL.into_iter().filter(|_| !read_only) {
         lines.push(Line::from(vec![
             Span::styled(
                 format!("  {} / {}  ", f.key(), f.key().to_ascii_uppercase()),
@@ -496,11 +529,13 @@ fn render_help(frame: &mut Frame) {
             Span::raw(f.describe()).dim(),
         ]));
     }
-    lines.extend([
-        Line::from(vec![
+    if !read_only {
+        lines.push(Line::from(vec![
             Span::styled("  c      ", heading()),
             Span::raw("clear every active fault"),
-        ]),
+        ]));
+    }
+    lines.extend([
         Line::from(vec![
             Span::styled("  ?      ", heading()),
             Span::raw("show or hide this help"),
@@ -648,6 +683,79 @@ mod tests {
         for (w, h) in [(1, 1), (20, 5), (40, 12), (0, 0)] {
             screen(Some(fixtures::unplaceable_rank()), w, h, |s| s.help = true);
         }
+    }
+
+    /// With NO_COLOR the console draws no colour at all, and what colour meant is still there: the
+    /// outlier's row is bold and keeps its ▲, a warning is underlined.
+    #[test]
+    fn no_color_draws_without_colours_and_keeps_emphasis() {
+        let no_colour = crate::state::Options {
+            colour: false,
+            read_only: false,
+        };
+        let t = screen(Some(fixtures::slow_storage()), 150, 34, |s| s.options = no_colour);
+        let buf = t.backend().buffer();
+        let coloured: Vec<ratatui::layout::Position> = buf
+            .area
+            .positions()
+            .filter(|&p| buf[p].fg != Color::Reset || buf[p].bg != Color::Reset)
+            .collect();
+        assert!(coloured.is_empty(), "cells with colour: {coloured:?}");
+        let s = text(buf);
+        let y = s.lines().position(|l| l.contains("storage-1 ▲")).unwrap() as u16;
+        let x = s
+            .lines()
+            .nth(y as usize)
+            .unwrap()
+            .chars()
+            .position(|c| c == '▲')
+            .unwrap() as u16;
+        assert!(buf[(x, y)].modifier.contains(Modifier::BOLD));
+        // The same screen in colour has colours, and the same text.
+        let coloured = screen(Some(fixtures::slow_storage()), 150, 34, |_| {});
+        assert_eq!(text(coloured.backend().buffer()), s);
+        assert!(
+            coloured
+                .backend()
+                .buffer()
+                .content
+                .iter()
+                .any(|c| c.fg == Color::Red),
+            "the coloured screen has red"
+        );
+        let throttled = screen(Some(fixtures::throttled_rank()), 150, 34, |s| {
+            s.options = no_colour
+        });
+        assert!(
+            throttled
+                .backend()
+                .buffer()
+                .content
+                .iter()
+                .any(|c| c.modifier.contains(Modifier::UNDERLINED)),
+            "a warning (the drifted limit) is underlined"
+        );
+    }
+
+    #[test]
+    fn a_read_only_console_says_so_and_offers_no_fault_keys() {
+        let ro = crate::state::Options {
+            colour: true,
+            read_only: true,
+        };
+        let t = screen(Some(fixtures::healthy()), 150, 34, |s| s.options = ro);
+        let s = text(t.backend().buffer());
+        let last = s.lines().last().unwrap();
+        assert!(last.contains("read-only: keys change nothing"), "{last}");
+        assert!(!s.contains("s/t/u inject"), "{s}");
+        let t = screen(Some(fixtures::healthy()), 150, 34, |s| {
+            s.options = ro;
+            s.help = true;
+        });
+        let s = text(t.backend().buffer());
+        assert!(s.contains("Read-only console"), "{s}");
+        assert!(!s.contains("s / S"), "{s}");
+        assert!(!s.contains("clear every active fault"), "{s}");
     }
 
     #[test]

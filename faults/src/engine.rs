@@ -33,6 +33,20 @@ pub fn check(fault: &Fault, status: &LabStatus) -> Result<(), FaultError> {
 /// [`FaultError::Invalid`] / [`FaultError::AlreadyInjected`] before anything changes; otherwise the
 /// runtime's error or [`FaultError::NotProven`] (after rollback).
 pub async fn inject(rt: &dyn Runtime, ledger: &Ledger, fault: Fault) -> Result<Injected, FaultError> {
+    inject_for(rt, ledger, fault, None).await
+}
+
+/// [`inject`], and with `lifetime` the fault clears itself that long after it was proven: its entry
+/// carries the time ([`Entry::expires_at_ms`]) and the lab's watcher clears it then.
+///
+/// # Errors
+/// As [`inject`].
+pub async fn inject_for(
+    rt: &dyn Runtime,
+    ledger: &Ledger,
+    fault: Fault,
+    lifetime: Option<std::time::Duration>,
+) -> Result<Injected, FaultError> {
     let status = rt
         .status()
         .await
@@ -59,6 +73,7 @@ pub async fn inject(rt: &dyn Runtime, ledger: &Ledger, fault: Fault) -> Result<I
             path: None,
             proof: None,
             error: None,
+            expires_at_ms: None,
         });
         Ok(id)
     })?;
@@ -75,6 +90,7 @@ pub async fn inject(rt: &dyn Runtime, ledger: &Ledger, fault: Fault) -> Result<I
                 d.changes.extend(changes.iter().cloned());
                 let e = entry_mut(d, &id)?;
                 e.phase = FaultPhase::Injected;
+                e.expires_at_ms = lifetime.map(|l| now_ms() + l.as_millis() as u64);
                 e.path = path;
                 e.proof = Some(proof);
                 Ok(e.clone())

@@ -92,6 +92,17 @@ pub struct Entry {
     pub proof: Option<String>,
     /// Why it failed, when it did.
     pub error: Option<String>,
+    /// When the fault clears itself (`lab fault inject … --for 60s`), ms since the Unix epoch: the lab's
+    /// watcher clears it then, and a watcher started later still does, since the time is kept here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+}
+
+impl Entry {
+    /// Whether the fault is injected and its lifetime is over at `now_ms`.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        self.phase == FaultPhase::Injected && self.expires_at_ms.is_some_and(|at| at <= now_ms)
+    }
 }
 
 /// What the ledger file holds.

@@ -16,7 +16,7 @@ pub mod kinds;
 pub mod ledger;
 pub mod remediate;
 
-pub use engine::{Injected, clear, clear_all, inject};
+pub use engine::{Injected, clear, clear_all, inject, inject_for};
 pub use error::FaultError;
 /// The catalogue of faults is data the whole lab speaks: it lives in `lab_model`.
 pub use lab_model::fault as catalog;

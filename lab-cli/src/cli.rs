@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use lab_model::Millicores;
 
 /// Straggler Lab: one slow component stalls a synchronous training job while Kubernetes says
@@ -11,7 +11,7 @@ use lab_model::Millicores;
 ///
 /// A first session:
 ///   lab up                            # storage, dataset, 4 ranks, learned baseline
-///   lab console                       # live view; keys inject and clear faults
+///   lab console                       # live view (takes the terminal: open a second one)
 ///   lab fault inject slow-storage     # storage-1 answers 300 ms late
 ///   lab status                        # 4/4 Ready, training at a fraction of normal
 ///   lab fault clear --all
@@ -28,6 +28,12 @@ pub struct Cli {
     pub verbose: u8,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// The whole command line as clap sees it, with the exit statuses and the environment variables after the
+/// help: what `lab --help`, the completions and the man page are made from.
+pub fn command() -> clap::Command {
+    Cli::command().after_help(format!("{}\n{}", crate::exit::Exit::help(), crate::env::help()))
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,8 +84,36 @@ pub enum Command {
     ///   lab checkpoint --json --timeout 2m
     #[command(verbatim_doc_comment)]
     Checkpoint(CheckpointArgs),
-    /// The live console: per-storage-server latency against pod Ready.
-    Console,
+    /// The live console: per-storage-server latency against pod Ready. It takes the terminal (open a
+    /// second one for commands); keys inject and clear the three seed faults unless --read-only.
+    Console(ConsoleArgs),
+    /// Every lab on this machine (under the state folder): its runtime, age and health.
+    List(JsonArg),
+    /// A component's log (a rank, a storage server, the master, the supervisor, the watcher …), on every
+    /// runtime; an unknown name lists the lab's components.
+    ///
+    /// Examples:
+    ///   lab logs rank-1 --tail 20
+    ///   lab logs storage-1 -f        # follow, as tail -f (Ctrl-C ends it)
+    #[command(verbatim_doc_comment)]
+    Logs(LogsArgs),
+    /// The lab's version, the git commit it was built from, and the versions of SeaweedFS, kind and
+    /// Kubernetes the lab runs (of the running lab --name, else what `lab up` would use here).
+    Version(JsonArg),
+    /// Print a shell completion script.
+    ///
+    /// Examples:
+    ///   lab completion bash > ~/.local/share/bash-completion/completions/lab
+    ///   lab completion zsh > "${fpath[1]}/_lab"
+    ///   lab completion fish > ~/.config/fish/completions/lab.fish
+    #[command(verbatim_doc_comment)]
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff): `lab man > lab.1 && man ./lab.1`.
+    Man,
     /// Run and check fault drills.
     #[command(subcommand)]
     Drill(DrillCmd),
@@ -228,6 +262,26 @@ pub struct UpArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    /// Keys change nothing (no inject, no clear): for a demo where a stray key must not break the lab.
+    #[arg(long)]
+    pub read_only: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// The component, as `lab status` names it (rank-1, storage-0, storage-master, …), or `supervisor`
+    /// (local) or `watcher`.
+    pub component: String,
+    /// Keep printing lines as they are written.
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Only the last N lines written so far.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+}
+
+#[derive(Debug, Args)]
 pub struct CheckpointArgs {
     /// How long to wait for the job to save it (e.g. 30s, 2m).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
@@ -261,13 +315,22 @@ pub struct StatusArgs {
 pub enum FaultCmd {
     /// The catalogue: each fault with its parameters.
     List(JsonArg),
-    /// Inject a fault and prove it took effect.
-    #[command(subcommand)]
-    Inject(InjectCmd),
+    /// Inject a fault and prove it took effect; with --for it clears itself when the time is up.
+    Inject(InjectArgs),
     /// Clear a fault by id (or by kind), or every fault with --all, restoring exactly what was there.
     Clear(ClearArgs),
     /// The faults in the ledger and their change records.
     Status(JsonArg),
+}
+
+#[derive(Debug, Args)]
+pub struct InjectArgs {
+    /// Clear the fault this long after it took effect (e.g. 60s, 5m), even after this command has exited:
+    /// the lab's watcher clears it and the change log says so.
+    #[arg(long = "for", value_name = "DURATION", global = true, value_parser = parse_duration)]
+    pub lifetime: Option<std::time::Duration>,
+    #[command(subcommand)]
+    pub fault: InjectCmd,
 }
 
 #[derive(Debug, Subcommand)]
@@ -606,7 +669,7 @@ pub enum DrillCmd {
     /// Run drills against the running lab; exit 0 only if every drill passed.
     Run(Box<DrillRunArgs>),
     /// The built-in drills.
-    List,
+    List(JsonArg),
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,6 @@
 //! The `lab` command's log through `tracing`: events and step spans on stderr at the level `-v` asks for
-//! (`RUST_LOG` overrides it), and the local supervisor's events in the lab's `supervisor.log`.
+//! (`RUST_LOG` overrides it; coloured on a terminal unless `NO_COLOR` is set), and the local supervisor's
+//! events in the lab's `supervisor.log`.
 
 use std::fs::OpenOptions;
 use std::io::IsTerminal as _;
@@ -32,7 +33,8 @@ pub fn init(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter(level(verbose)))
         .with_span_events(FmtSpan::CLOSE)
-        .with_ansi(std::io::stderr().is_terminal())
+        // Colour only on a terminal, and never with NO_COLOR set.
+        .with_ansi(lab_model::format::colour_for(std::io::stderr().is_terminal()))
         .with_writer(std::io::stderr)
         .try_init();
 }

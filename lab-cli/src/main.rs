@@ -1,26 +1,36 @@
-//! The `lab` command: parses arguments and hands them to the library crates; see `cli.rs` for the flags.
+//! The `lab` command: parses arguments and hands them to the library crates; see `cli.rs` for the flags,
+//! `exit.rs` for how it ends and `out.rs` for how it prints.
 
 mod cli;
 mod cmd;
+mod env;
+mod exit;
+mod formats;
 mod logging;
 mod out;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::FromArgMatches;
+
+use crate::exit::Exit;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    // clap prints help and usage errors itself and exits 0 or 2 (`Exit::Usage`).
+    let cli = match cli::Cli::from_arg_matches(&cli::command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     if let cli::Command::Supervise { dir } = &cli.command {
         let log = lab_runtime::local::spec::Paths::new(dir).supervisor_log();
         if let Err(e) = logging::init_supervisor(&log) {
             eprintln!("supervisor: cannot open its log {}: {e}", log.display());
         }
         return match lab_runtime::local::supervisor::run(dir) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => Exit::Passed.into(),
             Err(e) => {
                 eprintln!("supervisor: {e}");
-                ExitCode::FAILURE
+                Exit::Error.into()
             }
         };
     }
@@ -33,14 +43,16 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return Exit::Error.into();
         }
     };
-    match rt.block_on(cmd::run(cli)) {
-        Ok(code) => code,
+    let status = match rt.block_on(cmd::run(cli)) {
+        Ok(status) => status,
         Err(e) => {
+            let status = exit::of_error(&e);
             eprintln!("error: {}", lab_model::format::error_chain(e.as_ref()));
-            ExitCode::FAILURE
+            status
         }
-    }
+    };
+    out::finish(status).into()
 }

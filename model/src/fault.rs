@@ -105,6 +105,23 @@ impl FaultKind {
         }
     }
 
+    /// What the fault does, in one line (the part of [`FaultKind::describe`] after its parameters).
+    pub fn summary(self) -> &'static str {
+        self.describe()
+            .split_once("  ")
+            .map_or(self.describe(), |(_, what)| what)
+    }
+
+    /// Its parameters and their defaults, as flags: `[("--server", "1"), ("--delay", "300ms"), …]`.
+    pub fn parameters(self) -> Vec<(&'static str, &'static str)> {
+        let flags = self.describe().split_once("  ").map_or("", |(flags, _)| flags);
+        flags
+            .split(']')
+            .filter_map(|p| p.trim().strip_prefix('['))
+            .filter_map(|p| p.split_once(' '))
+            .collect()
+    }
+
     /// The fault with its default parameters (what the console's keys inject).
     pub fn default_fault(self) -> Fault {
         match self {
@@ -568,6 +585,21 @@ mod ms {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_kind_splits_into_its_flags_and_what_it_does() {
+        let k = FaultKind::SlowStorage;
+        assert_eq!(
+            k.parameters(),
+            [("--server", "1"), ("--delay", "300ms"), ("--jitter", "0ms")]
+        );
+        assert_eq!(k.summary(), "one storage server answers every request late");
+        for k in FaultKind::ALL {
+            assert!(!k.parameters().is_empty(), "{k:?}");
+            assert!(!k.summary().starts_with('['), "{k:?}: {}", k.summary());
+            assert!(!k.summary().is_empty());
+        }
+    }
 
     #[test]
     fn faults_round_trip_as_data() {

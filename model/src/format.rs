@@ -48,6 +48,19 @@ pub fn fmt_s(s: f64) -> String {
     }
 }
 
+/// Whether to colour what a person reads on a stream: only on a terminal, and never when `NO_COLOR` is set
+/// to anything but the empty string (the convention of no-color.org, which an empty value does not trigger).
+/// `no_color` is the variable's value, passed in so the decision is tested without touching the
+/// environment; [`colour_for`] reads it.
+pub fn colour(no_color: Option<&std::ffi::OsStr>, terminal: bool) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+/// [`colour`] with `NO_COLOR` read from the environment.
+pub fn colour_for(terminal: bool) -> bool {
+    colour(std::env::var_os("NO_COLOR").as_deref(), terminal)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +103,22 @@ mod tests {
         assert_eq!(latency_ms(2.9), "2.9 ms");
         assert_eq!(opt_secs(Some(8.0)), "8.0 s");
         assert_eq!(opt_secs(None), "-");
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_and_never_with_no_color_set() {
+        use std::ffi::OsStr;
+        assert!(colour(None, true));
+        assert!(!colour(None, false));
+        assert!(!colour(Some(OsStr::new("1")), true));
+        assert!(
+            !colour(Some(OsStr::new("0")), true),
+            "any value but empty turns colour off"
+        );
+        assert!(
+            colour(Some(OsStr::new("")), true),
+            "an empty NO_COLOR is as if unset"
+        );
+        assert!(!colour(Some(OsStr::new("")), false));
     }
 }

@@ -22,6 +22,7 @@ pub mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod verdict;
+pub mod version;
 
 pub use change::ChangeRecord;
 pub use error::ParseError;

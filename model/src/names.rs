@@ -19,6 +19,14 @@ pub fn index_of(name: &str, prefix: &str) -> Option<u32> {
     name.strip_prefix(prefix)?.strip_prefix('-')?.parse().ok()
 }
 
+/// A key that sorts names as a person reads them: `rank-2` before `rank-10`.
+pub fn natural_key(name: &str) -> (String, u64) {
+    match name.rsplit_once('-') {
+        Some((head, n)) if n.parse::<u64>().is_ok() => (head.to_string(), n.parse().unwrap_or(0)),
+        _ => (name.to_string(), 0),
+    }
+}
+
 /// The storage server that rank `r` reads its shards from by default: `r mod servers`.
 pub fn default_server_for_rank(rank: u32, servers: u32) -> u32 {
     if servers == 0 { 0 } else { rank % servers }
@@ -27,6 +35,13 @@ pub fn default_server_for_rank(rank: u32, servers: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn natural_order() {
+        let mut v = ["rank-10", "master", "rank-2", "storage-0", "rank-1"];
+        v.sort_by_key(|n| natural_key(n));
+        assert_eq!(v, ["master", "rank-1", "rank-2", "rank-10", "storage-0"]);
+    }
 
     #[test]
     fn names_round_trip() {

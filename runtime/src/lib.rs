@@ -9,6 +9,7 @@ pub mod error;
 pub mod kube;
 pub mod lifecycle;
 pub mod local;
+pub mod logs;
 pub mod open;
 pub mod source;
 pub mod state;
@@ -29,6 +30,7 @@ pub use error::RuntimeError;
 pub use lab_model::actions::{CpuLimits, Delay, DelayPath};
 pub use lab_model::scrape::{ScrapeTarget, TargetKind};
 pub use lifecycle::{Progress, UpOptions};
+pub use logs::{LogLines, LogRequest};
 pub use source::RuntimeSource;
 
 /// One process beside a rank: in its cgroup (local) or its pod, the rank's own process included.
@@ -282,6 +284,30 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
             self.kind()
         )))
     }
+    /// The lab's components whose logs [`Runtime::logs`] reads (every process or pod, by name), in order.
+    ///
+    /// # Errors
+    /// When the runtime cannot be reached, or keeps no logs it can read.
+    async fn log_components(&self) -> Result<Vec<String>> {
+        Err(unsupported(self.kind(), "reading logs"))
+    }
+
+    /// Component `component`'s log as `request` asks: its last lines, then, following, each new one.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] naming the components there are, for a name that is not one; the
+    /// runtime's error when the log cannot be read.
+    async fn logs(&self, component: &str, request: LogRequest) -> Result<LogLines> {
+        let _ = (component, request);
+        Err(unsupported(self.kind(), "reading logs"))
+    }
+
+    /// The versions of SeaweedFS, kind and Kubernetes this lab runs, where they can be read (a part that
+    /// does not answer is left unknown: this never fails).
+    async fn versions(&self) -> lab_model::version::Parts {
+        lab_model::version::Parts::default()
+    }
+
     /// The CPU limit on storage server `server`'s own process (`None`: none): the slow-disk fault's
     /// actuator. A runtime without it refuses with the reason.
     ///

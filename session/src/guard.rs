@@ -48,8 +48,32 @@ impl Lab {
         interrupt: impl Future<Output = ()>,
         say: &(dyn Fn(&str) + Sync),
     ) -> Result<Guarded<Injected>> {
+        self.inject_guarded_for(fault, None, interrupt, say).await
+    }
+
+    /// [`Lab::inject_guarded`], and with `lifetime` the fault clears itself that long after it was
+    /// proven: the lab's watcher clears it ([`Lab::clear_expired`]), so it must run.
+    ///
+    /// # Errors
+    /// [`crate::SessionError::Fault`] as for [`Lab::inject_guarded`]; [`lab_faults::FaultError::Invalid`]
+    /// before anything changes when a lifetime is asked and no watcher runs to clear it.
+    pub async fn inject_guarded_for(
+        &self,
+        fault: Fault,
+        lifetime: Option<std::time::Duration>,
+        interrupt: impl Future<Output = ()>,
+        say: &(dyn Fn(&str) + Sync),
+    ) -> Result<Guarded<Injected>> {
+        if lifetime.is_some() && !crate::live::running(&self.name) {
+            return Err(lab_faults::FaultError::Invalid(format!(
+                "no watcher runs for lab {:?} to clear the fault when its time is up (it starts with \
+                 `lab up`; see `lab logs watcher`): inject without --for, or take the lab down and up again",
+                self.name
+            ))
+            .into());
+        }
         tokio::select! {
-            r = lab_faults::inject(self.runtime.as_ref(), &self.ledger, fault) => Ok(Guarded::Done(r?)),
+            r = lab_faults::inject_for(self.runtime.as_ref(), &self.ledger, fault, lifetime) => Ok(Guarded::Done(r?)),
             () = interrupt => {
                 say("interrupted: rolling back what was applied …");
                 roll_back_interrupted(self.runtime.as_ref(), &self.ledger, say).await;

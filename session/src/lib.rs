@@ -11,10 +11,14 @@ pub mod baseline;
 pub mod demo;
 pub mod drills;
 pub mod error;
+pub mod expiry;
 pub mod guard;
+pub mod labs;
 pub mod lifecycle;
 pub mod live;
+pub mod logs;
 pub mod mcp;
+pub mod version;
 pub mod watch;
 
 use std::sync::Arc;

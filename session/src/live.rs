@@ -24,6 +24,8 @@ pub const SNAPSHOT_FILE: &str = "live-snapshot.json";
 pub const HISTORY_FILE: &str = "live-history.json";
 /// The watcher's process record (pid and start time, so a reused pid is never signalled).
 pub const WATCHER_FILE: &str = "watcher.json";
+/// The watcher's own log (what it writes to stderr), in the lab's folder.
+pub const WATCH_LOG: &str = "watch.log";
 /// A snapshot older than this is stale: the watcher is not keeping up, or is gone.
 pub const FRESH: Duration = Duration::from_secs(3);
 
@@ -49,7 +51,7 @@ fn watcher_path(name: &str) -> PathBuf {
 pub fn start(name: &str, program: &Path, args: &[&str]) -> Result<u32> {
     use std::os::unix::process::CommandExt;
     let dir = state::lab_dir(name);
-    let log = std::fs::File::create(dir.join("watch.log"))
+    let log = std::fs::File::create(dir.join(WATCH_LOG))
         .map_err(|e| state::state_err(&dir, "create watch.log", e))?;
     let child = Command::new(program)
         .args(args)
@@ -167,9 +169,19 @@ async fn follow_file<F, Fut>(
     }
 }
 
+/// Ends a task when the watcher's loop ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Lab {
-    /// Runs the watcher: the lab's telemetry loop, each snapshot written to the lab's folder, until the
-    /// folder is gone (the lab was taken down) or the task is dropped.
+    /// Runs the watcher: the lab's telemetry loop, each snapshot written to the lab's folder, and the
+    /// clearing of faults whose lifetime is up ([`Lab::expire_faults`]), until the folder is gone (the
+    /// lab was taken down) or the task is dropped.
     ///
     /// # Errors
     /// [`crate::SessionError::Runtime`] when a snapshot cannot be written while the folder still exists.
@@ -178,6 +190,12 @@ impl Lab {
         let path = snapshot_path(&self.name);
         let history = history_path(&self.name);
         let mut recent = Recent::default();
+        // Faults with a lifetime are cleared beside the telemetry, so a slow clear never holds a snapshot.
+        let expiry = {
+            let lab = self.clone();
+            tokio::spawn(async move { lab.expire_faults().await })
+        };
+        let _stop_expiry = AbortOnDrop(expiry);
         let watch = self.watch();
         let mut rx = watch.subscribe();
         loop {

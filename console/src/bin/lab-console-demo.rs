@@ -180,7 +180,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let _ = snap_tx.send(Some(snapshot(size, &faults, since, tick)));
         }
     });
-    let console = lab_console::run(snap_rx, action_tx, feedback_rx);
+    let console = lab_console::run(
+        snap_rx,
+        action_tx,
+        feedback_rx,
+        lab_console::Options::from_env(false),
+    );
     match panic_after {
         // A panic on the console's own task, with the console live: the terminal must come back.
         Some(ms) => tokio::select! {

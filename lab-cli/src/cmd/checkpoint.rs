@@ -1,21 +1,22 @@
 //! `lab checkpoint`.
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use lab_faults::Ledger;
 
 use crate::cli::CheckpointArgs;
-use crate::out;
+use crate::formats;
+use crate::out::{self, outln};
 
-pub async fn checkpoint(name: &str, a: CheckpointArgs) -> anyhow::Result<ExitCode> {
+pub async fn checkpoint(name: &str, a: CheckpointArgs) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     let progress = |m: &str| eprintln!("   {m}");
     let saved =
         lab_faults::checkpoint::checkpoint(rt.as_ref(), &Ledger::of_lab(name), a.timeout, &progress).await?;
     if a.json {
-        out::json(&saved)?;
+        out::json(formats::CHECKPOINT, &saved)?;
     } else {
-        println!(
+        outln!(
             "checkpoint saved: step {} at {} ({:.1} s after the request){}",
             saved.step,
             saved.at,
@@ -25,5 +26,5 @@ pub async fn checkpoint(name: &str, a: CheckpointArgs) -> anyhow::Result<ExitCod
                 .map_or(String::new(), |p| format!("; the one before was step {}", p.step))
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }

@@ -2,11 +2,11 @@
 //! console snapshots; the console's keys come back here as actions and go to the fault engine with each
 //! fault's default parameters.
 
+use crate::exit::Exit;
 use lab_console::{Action, FaultKey, Feedback};
 use lab_faults::FaultKind;
 use lab_session::Lab;
 use lab_session::guard::Clear;
-use std::process::ExitCode;
 use tokio::sync::mpsc;
 
 fn kind(k: FaultKey) -> FaultKind {
@@ -17,18 +17,19 @@ fn kind(k: FaultKey) -> FaultKind {
     }
 }
 
-pub async fn console(name: &str) -> anyhow::Result<ExitCode> {
+pub async fn console(name: &str, read_only: bool) -> anyhow::Result<Exit> {
     let lab = Lab::open(name).await?;
     let watch = lab.follow();
     let (act_tx, act_rx) = mpsc::channel(4);
     let (fb_tx, fb_rx) = mpsc::channel(16);
     let handler = tokio::spawn(act(lab, act_rx, fb_tx));
-    let result = lab_console::run(watch.subscribe(), act_tx, fb_rx).await;
+    let options = lab_console::Options::from_env(read_only);
+    let result = lab_console::run(watch.subscribe(), act_tx, fb_rx, options).await;
     drop(watch);
     // An inject or clear in flight finishes (or rolls back) before the console exits: never half a fault.
     let _ = handler.await;
     result?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }
 
 async fn act(lab: Lab, mut actions: mpsc::Receiver<Action>, feedback: mpsc::Sender<Feedback>) {

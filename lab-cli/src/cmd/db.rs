@@ -1,15 +1,16 @@
 //! `lab db status|template|delete-pod`.
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use lab_faults::Ledger;
 use lab_faults::kinds::sync_replica_reading;
 use lab_model::ChangeRecord;
 
 use crate::cli::DbCmd;
-use crate::out;
+use crate::formats;
+use crate::out::{self, outln};
 
-pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<ExitCode> {
+pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     let ledger = Ledger::of_lab(name);
     match cmd {
@@ -28,18 +29,21 @@ pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<ExitCode> {
                         )
                     })
                     .collect();
-                out::json(&serde_json::json!({
-                    "database": d,
-                    "pods": pods,
-                    "writer": writer.map(|w| serde_json::json!({
-                        "commits_per_second": w.commits_per_second,
-                        "reads_per_second": w.reads_per_second,
-                        "commit_p50_seconds": w.p50,
-                        "commit_p99_seconds": w.p99,
-                        "commit_waiting_seconds": w.waiting,
-                    })),
-                }))?;
-                return Ok(ExitCode::SUCCESS);
+                out::json(
+                    formats::DB_STATUS,
+                    &serde_json::json!({
+                        "database": d,
+                        "pods": pods,
+                        "writer": writer.map(|w| serde_json::json!({
+                            "commits_per_second": w.commits_per_second,
+                            "reads_per_second": w.reads_per_second,
+                            "commit_p50_seconds": w.p50,
+                            "commit_p99_seconds": w.p99,
+                            "commit_waiting_seconds": w.waiting,
+                        })),
+                    }),
+                )?;
+                return Ok(Exit::Passed);
             }
             for p in st.pods.iter().filter(|p| {
                 matches!(
@@ -47,7 +51,7 @@ pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<ExitCode> {
                     lab_model::status::Role::Database | lab_model::status::Role::DbWriter
                 )
             }) {
-                println!(
+                outln!(
                     "{:<11} {:<8} ready={:<5} {}",
                     p.name,
                     p.phase.to_string(),
@@ -55,20 +59,20 @@ pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<ExitCode> {
                     p.message.as_deref().unwrap_or("")
                 );
             }
-            println!(
+            outln!(
                 "template: revision {} node selector {}",
                 d.template.revision,
                 d.template.selector_text()
             );
             match &d.standby_pod {
-                Some(t) => println!(
+                Some(t) => outln!(
                     "db-1 made from: revision {} node selector {}",
                     t.revision,
                     t.selector_text()
                 ),
-                None => println!("db-1 made from: (being made)"),
+                None => outln!("db-1 made from: (being made)"),
             }
-            println!(
+            outln!(
                 "primary {}: synchronous_standby_names = {}",
                 d.primary,
                 d.synchronous_standby_names
@@ -76,7 +80,7 @@ pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<ExitCode> {
                     .map_or("(no answer)".to_string(), |s| format!("'{s}'"))
             );
             if let Some(w) = writer {
-                println!(
+                outln!(
                     "writer: {:.1} commits/s, commit p50 {:.1} ms, p99 {:.1} ms, waiting {:.1} s, {:.1} reads/s",
                     w.commits_per_second,
                     w.p50 * 1000.0,
@@ -85,7 +89,7 @@ pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<ExitCode> {
                     w.reads_per_second
                 );
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Passed)
         }
         DbCmd::Template { node_selector, json } => done(
             lab_faults::db::set_template(rt.as_ref(), &ledger, &node_selector).await?,
@@ -98,11 +102,11 @@ pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn done(c: ChangeRecord, json: bool) -> anyhow::Result<ExitCode> {
+fn done(c: ChangeRecord, json: bool) -> anyhow::Result<Exit> {
     if json {
-        out::json(&c)?;
+        out::json(formats::CHANGE, &c)?;
     } else {
-        println!("changed: {}", c.line());
+        outln!("changed: {}", c.line());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }

@@ -5,7 +5,7 @@
 //! back alone leaves the job stalled (verification keeps failing), restoring the world size brings it back.
 //! Ends with a table of what was measured, then takes the lab down. This file only prints the story.
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -22,7 +22,7 @@ use lab_session::{Lab, demo};
 use crate::cli::DemoArgs;
 use crate::cmd::drill::Printer;
 use crate::cmd::lifecycle;
-use crate::out;
+use crate::out::{self, outln};
 
 /// Each chapter's title and plan, in the order of [`demo::CHAPTERS`].
 const CHAPTERS: [(&str, &str); 3] = [
@@ -42,16 +42,16 @@ const CHAPTERS: [(&str, &str); 3] = [
     ),
 ];
 
-pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<ExitCode> {
+pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<Exit> {
     let clock = Instant::now();
-    println!(
+    outln!(
         "Straggler Lab demo: one slow component stalls a synchronous training job while Kubernetes says every\n\
          pod is Ready. Three faults in turn, each detected, remediated and verified on the job's own signals.\n\
          This takes a few minutes.\n"
     );
     let existing = lab_runtime::state::read_record(name)?.is_some();
     if existing {
-        println!("Using the lab {name:?} that is already running; it stays up afterwards.");
+        outln!("Using the lab {name:?} that is already running; it stays up afterwards.");
     } else {
         let (kind, reason) = lab_session::lifecycle::choose(lifecycle::requested(a.runtime)).await;
         let plan = UpPlan {
@@ -72,8 +72,8 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<ExitCode> {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("\ninterrupted: clearing what the demo injected");
     };
-    match lab.run_drills(&drills, &options, &story, interrupt).await {
-        Ran::Finished(_) => {}
+    let status = match lab.run_drills(&drills, &options, &story, interrupt).await {
+        Ran::Finished(report) => Exit::of_report(&report),
         Ran::Interrupted(lines) => {
             for l in lines {
                 eprintln!("  {l}");
@@ -81,30 +81,32 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<ExitCode> {
             if !keep {
                 lifecycle::down(name, false).await?;
             }
-            return Ok(ExitCode::from(130));
+            return Ok(Exit::Interrupted);
         }
-    }
+    };
     let rows = story.into_rows();
-    println!("\n━━ What was measured ({}) ━━", elapsed(clock));
-    println!("{}", table(&rows));
-    let passed = rows.len() == 3 && rows.iter().all(|r| r.report.verdict == Verdict::Pass);
+    outln!("\n━━ What was measured ({}) ━━", elapsed(clock));
+    outln!("{}", table(&rows));
+    let passed = status == Exit::Passed && rows.len() == 3;
     if keep {
         let flag = out::name_flag(name);
-        println!(
-            "The lab stays up: lab console{flag} · lab fault inject slow-storage{flag} · lab down{flag}"
-        );
+        outln!("The lab stays up: lab console{flag} · lab fault inject slow-storage{flag} · lab down{flag}");
     } else {
-        println!();
+        outln!();
         lifecycle::down(name, false).await?;
     }
     if passed {
-        println!(
+        outln!(
             "Demo complete: every fault was caught by the job's own signals and fixed, while Ready never changed."
         );
-        Ok(ExitCode::SUCCESS)
+        Ok(Exit::Passed)
     } else {
-        println!("Demo finished with failures: see the lines marked ✗ above.");
-        Ok(ExitCode::FAILURE)
+        outln!("Demo finished with failures: see the lines marked ✗ above.");
+        Ok(if status == Exit::Passed {
+            Exit::Failed
+        } else {
+            status
+        })
     }
 }
 
@@ -167,15 +169,15 @@ impl Observer for Story {
                 t.kubernetes = "-".into();
                 t.fix = String::new();
                 let (title, plan) = CHAPTERS[i.min(2)];
-                println!("\n━━ Fault {} of 3: {title} ({}) ━━", i + 1, elapsed(self.clock));
-                println!("{plan}");
+                outln!("\n━━ Fault {} of 3: {title} ({}) ━━", i + 1, elapsed(self.clock));
+                outln!("{plan}");
             }
             Event::DrillFinished(report) => {
                 let mut t = self.told();
                 let title = CHAPTERS[t.started.saturating_sub(1).min(2)].0;
                 let f = &report.figures;
                 let pass = report.verdict == Verdict::Pass;
-                println!(
+                outln!(
                     "{} {}: detected in {}, back to baseline {} after the injection, {} steps lost{}",
                     if pass { "✓" } else { "✗" },
                     title,
@@ -197,7 +199,7 @@ impl Observer for Story {
                 // A fault that could not be cleaned up leaves nothing fair for the next one; the runner
                 // skips the rest.
                 if !row.report.cleanup.ok {
-                    println!(
+                    outln!(
                         "!!! the lab could not be brought back to its steady state: stopping the demo here"
                     );
                 }
@@ -249,7 +251,7 @@ impl Observer for Story {
                         "After scaling back to 4 ranks only: every rank Ready, the job still stalled",
                         last,
                     );
-                    println!(
+                    outln!(
                         "  → verification failed, so the incident goes back for a second plan: restore the world size"
                     );
                     t.fix = "lab scale ranks 4 (not enough) → lab config world-size 4".into();
@@ -265,11 +267,11 @@ impl Observer for Story {
 
 fn show(title: &str, snap: Option<&Snapshot>) {
     let Some(s) = snap else { return };
-    println!("\n  ┌─ {title}");
+    outln!("\n  ┌─ {title}");
     for line in lab_console::status_text(s).lines() {
-        println!("  │ {line}");
+        outln!("  │ {line}");
     }
-    println!("  └─");
+    outln!("  └─");
 }
 
 /// Kubernetes' view in a few words: `4/4 Ready`, `4/5 Ready, 1 Pending`.

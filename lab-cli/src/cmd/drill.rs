@@ -1,9 +1,9 @@
 //! `lab drill validate|run|list`: check drill files, run drills against the running lab with a live line per
 //! step and a summary, and write the JSON and JUnit reports.
 
-use std::io::Write;
+use crate::exit::Exit;
+use std::fmt::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Context;
 use lab_drills::agent::mcp::McpAgentOptions;
@@ -16,17 +16,19 @@ use lab_session::Lab;
 use lab_session::drills::Ran;
 
 use crate::cli::{DrillCmd, DrillRunArgs};
+use crate::formats;
+use crate::out::{self, outln};
 
-pub async fn run(name: &str, cmd: DrillCmd) -> anyhow::Result<ExitCode> {
+pub async fn run(name: &str, cmd: DrillCmd) -> anyhow::Result<Exit> {
     match cmd {
         DrillCmd::Validate { files } => Ok(validate(&files)),
         DrillCmd::Run(a) => run_drills(name, *a).await,
-        DrillCmd::List => list(),
+        DrillCmd::List(a) => list(a.json),
     }
 }
 
 /// Checks each file (or, with none, the built-in drills); errors read `FILE:LINE:COL: message`.
-fn validate(files: &[PathBuf]) -> ExitCode {
+fn validate(files: &[PathBuf]) -> Exit {
     let loaded: Vec<Result<Loaded, LoadError>> = if files.is_empty() {
         builtin::BUILTIN
             .iter()
@@ -39,7 +41,7 @@ fn validate(files: &[PathBuf]) -> ExitCode {
     let mut bad = 0;
     for l in loaded {
         match l {
-            Ok(l) => println!(
+            Ok(l) => outln!(
                 "{}: ok — drill {:?}, {} steps",
                 l.origin,
                 l.drill.name,
@@ -51,14 +53,26 @@ fn validate(files: &[PathBuf]) -> ExitCode {
             }
         }
     }
-    if bad > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    if bad > 0 { Exit::Failed } else { Exit::Passed }
 }
 
-fn list() -> anyhow::Result<ExitCode> {
+/// One built-in drill as `lab drill list --json` shows it.
+#[derive(Debug, serde::Serialize)]
+struct ListedDrill {
+    name: String,
+    description: Option<String>,
+    /// Needs `lab up --database`.
+    database: bool,
+    /// Each step in a few words, in order.
+    steps: Vec<String>,
+    /// The drill's own right fix, as commands (`the lab's own clear` for none), when it names one.
+    right_fix: Option<String>,
+    /// Its traps: fixes that look right and fail it.
+    traps: Vec<String>,
+}
+
+fn list(json: bool) -> anyhow::Result<Exit> {
+    let mut listed = Vec::new();
     for l in builtin::all()? {
         let d = &l.drill;
         let steps: Vec<String> = d
@@ -95,11 +109,6 @@ fn list() -> anyhow::Result<ExitCode> {
                 },
             })
             .collect();
-        println!("{:<18} {}", d.name, d.description.as_deref().unwrap_or(""));
-        if d.runtime.database {
-            println!("{:<18} needs `lab up --database`", "");
-        }
-        println!("{:<18} {}", "", steps.join(" → "));
         let show = |c: Result<Vec<String>, String>| {
             c.map(|parts| {
                 parts
@@ -115,20 +124,39 @@ fn list() -> anyhow::Result<ExitCode> {
                     .join(" | ")
             })
         };
-        if let Ok(r) = show(d.fix(lab_drills::spec::FixChoice::Right)) {
-            println!("{:<18} right fix: {r}", "");
+        listed.push(ListedDrill {
+            name: d.name.clone(),
+            description: d.description.clone(),
+            database: d.runtime.database,
+            steps,
+            right_fix: show(d.fix(lab_drills::spec::FixChoice::Right)).ok(),
+            traps: (1..=d.fixes.traps.len())
+                .filter_map(|n| show(d.fix(lab_drills::spec::FixChoice::Trap(n))).ok())
+                .collect(),
+        });
+    }
+    if json {
+        out::json_list(formats::DRILLS, "drills", &listed)?;
+        return Ok(Exit::Passed);
+    }
+    for d in &listed {
+        outln!("{:<18} {}", d.name, d.description.as_deref().unwrap_or(""));
+        if d.database {
+            outln!("{:<18} needs `lab up --database`", "");
         }
-        for n in 1..=d.fixes.traps.len() {
-            if let Ok(t) = show(d.fix(lab_drills::spec::FixChoice::Trap(n))) {
-                println!("{:<18} trap {n}: {t}", "");
-            }
+        outln!("{:<18} {}", "", d.steps.join(" → "));
+        if let Some(r) = &d.right_fix {
+            outln!("{:<18} right fix: {r}", "");
+        }
+        for (n, t) in d.traps.iter().enumerate() {
+            outln!("{:<18} trap {}: {t}", "", n + 1);
         }
     }
-    println!(
+    outln!(
         "\nRun one with `lab drill run NAME` (or a drill file); `--remediate 'CMD'` tests your own fix, `--fix right` or \
          `--fix trap` the drill's own, `--vary K` K variants of it, `--mcp-agent 'CMD'` an agent."
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }
 
 /// Prints a live line per step, the output of remediation commands, and each drill's verdict.
@@ -137,7 +165,7 @@ pub struct Printer;
 
 impl Observer for Printer {
     fn event(&self, e: &Event<'_>) {
-        let mut o = std::io::stdout().lock();
+        let mut o = String::new();
         let _ = match e {
             Event::DrillStarted {
                 name,
@@ -202,11 +230,11 @@ impl Observer for Printer {
                 Ok(())
             }
         };
-        let _ = o.flush();
+        out::write(format_args!("{o}"));
     }
 }
 
-async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
+async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<Exit> {
     let mut drills: Vec<Loaded> = a
         .files
         .iter()
@@ -285,11 +313,15 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
             for l in lines {
                 eprintln!("  {l}");
             }
-            return Ok(ExitCode::from(130));
+            return Ok(Exit::Interrupted);
         }
     };
     if let Some(p) = &a.report {
-        let bytes = serde_json::to_vec_pretty(&report)?;
+        let versions = lab_session::version::of_lab(&crate::cmd::labs::BUILD, &lab).await;
+        let bytes = serde_json::to_vec_pretty(&Versioned {
+            report: &report,
+            versions,
+        })?;
         std::fs::write(p, bytes).with_context(|| format!("cannot write the report to {}", p.display()))?;
     }
     if let Some(p) = &a.junit {
@@ -301,32 +333,38 @@ async fn run_drills(name: &str, a: DrillRunArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(p, lab_drills::html::render(&report))
             .with_context(|| format!("cannot write the HTML report to {}", p.display()))?;
     }
-    println!("\n{}", report.summary_table());
+    outln!("\n{}", report.summary_table());
     if a.agent.is_some() || a.mcp_agent.is_some() {
-        println!("{}", agent_table(&report));
+        outln!("{}", agent_table(&report));
     }
     if let Some(dir) = &a.record {
         let written = lab_drills::recording::write(dir, &report.drills).map_err(anyhow::Error::msg)?;
-        println!("recorded {} incident runs in {}", written.len(), dir.display());
+        outln!("recorded {} incident runs in {}", written.len(), dir.display());
     }
     if a.repeat > 1 {
-        println!("over {} runs of each drill: median (min–max)", a.repeat);
-        println!("{}", report.repeat_table());
+        outln!("over {} runs of each drill: median (min–max)", a.repeat);
+        outln!("{}", report.repeat_table());
     }
     if let Some(p) = &a.report {
-        println!("report: {}", p.display());
+        outln!("report: {}", p.display());
     }
     if let Some(p) = &a.junit {
-        println!("junit:  {}", p.display());
+        outln!("junit:  {}", p.display());
     }
     if let Some(p) = &a.html {
-        println!("html:   {}", p.display());
+        outln!("html:   {}", p.display());
     }
-    Ok(if report.passed {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(Exit::of_report(&report))
+}
+
+/// The JSON report with `versions` after the run's own fields: what ran (the lab's version and commit,
+/// SeaweedFS, and kind and Kubernetes where the lab runs on them), so a figure is traced to the parts that
+/// made it.
+#[derive(serde::Serialize)]
+struct Versioned<'a> {
+    #[serde(flatten)]
+    report: &'a lab_drills::RunReport,
+    versions: lab_session::version::Versions,
 }
 
 /// One line per drill with an agent (what it found, whether its fix held, what it cost), then one per plan.

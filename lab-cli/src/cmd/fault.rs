@@ -1,16 +1,17 @@
 //! `lab fault list|inject|clear|status`.
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use lab_faults::{Fault, FaultKind, Ledger};
 use lab_session::Lab;
 use lab_session::guard::{Clear, Guarded};
 use serde_json::json;
 
-use crate::cli::{ClearArgs, FaultCmd, InjectCmd};
-use crate::out;
+use crate::cli::{ClearArgs, FaultCmd, InjectArgs, InjectCmd};
+use crate::formats;
+use crate::out::{self, outln};
 
-pub async fn run(name: &str, cmd: FaultCmd) -> anyhow::Result<ExitCode> {
+pub async fn run(name: &str, cmd: FaultCmd) -> anyhow::Result<Exit> {
     match cmd {
         FaultCmd::List(a) => list(a.json),
         FaultCmd::Inject(i) => inject(name, i).await,
@@ -19,23 +20,35 @@ pub async fn run(name: &str, cmd: FaultCmd) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn list(json: bool) -> anyhow::Result<ExitCode> {
+fn list(json: bool) -> anyhow::Result<Exit> {
     if json {
         let v: Vec<_> = FaultKind::ALL
             .iter()
-            .map(|k| json!({ "kind": k.name(), "parameters": k.describe(), "default": k.default_fault() }))
+            .map(|k| {
+                let parameters: Vec<_> = k
+                    .parameters()
+                    .into_iter()
+                    .map(|(flag, default)| json!({ "flag": flag, "default": default }))
+                    .collect();
+                json!({
+                    "kind": k.name(),
+                    "description": k.summary(),
+                    "parameters": parameters,
+                    "default": k.default_fault(),
+                })
+            })
             .collect();
-        out::json(&v)?;
+        out::json_list(formats::FAULT_CATALOG, "faults", &v)?;
     } else {
         for k in FaultKind::ALL {
-            println!("{:<18} {}", k.name(), k.describe());
+            outln!("{:<18} {}", k.name(), k.describe());
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }
 
-async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
-    let (fault, json) = match cmd {
+async fn inject(name: &str, a: InjectArgs) -> anyhow::Result<Exit> {
+    let (fault, json) = match a.fault {
         InjectCmd::SlowStorage {
             server,
             delay,
@@ -69,36 +82,52 @@ async fn inject(name: &str, cmd: InjectCmd) -> anyhow::Result<ExitCode> {
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let lab = Lab::open(name).await?;
     if !json {
-        eprintln!("injecting {fault} …");
+        match a.lifetime {
+            Some(l) => eprintln!(
+                "injecting {fault} for {} …",
+                lab_model::quantity::format_duration(l)
+            ),
+            None => eprintln!("injecting {fault} …"),
+        }
     }
     let interrupt = async {
         sigint.recv().await;
     };
     let say = |line: &str| eprintln!("{line}");
-    let done = match lab.inject_guarded(fault, interrupt, &say).await? {
+    let done = match lab.inject_guarded_for(fault, a.lifetime, interrupt, &say).await? {
         Guarded::Done(done) => done,
-        Guarded::RolledBack => return Ok(ExitCode::from(130)),
+        Guarded::RolledBack => return Ok(Exit::Interrupted),
     };
     if json {
-        out::json(&done.entry)?;
+        out::json(
+            formats::FAULT_INJECTED,
+            &json!({ "entry": done.entry, "changes": done.changes }),
+        )?;
     } else {
-        println!("✓ injected {}: {}", done.entry.id, done.entry.fault);
+        outln!("✓ injected {}: {}", done.entry.id, done.entry.fault);
         if let Some(p) = &done.entry.proof {
-            println!("  proof:  {p}");
+            outln!("  proof:  {p}");
         }
         for c in &done.changes {
-            println!("  change: {}", c.line());
+            outln!("  change: {}", c.line());
         }
-        println!(
+        if let Some(at) = done.entry.expires_at_ms {
+            outln!(
+                "  clears itself in {} (the lab's watcher clears it, at {})",
+                lab_model::quantity::format_duration(a.lifetime.unwrap_or_default()),
+                lab_model::clock::rfc3339(at)
+            );
+        }
+        outln!(
             "  clear with: lab fault clear {}{}",
             done.entry.id,
             out::name_flag(name)
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }
 
-async fn clear(name: &str, a: ClearArgs) -> anyhow::Result<ExitCode> {
+async fn clear(name: &str, a: ClearArgs) -> anyhow::Result<Exit> {
     let lab = Lab::open(name).await?;
     let cleared = lab
         .clear(if a.all {
@@ -108,46 +137,58 @@ async fn clear(name: &str, a: ClearArgs) -> anyhow::Result<ExitCode> {
         })
         .await?;
     if a.json {
-        out::json(&cleared)?;
+        out::json_list(formats::FAULT_CLEARED, "cleared", &cleared)?;
     } else if cleared.is_empty() {
-        println!("nothing to clear: no fault is injected");
+        outln!("nothing to clear: no fault is injected");
     } else {
         for e in &cleared {
-            println!("✓ cleared {}: {}", e.id, e.fault);
+            outln!("✓ cleared {}: {}", e.id, e.fault);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }
 
-fn status(name: &str, json: bool) -> anyhow::Result<ExitCode> {
+fn status(name: &str, json: bool) -> anyhow::Result<Exit> {
     if lab_runtime::state::read_record(name)?.is_none() {
         return Err(lab_runtime::RuntimeError::NotRunning { name: name.into() }.into());
     }
     let data = Ledger::of_lab(name).read()?;
     if json {
-        out::json(&data)?;
-        return Ok(ExitCode::SUCCESS);
+        out::json(formats::FAULT_LEDGER, &data)?;
+        return Ok(Exit::Passed);
     }
+    let now = lab_runtime::state::now_ms();
     let active: Vec<_> = data.active().collect();
     if active.is_empty() {
-        println!("no fault is injected");
+        outln!("no fault is injected");
     }
     for e in &active {
-        println!(
+        outln!(
             "{:<22} {:<10} {}",
             e.id,
             format!("{:?}", e.phase).to_lowercase(),
             e.fault
         );
         if let Some(p) = &e.proof {
-            println!("{:<22} proof: {p}", "");
+            outln!("{:<22} proof: {p}", "");
+        }
+        if let Some(at) = e.expires_at_ms {
+            let left = std::time::Duration::from_millis(at.saturating_sub(now));
+            outln!(
+                "{:<22} clears itself in {} (by the lab's watcher)",
+                "",
+                lab_model::quantity::format_duration(left)
+            );
         }
     }
     if !data.changes.is_empty() {
-        println!("\nchanges (newest last):");
+        outln!("\nchanges (newest last):");
         for c in data.changes.iter().rev().take(12).rev() {
-            println!("  {:?} {}", c.source, c.line());
+            match &c.by {
+                Some(by) => outln!("  {:?} {} (by {by})", c.source, c.line()),
+                None => outln!("  {:?} {}", c.source, c.line()),
+            }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }

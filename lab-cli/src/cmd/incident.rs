@@ -1,16 +1,16 @@
 //! `lab incident`: the incident bundle of the lab as it is now — wiring, changes, golden signals firing and
 //! per-dependency latency — as text or JSON (schema: docs/incident.md).
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use lab_drills::Bundle;
 
 use crate::cli::IncidentArgs;
 use lab_session::Lab;
 
-use crate::out;
+use crate::out::{self, out};
 
-pub async fn incident(name: &str, a: IncidentArgs) -> anyhow::Result<ExitCode> {
+pub async fn incident(name: &str, a: IncidentArgs) -> anyhow::Result<Exit> {
     let lab = Lab::open(name).await?;
     let snap = out::current(&lab, a.window).await;
     let mut bundle = Bundle::from_snapshot(&snap);
@@ -21,9 +21,9 @@ pub async fn incident(name: &str, a: IncidentArgs) -> anyhow::Result<ExitCode> {
         bundle.set_database(&d);
     }
     if a.json {
-        out::json(&bundle)?;
+        out::print_json(&bundle)?;
     } else {
-        print!("{}", bundle.text());
+        out!("{}", bundle.text());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }

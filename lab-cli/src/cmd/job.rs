@@ -1,28 +1,33 @@
 //! `lab job list|throttle|stop`.
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use lab_faults::{Ledger, jobs};
 use lab_model::ChangeRecord;
 
 use crate::cli::JobCmd;
-use crate::out;
+use crate::formats;
+use crate::out::{self, outln};
 
-pub async fn run(name: &str, cmd: JobCmd) -> anyhow::Result<ExitCode> {
+pub async fn run(name: &str, cmd: JobCmd) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     let ledger = Ledger::of_lab(name);
     match cmd {
         JobCmd::List(a) => {
             let lines = jobs::list(rt.as_ref(), a.window).await?;
             if a.json {
-                out::json(&lines)?;
+                out::json_list(formats::JOBS, "jobs", &lines)?;
             } else {
-                println!(
+                outln!(
                     "{:<14} {:<9} {:>7} {:>10} {:>13}  SERVERS",
-                    "JOB", "KIND", "RUNNING", "READS/S", "RATE LIMIT"
+                    "JOB",
+                    "KIND",
+                    "RUNNING",
+                    "READS/S",
+                    "RATE LIMIT"
                 );
                 for l in lines {
-                    println!(
+                    outln!(
                         "{:<14} {:<9} {:>7} {:>10} {:>13}  {}",
                         l.name,
                         l.kind,
@@ -33,7 +38,7 @@ pub async fn run(name: &str, cmd: JobCmd) -> anyhow::Result<ExitCode> {
                     );
                 }
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Passed)
         }
         JobCmd::Throttle(a) => done(
             jobs::throttle(rt.as_ref(), &ledger, &a.job, a.rate).await?,
@@ -43,11 +48,11 @@ pub async fn run(name: &str, cmd: JobCmd) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn done(c: ChangeRecord, json: bool) -> anyhow::Result<ExitCode> {
+fn done(c: ChangeRecord, json: bool) -> anyhow::Result<Exit> {
     if json {
-        out::json(&c)?;
+        out::json(formats::CHANGE, &c)?;
     } else {
-        println!("changed: {}", c.line());
+        outln!("changed: {}", c.line());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }

@@ -1,7 +1,7 @@
 //! `lab up` and `lab down`: the flags mapped onto the façade's plan, its result printed.
 
+use crate::exit::Exit;
 use anyhow::Context;
-use std::process::ExitCode;
 
 use lab_model::status::RuntimeKind;
 use lab_runtime::UpOptions;
@@ -11,7 +11,8 @@ use lab_session::lifecycle::{self, Place, Requested, UpPlan};
 use serde_json::json;
 
 use crate::cli::{DelayPathArg, RuntimeArg, UpArgs};
-use crate::out::{self, Steps};
+use crate::formats;
+use crate::out::{self, Steps, outln};
 
 /// The runtime a `--runtime` flag asks for.
 pub fn requested(r: RuntimeArg) -> Requested {
@@ -22,7 +23,7 @@ pub fn requested(r: RuntimeArg) -> Requested {
     }
 }
 
-pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
+pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<Exit> {
     let options = UpOptions {
         name: name.to_string(),
         ranks: a.ranks,
@@ -92,7 +93,7 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Brings the lab of `plan` up on `kind` (chosen for `reason`) and prints the result.
-pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -> anyhow::Result<Exit> {
     let name = plan.options.name.as_str();
     let steps = Steps::new();
     eprintln!("Starting lab {name:?} on the {kind} runtime ({reason})");
@@ -108,33 +109,36 @@ pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -
     let (baseline, st) = (&up.baseline, &up.status);
     let (ready, total) = st.ranks_ready();
     if json {
-        out::json(&json!({ "name": name, "runtime": kind, "baseline": baseline, "status": st }))?;
+        out::json(
+            formats::UP,
+            &json!({ "name": name, "runtime": kind, "baseline": baseline, "status": st }),
+        )?;
     } else {
-        println!(
+        outln!(
             "Lab {name:?} is up on the {kind} runtime: {ready}/{total} ranks Ready, training at {:.0} samples/s (step {:.0} ms).",
             baseline.job.samples_per_s,
             baseline.job.step_seconds * 1000.0
         );
         for n in &st.notes {
-            println!("note: {n}");
+            outln!("note: {n}");
         }
         let flag = out::name_flag(name);
-        println!(
+        outln!(
             "Next: lab console{flag} · lab fault inject slow-storage{flag} · lab status{flag} · lab down{flag}"
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }
 
-pub async fn down(name: &str, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn down(name: &str, json: bool) -> anyhow::Result<Exit> {
     let steps = Steps::new();
     let existed = lifecycle::down(name, &steps).await?;
     if json {
-        out::json(&json!({ "name": name, "stopped": existed }))?;
+        out::json(formats::DOWN, &json!({ "name": name, "stopped": existed }))?;
     } else if existed {
-        println!("Lab {name:?} is down; nothing of it is left.");
+        outln!("Lab {name:?} is down; nothing of it is left.");
     } else {
-        println!("No lab named {name:?} is running; nothing to stop.");
+        outln!("No lab named {name:?} is running; nothing to stop.");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }

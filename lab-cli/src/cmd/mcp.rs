@@ -1,13 +1,13 @@
 //! `lab mcp`: the lab as an MCP server on stdin/stdout, for one agent.
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use lab_session::Lab;
 use lab_session::mcp::McpOptions;
 
 use crate::cli::McpArgs;
 
-pub async fn mcp(name: &str, a: McpArgs) -> anyhow::Result<ExitCode> {
+pub async fn mcp(name: &str, a: McpArgs) -> anyhow::Result<Exit> {
     if let Some(file) = &a.replay {
         use lab_drills::agent::mcp::replay::{ReplayEvidence, ReplaySession};
         use lab_drills::agent::mcp::{CallLog, Server, Settings};
@@ -24,7 +24,7 @@ pub async fn mcp(name: &str, a: McpArgs) -> anyhow::Result<ExitCode> {
             },
         );
         server.serve_stdio().await.map_err(anyhow::Error::msg)?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Passed);
     }
     let server = match &a.session {
         Some(file) => {
@@ -43,5 +43,5 @@ pub async fn mcp(name: &str, a: McpArgs) -> anyhow::Result<ExitCode> {
         }
     };
     server.serve_stdio().await.map_err(anyhow::Error::msg)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }

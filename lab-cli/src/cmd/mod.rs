@@ -8,20 +8,21 @@ mod drill;
 mod fault;
 mod incident;
 mod job;
+pub(crate) mod labs;
 mod lifecycle;
 mod mcp;
 mod remediate;
 mod replay;
 mod status;
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use crate::cli::{Cli, Command};
 
 /// Runs a parsed command line.
-pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
     let name = cli.name;
-    lab_runtime::state::validate_name(&name)?;
+    lab_runtime::state::validate_name(&name).map_err(|e| crate::exit::usage(e.to_string()))?;
     match cli.command {
         Command::Up(a) => lifecycle::up(&name, a).await,
         Command::Down(a) => lifecycle::down(&name, a.json).await,
@@ -46,7 +47,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Storage(c) => remediate::storage(&name, c).await,
         Command::Db(d) => db::run(&name, d).await,
         Command::Checkpoint(a) => checkpoint::checkpoint(&name, a).await,
-        Command::Console => console::console(&name).await,
+        Command::Console(a) => console::console(&name, a.read_only).await,
+        Command::List(a) => labs::list(a.json).await,
+        Command::Logs(a) => labs::logs(&name, a).await,
+        Command::Version(a) => labs::version(&name, a.json).await,
+        Command::Completion { shell } => labs::completion(shell),
+        Command::Man => labs::man(),
         Command::Drill(d) => drill::run(&name, d).await,
         Command::Incident(a) => incident::incident(&name, a).await,
         Command::Demo(a) => demo::demo(&name, a).await,
@@ -55,7 +61,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Watch => {
             let lab = lab_session::Lab::open(&name).await?;
             lab.serve_snapshots().await?;
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Passed)
         }
         Command::Supervise { .. } => unreachable!("handled in main before the async runtime starts"),
     }

@@ -1,64 +1,70 @@
 //! Remediation commands: scale, world size, resize, restart, apply, what runs beside a rank, storage drain
 //! and undrain.
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use lab_faults::{Ledger, drain, remediate};
 use lab_model::{ChangeRecord, Millicores};
 
-async fn done(r: Result<ChangeRecord, lab_faults::FaultError>) -> anyhow::Result<ExitCode> {
+use crate::formats;
+use crate::out::outln;
+
+async fn done(r: Result<ChangeRecord, lab_faults::FaultError>) -> anyhow::Result<Exit> {
     let c = r?;
-    println!("changed: {}", c.line());
-    Ok(ExitCode::SUCCESS)
+    outln!("changed: {}", c.line());
+    Ok(Exit::Passed)
 }
 
-pub async fn scale(name: &str, ranks: u32) -> anyhow::Result<ExitCode> {
+pub async fn scale(name: &str, ranks: u32) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     done(remediate::scale(rt.as_ref(), &Ledger::of_lab(name), ranks).await).await
 }
 
-pub async fn world_size(name: &str, size: u32) -> anyhow::Result<ExitCode> {
+pub async fn world_size(name: &str, size: u32) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     done(remediate::world_size(rt.as_ref(), &Ledger::of_lab(name), size).await).await
 }
 
-pub async fn resize(name: &str, rank: u32, cpu: Millicores) -> anyhow::Result<ExitCode> {
+pub async fn resize(name: &str, rank: u32, cpu: Millicores) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     done(remediate::resize(rt.as_ref(), &Ledger::of_lab(name), rank, cpu).await).await
 }
 
-pub async fn restart(name: &str, rank: u32) -> anyhow::Result<ExitCode> {
+pub async fn restart(name: &str, rank: u32) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     done(remediate::restart(rt.as_ref(), &Ledger::of_lab(name), rank).await).await
 }
 
-pub async fn apply(name: &str, cpu: Millicores) -> anyhow::Result<ExitCode> {
+pub async fn apply(name: &str, cpu: Millicores) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     done(remediate::apply_template(rt.as_ref(), &Ledger::of_lab(name), cpu).await).await
 }
 
-pub async fn procs(name: &str, rank: u32, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn procs(name: &str, rank: u32, json: bool) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     let procs = remediate::rank_processes(rt.as_ref(), rank).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&procs)?);
-        return Ok(ExitCode::SUCCESS);
+        crate::out::json(
+            formats::RANK_PROCS,
+            &serde_json::json!({ "rank": rank, "processes": procs }),
+        )?;
+        return Ok(Exit::Passed);
     }
-    println!("{:>8}  {:>9}  {:<6}  COMMAND", "PID", "CPU (s)", "");
+    outln!("{:>8}  {:>9}  {:<6}  COMMAND", "PID", "CPU (s)", "");
     for p in &procs {
         let who = if p.rank_itself { "rank" } else { "beside" };
-        println!("{:>8}  {:>9.2}  {who:<6}  {}", p.pid, p.cpu_seconds, p.command);
+        outln!("{:>8}  {:>9.2}  {who:<6}  {}", p.pid, p.cpu_seconds, p.command);
     }
     let beside = procs.iter().filter(|p| !p.rank_itself).count();
     if beside > 0 {
-        println!(
+        outln!(
             "{beside} process(es) share rank-{rank}'s CPU limit; `lab rank stop {rank} --pid PID` stops one"
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }
 
-pub async fn stop(name: &str, rank: u32, pid: u32) -> anyhow::Result<ExitCode> {
+pub async fn stop(name: &str, rank: u32, pid: u32) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     done(remediate::stop_beside(rt.as_ref(), &Ledger::of_lab(name), rank, pid).await).await
 }
@@ -69,7 +75,7 @@ pub async fn env(
     set: Option<String>,
     unset: Option<String>,
     json: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let rt = lab_runtime::open::open(name).await?;
     let ledger = Ledger::of_lab(name);
     let change = match (set, unset) {
@@ -87,18 +93,21 @@ pub async fn env(
     }
     let env = remediate::rank_env(rt.as_ref(), rank).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&env)?);
+        crate::out::json(
+            formats::RANK_ENV,
+            &serde_json::json!({ "rank": rank, "env": env }),
+        )?;
     } else if env.is_empty() {
-        println!("rank-{rank} has no settings of its own: it runs as the template says");
+        outln!("rank-{rank} has no settings of its own: it runs as the template says");
     } else {
         for (k, v) in &env {
-            println!("{k}={v}");
+            outln!("{k}={v}");
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }
 
-pub async fn storage(name: &str, cmd: crate::cli::StorageCmd) -> anyhow::Result<ExitCode> {
+pub async fn storage(name: &str, cmd: crate::cli::StorageCmd) -> anyhow::Result<Exit> {
     use crate::cli::StorageCmd;
     let rt = lab_runtime::open::open(name).await?;
     let ledger = Ledger::of_lab(name);
@@ -114,13 +123,13 @@ pub async fn storage(name: &str, cmd: crate::cli::StorageCmd) -> anyhow::Result<
     };
     let r = r?;
     if a.json {
-        crate::out::json(&r)?;
+        crate::out::json(formats::DRAIN, &r)?;
     } else {
         for (v, from, to) in &r.moved {
-            println!("moved volume {v}: storage-{from} → storage-{to}");
+            outln!("moved volume {v}: storage-{from} → storage-{to}");
         }
-        println!("changed: {}", r.change.line());
-        println!("took {:.1} s", r.seconds);
+        outln!("changed: {}", r.change.line());
+        outln!("took {:.1} s", r.seconds);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }

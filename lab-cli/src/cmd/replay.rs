@@ -1,12 +1,13 @@
 //! `lab replay DIR --agent CMD | --mcp-agent CMD`: scores an agent against recorded incidents, without a lab.
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use lab_drills::agent::replay::{McpReplayed, ReplayReport, replay as run_replay, replay_mcp};
 use lab_drills::agent::{EvidenceLevel, Mitigation, Score};
 use serde::Serialize;
 
 use crate::cli::ReplayArgs;
+use crate::out::outln;
 
 /// One level's replay, whichever protocol the agent speaks.
 #[derive(Debug, Serialize)]
@@ -55,7 +56,11 @@ async fn replay_level(a: &ReplayArgs, level: EvidenceLevel) -> anyhow::Result<Le
             .map_err(anyhow::Error::msg)?;
         let fixed = incidents
             .iter()
-            .filter(|i| i.score.as_ref().is_some_and(|s| s.mitigation == Mitigation::Fixed))
+            .filter(|i| {
+                i.score
+                    .as_ref()
+                    .is_some_and(|s| s.mitigation == Mitigation::Fixed)
+            })
             .count();
         return Ok(Level::Mcp {
             agent: agent.clone(),
@@ -72,7 +77,7 @@ async fn replay_level(a: &ReplayArgs, level: EvidenceLevel) -> anyhow::Result<Le
     Ok(Level::Plans(r))
 }
 
-pub async fn replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
+pub async fn replay(a: ReplayArgs) -> anyhow::Result<Exit> {
     let mut levels: Vec<Level> = Vec::new();
     for level in &a.evidence {
         levels.push(replay_level(&a, level.level()).await?);
@@ -91,13 +96,13 @@ pub async fn replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         .is_none_or(|n| levels.iter().all(|l| l.fixed() == n));
     let ok = fixed_ok && unstable.is_empty();
     if a.json {
-        crate::out::json(&levels)?;
+        crate::out::json_list(crate::formats::REPLAY, "levels", &levels)?;
     } else {
         for l in &levels {
             print_level(l);
         }
         if let Some(n) = a.expect_fixed {
-            println!(
+            outln!(
                 "{}",
                 if fixed_ok {
                     format!("as expected: {n} fixed at every level")
@@ -108,13 +113,16 @@ pub async fn replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
         }
         if a.expect_stable {
             if unstable.is_empty() {
-                println!("stable: every score the same when replayed again");
+                outln!("stable: every score the same when replayed again");
             } else {
-                println!("UNSTABLE: scores changed when replayed again at {}", unstable.join(", "));
+                outln!(
+                    "UNSTABLE: scores changed when replayed again at {}",
+                    unstable.join(", ")
+                );
             }
         }
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok { Exit::Passed } else { Exit::Failed })
 }
 
 fn score_line(s: &Score, blame: &[String]) -> String {
@@ -132,7 +140,7 @@ fn score_line(s: &Score, blame: &[String]) -> String {
 fn print_level(l: &Level) {
     match l {
         Level::Plans(r) => {
-            println!(
+            outln!(
                 "evidence {}: {} of {} incidents fixed, {} traps, {} unknown, {} without a plan ({:.2} s)",
                 r.evidence,
                 r.fixed,
@@ -144,7 +152,7 @@ fn print_level(l: &Level) {
             );
             for i in &r.incidents {
                 match (&i.score, &i.plan) {
-                    (Some(s), Some(p)) => println!(
+                    (Some(s), Some(p)) => outln!(
                         "  {:<18} {}: {} · {:.2} s\n  {:<18}   plan: {}",
                         i.drill,
                         score_line(s, &p.blame),
@@ -154,10 +162,18 @@ fn print_level(l: &Level) {
                         if p.commands.is_empty() {
                             "no command".to_string()
                         } else {
-                            p.commands.iter().map(|c| c.line()).collect::<Vec<_>>().join(" && ")
+                            p.commands
+                                .iter()
+                                .map(|c| c.line())
+                                .collect::<Vec<_>>()
+                                .join(" && ")
                         }
                     ),
-                    _ => println!("  {:<18} no plan: {}", i.drill, i.problem.as_deref().unwrap_or("-")),
+                    _ => outln!(
+                        "  {:<18} no plan: {}",
+                        i.drill,
+                        i.problem.as_deref().unwrap_or("-")
+                    ),
                 }
             }
         }
@@ -168,7 +184,7 @@ fn print_level(l: &Level) {
             duration_s,
             ..
         } => {
-            println!(
+            outln!(
                 "evidence {evidence} (MCP): {fixed} of {} incidents fixed ({duration_s:.2} s)",
                 incidents.len()
             );
@@ -181,17 +197,28 @@ fn print_level(l: &Level) {
                     .map(|a| a.argv.join(" "))
                     .collect();
                 match &i.score {
-                    Some(s) => println!(
+                    Some(s) => outln!(
                         "  {:<18} {}: {} · {} calls · {:.2} s\n  {:<18}   acts: {}",
                         i.drill,
-                        score_line(s, &i.diagnosis.as_ref().map(|d| d.blame.clone()).unwrap_or_default()),
+                        score_line(
+                            s,
+                            &i.diagnosis.as_ref().map(|d| d.blame.clone()).unwrap_or_default()
+                        ),
                         i.known,
                         i.calls.len(),
                         i.duration_s,
                         "",
-                        if acts.is_empty() { "none".to_string() } else { acts.join(" && ") }
+                        if acts.is_empty() {
+                            "none".to_string()
+                        } else {
+                            acts.join(" && ")
+                        }
                     ),
-                    None => println!("  {:<18} no score: {}", i.drill, i.problem.as_deref().unwrap_or("-")),
+                    None => outln!(
+                        "  {:<18} no score: {}",
+                        i.drill,
+                        i.problem.as_deref().unwrap_or("-")
+                    ),
                 }
             }
         }

@@ -1,21 +1,22 @@
 //! `lab status`: the Kubernetes view beside the training view, or the whole snapshot as JSON.
 
-use std::process::ExitCode;
+use crate::exit::Exit;
 
 use crate::cli::StatusArgs;
 use lab_session::Lab;
 
-use crate::out;
+use crate::formats;
+use crate::out::{self, out};
 
-pub async fn status(name: &str, a: StatusArgs) -> anyhow::Result<ExitCode> {
+pub async fn status(name: &str, a: StatusArgs) -> anyhow::Result<Exit> {
     let lab = Lab::open(name).await?;
     // A lab whose runtime does not answer is reported as such, not as an empty screen.
     lab.runtime().status().await?;
     let snap = out::current(&lab, a.window).await;
     if a.json {
-        out::json(&snap)?;
+        out::json(formats::STATUS, &snap)?;
     } else {
-        print!("{}", lab_console::status_text(&snap));
+        out!("{}", lab_console::status_text(&snap));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Passed)
 }

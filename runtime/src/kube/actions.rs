@@ -647,6 +647,18 @@ impl Runtime for KubeRuntime {
         self.targets().await
     }
 
+    async fn log_components(&self) -> Result<Vec<String>> {
+        self.components().await
+    }
+
+    async fn logs(&self, component: &str, request: crate::LogRequest) -> Result<crate::LogLines> {
+        self.pod_logs(component, request).await
+    }
+
+    async fn versions(&self) -> lab_model::version::Parts {
+        self.part_versions().await
+    }
+
     async fn database(&self) -> Result<lab_model::db::DbStatus> {
         self.db_status().await
     }

@@ -138,6 +138,14 @@ async fn run(program: &str, args: &[&str], deadline: Duration) -> Result<String>
 
 /// [`run`], against the Docker engine at `docker_host` when given (the command's `DOCKER_HOST`), else the
 /// environment's.
+/// What `kind version` says (within 10 s), if the kind CLI is there and answers.
+pub async fn cli_version() -> Option<String> {
+    let out = run_on("kind", &["version"], Duration::from_secs(10), None)
+        .await
+        .ok()?;
+    lab_model::version::kind_version(&out)
+}
+
 async fn run_on(
     program: &str,
     args: &[&str],

@@ -12,6 +12,7 @@ pub mod image;
 pub mod jobs;
 pub mod kind;
 pub mod lifecycle;
+mod logs;
 pub mod manifests;
 pub mod status;
 pub mod storage;

@@ -181,6 +181,11 @@ impl KubeRuntime {
         Ok(format!("{ip}:{VOLUME_PORT}"))
     }
 
+    /// What `weed version` says in the master's container: the SeaweedFS of the lab's image.
+    pub(super) async fn exec_weed_version(&self) -> Result<String> {
+        self.exec_in_master(vec!["weed".into(), "version".into()]).await
+    }
+
     /// Runs `command` in the master's container; returns what it printed (stdout and stderr).
     async fn exec_in_master(&self, command: Vec<String>) -> Result<String> {
         let pod = self.master_pod().await?;

@@ -87,6 +87,25 @@ fn check_options(opts: &UpOptions) -> Result<()> {
     Ok(())
 }
 
+/// The name `lab logs` gives the supervisor's own log.
+pub const SUPERVISOR_COMPONENT: &str = "supervisor";
+
+/// What `weed version` says of the binary at `weed` (within 5 s), if it answers.
+pub async fn weed_version(weed: &Path) -> Option<String> {
+    let out = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::process::Command::new(weed)
+            .arg("version")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    lab_model::version::weed_version(&String::from_utf8_lossy(&out.stdout))
+}
+
 /// Finds `weed`: the option, then `LAB_WEED`, then PATH.
 ///
 /// # Errors
@@ -619,6 +638,39 @@ impl Runtime for LocalRuntime {
 
     async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>> {
         Ok(self.local_status().await?.targets)
+    }
+
+    async fn log_components(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = std::fs::read_dir(self.paths.logs())
+            .map_err(|e| state::state_err(&self.paths.logs(), "list the logs", e))?
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".log").map(str::to_string)
+            })
+            .collect();
+        names.push(SUPERVISOR_COMPONENT.to_string());
+        names.sort_by_key(|n| lab_model::names::natural_key(n));
+        Ok(names)
+    }
+
+    async fn logs(&self, component: &str, request: crate::LogRequest) -> Result<crate::LogLines> {
+        let known = self.log_components().await?;
+        if !known.iter().any(|k| k == component) {
+            return Err(crate::logs::unknown_component(component, &self.cfg.name, &known));
+        }
+        let path = if component == SUPERVISOR_COMPONENT {
+            self.paths.supervisor_log()
+        } else {
+            self.paths.log(component)
+        };
+        crate::logs::file_lines(&path, request)
+    }
+
+    async fn versions(&self) -> lab_model::version::Parts {
+        lab_model::version::Parts {
+            seaweedfs: weed_version(&self.cfg.weed).await,
+            ..Default::default()
+        }
     }
 
     async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String> {
