@@ -338,7 +338,7 @@ expect_all_ready "after the stuck-rollout trap"
 # stop while its pod stays Ready) restarted alone. Their copies are short; with the built-ins' settings
 # they took 96 s and 68 s on kind with the machine at load 37 (the short copies are not measured yet),
 # paid for by stuck-rollout's shorter verify deadline (60 s less for its trap).
-stop_hogs='for r in 1 2; do for p in $(lab rank procs $r --json | jq -r ".[] | select(.rank_itself | not) | .pid"); do lab rank stop $r --pid $p || exit 1; done; done'
+stop_hogs='for r in 1 2; do for p in $(lab rank procs $r --json | jq -r ".processes[] | select(.rank_itself | not) | .pid"); do lab rank stop $r --pid $p || exit 1; done; done'
 drill_copy slow-compute slow-compute - yes "$stop_hogs"
 trap_first slow-compute "lab apply --cpu 400m" "$TRAP_DEADLINE"
 drill_copy rank-hang rank-hang - yes "lab restart rank 1"
@@ -400,7 +400,7 @@ drill_copy competing-job competing-job - yes "lab checkpoint && lab job stop nig
 trap_first competing-job "lab storage drain 1" "$TRAP_DEADLINE"
 for d in slow-disk competing-job; do
   run_trap_first "$d"
-  if [ -n "$(lab job list --json | jq -r '.[] | select(.kind == "foreign") | .name')" ]; then
+  if [ -n "$(lab job list --json | jq -r '.jobs[] | select(.kind == "foreign") | .name')" ]; then
     say "a foreign job is still running after drill $d"
     FAILED+=("foreign job left after $d")
   fi

@@ -16,11 +16,10 @@ const JOB: &str = "nightly-etl";
 
 fn jobs(lab: &Lab) -> Vec<Value> {
     let out = lab.ok(&["job", "list", "--json"]);
-    serde_json::from_str::<Value>(&out)
-        .unwrap_or_else(|e| panic!("job list --json is not JSON ({e}):\n{out}"))
-        .as_array()
-        .expect("a list of jobs")
-        .clone()
+    let doc = serde_json::from_str::<Value>(&out)
+        .unwrap_or_else(|e| panic!("job list --json is not JSON ({e}):\n{out}"));
+    assert_eq!(doc["format"], "straggler-lab.jobs/v1");
+    doc["jobs"].as_array().expect("a list of jobs").clone()
 }
 
 fn job<'a>(list: &'a [Value], name: &str) -> Option<&'a Value> {

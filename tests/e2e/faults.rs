@@ -413,7 +413,8 @@ fn stuck_rollout_trains_on_until_scaling_back_stalls_it_and_rolling_back_recover
 fn beside_pid(lab: &Lab, rank: u32) -> (u32, u32) {
     let r = rank.to_string();
     let v: serde_json::Value = serde_json::from_str(&lab.ok(&["rank", "procs", &r, "--json"])).unwrap();
-    let procs = v.as_array().unwrap();
+    assert_eq!(v["format"], "straggler-lab.rank-procs/v1");
+    let procs = v["processes"].as_array().unwrap();
     let pid_where = |own: bool| {
         procs
             .iter()
