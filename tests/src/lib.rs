@@ -74,6 +74,16 @@ fn find_weed() -> Option<PathBuf> {
     })
 }
 
+/// Stops lab `lab`'s watcher by the pid it recorded, as if it had died (the lab itself runs on).
+pub fn stop_watcher(lab: &Lab) {
+    let recs = lab_runtime::local::procs::read_table(&lab.dir().join("watcher.json"));
+    assert!(
+        recs.iter().any(lab_runtime::local::procs::ProcRecord::alive),
+        "no watcher runs"
+    );
+    lab_runtime::local::procs::stop_all(&recs, Duration::from_secs(2));
+}
+
 /// A lab started by a test, with its own state folder; `Drop` takes it down if the test did not.
 #[derive(Debug)]
 pub struct Lab {
