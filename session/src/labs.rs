@@ -160,15 +160,16 @@ mod tests {
 
     fn lab(ranks_ready: &[bool]) -> LabStatus {
         let mut st = LabStatus::default_shape("t", RuntimeKind::Local);
-        st.pods.retain(|p| p.role != Role::Rank);
+        let pod = |name: String, role, i: usize, ready: bool| {
+            let mut p = PodStatus::new(name, role, Some(i as u32));
+            p.phase = lab_model::status::Phase::Running;
+            p.ready = ready;
+            p
+        };
         for (i, ready) in ranks_ready.iter().enumerate() {
-            let mut p = PodStatus::new(lab_model::names::rank(i as u32), Role::Rank, Some(i as u32));
-            p.ready = *ready;
-            st.pods.push(p);
+            st.pods.push(pod(lab_model::names::rank(i as u32), Role::Rank, i, *ready));
         }
-        for p in st.pods.iter_mut().filter(|p| p.role == Role::StorageServer) {
-            p.ready = true;
-        }
+        st.pods.push(pod(lab_model::names::storage(0), Role::StorageServer, 0, true));
         st
     }
 
