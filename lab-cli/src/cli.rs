@@ -666,7 +666,8 @@ pub struct ApplyArgs {
 pub enum DrillCmd {
     /// Check drill files without running them; errors give line and column.
     Validate { files: Vec<PathBuf> },
-    /// Run drills against the running lab; exit 0 only if every drill passed.
+    /// Run drills against the running lab: exit 0 if every drill passed, 1 if one failed, 3 if one
+    /// errored or its cleanup failed, 130 if interrupted (docs/cli.md).
     Run(Box<DrillRunArgs>),
     /// The built-in drills.
     List(JsonArg),

@@ -64,7 +64,7 @@ impl Exit {
 
     /// The status of a whole drill run: an errored drill or a failed cleanup outweighs a failed drill,
     /// which outweighs passing.
-    pub fn of_drills<'a>(drills: impl IntoIterator<Item = (Verdict, bool)> + 'a) -> Exit {
+    pub fn of_drills(drills: impl IntoIterator<Item = (Verdict, bool)>) -> Exit {
         let mut worst = Exit::Passed;
         let mut any = false;
         for (verdict, cleanup_failed) in drills {
