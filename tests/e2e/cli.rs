@@ -152,8 +152,10 @@ fn a_fault_with_a_lifetime_is_cleared_by_the_watcher_and_the_cli_behaves_on_a_re
     let drill = dir.path().join("fails.yaml");
     std::fs::write(
         &drill,
-        "name: fails\nwarmup: 2s\nbaseline: 5s\nsteps:\n  - inject:\n      kind: slow-storage\n      server: 1\n\
-         \x20     delay: 300ms\n  - expect:\n      within: 8s\n      signals: [errors]\n",
+        "name: fails\nseed: 42\nwarmup: 2s\nbaseline: 5s\nsteps:\n  - inject:\n      kind: slow-storage\n      server: 1\n\
+         \x20     delay: 300ms\n  - expect:\n      within: 8s\n      signals: [errors]\n  - remediate:\n\
+         \x20     command: lab fault clear --all\n      timeout: 30s\n  - verify:\n      within_pct: 20\n\
+         \x20     consecutive_steps: 5\n      deadline: 30s\n",
     )
     .unwrap();
     let report = dir.path().join("fails.json");
