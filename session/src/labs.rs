@@ -167,9 +167,11 @@ mod tests {
             p
         };
         for (i, ready) in ranks_ready.iter().enumerate() {
-            st.pods.push(pod(lab_model::names::rank(i as u32), Role::Rank, i, *ready));
+            st.pods
+                .push(pod(lab_model::names::rank(i as u32), Role::Rank, i, *ready));
         }
-        st.pods.push(pod(lab_model::names::storage(0), Role::StorageServer, 0, true));
+        st.pods
+            .push(pod(lab_model::names::storage(0), Role::StorageServer, 0, true));
         st
     }
 
