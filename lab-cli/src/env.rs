@@ -43,8 +43,14 @@ pub const VARS: &[(&str, &str)] = &[
         "given to a remediation or an agent: the incident bundle's path",
     ),
     ("LAB_EVIDENCE", "given to an agent: the evidence level it reads"),
-    ("LAB_MCP_SERVER", "given to an --mcp-agent: how to start the lab's MCP server (JSON argv)"),
-    ("LAB_MCP_CONFIG", "given to an --mcp-agent: the same as an MCP client config file"),
+    (
+        "LAB_MCP_SERVER",
+        "given to an --mcp-agent: how to start the lab's MCP server (JSON argv)",
+    ),
+    (
+        "LAB_MCP_CONFIG",
+        "given to an --mcp-agent: the same as an MCP client config file",
+    ),
     (
         "LAB_CHROMIUM",
         "tests: the Chromium that screenshots the HTML report",
