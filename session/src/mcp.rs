@@ -225,7 +225,7 @@ impl Evidence for LiveEvidence {
     }
 
     fn answers(&self, tool: &str) -> bool {
-        !matches!(tool, "query" | "logs")
+        tool != "query"
     }
 
     async fn processes(&self, rank: u32) -> std::result::Result<Value, String> {
@@ -238,8 +238,37 @@ impl Evidence for LiveEvidence {
         Ok(serde_json::json!({"rank": lab_model::names::rank(rank), "processes": procs}))
     }
 
-    async fn logs(&self, _component: &str, _lines: u32) -> std::result::Result<Value, String> {
-        Err("this lab keeps no logs to read yet".into())
+    async fn logs(&self, component: &str, lines: u32) -> std::result::Result<Value, String> {
+        use futures::StreamExt as _;
+        // The lab's own machinery is not the system under test: its logs would name the injection.
+        if matches!(component, "supervisor" | crate::logs::WATCHER_COMPONENT) {
+            return Err(format!(
+                "{component} is the lab's own machinery, not a component of the job: ask for rank-N, storage-N, \
+                 storage-master, db-N, ..."
+            ));
+        }
+        let request = lab_runtime::LogRequest {
+            tail: Some(lines as usize),
+            follow: false,
+        };
+        let stream = self
+            .lab
+            .logs(component, request)
+            .await
+            .map_err(|e| lab_model::format::error_chain(&e))?;
+        let read: Vec<String> = stream
+            .filter_map(|l| async move { l.ok() })
+            .collect()
+            .await;
+        let kept: Vec<String> = read
+            .iter()
+            .filter_map(|l| lab_drills::incident::redact::evidence_only(l))
+            .collect();
+        let mut out = serde_json::json!({"component": component, "lines": kept});
+        if kept.len() < read.len() {
+            out["left_out"] = Value::from(read.len() - kept.len());
+        }
+        Ok(out)
     }
 
     async fn act(&self, argv: &[String]) -> std::result::Result<Acted, String> {
