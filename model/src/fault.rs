@@ -234,8 +234,8 @@ const UNMATCHED_SELECTORS: [&str; 3] = ["lab/disk=nvme", "lab/zone=b", "lab/rack
 
 impl Fault {
     /// A variant of this fault with its parameters drawn within its kind's ranges, for a lab of `shape`:
-    /// another server or rank, a delay of 150–600 ms, a rank's CPU cut to 75–200m (its template keeps the
-    /// lab's 400m), 1 or 2 more ranks than GPUs, a crash every 100–200 steps, a hog beside as many ranks (other ones), a
+    /// another server or rank, a delay of 150–600 ms, a rank's CPU cut to 75–150m (its template keeps the
+    /// lab's 400m; above 150m a throttled rank no longer stands out from its siblings on a busy machine), 1 or 2 more ranks than GPUs, a crash every 100–200 steps, a hog beside as many ranks (other ones), a
     /// neighbour on 96–256 connections, a server held to 4–10m of CPU, another node label no node has.
     /// `draw(lo, hi)` returns a number in `lo..=hi` (a seeded generator, so a variant can be drawn again).
     /// Every range keeps the fault's effect well past its alert's threshold.
@@ -252,7 +252,7 @@ impl Fault {
             },
             Fault::ThrottledRank { .. } => Fault::ThrottledRank {
                 rank: rank(&mut pick),
-                cpu: Millicores(pick(3, 8) as u32 * 25),
+                cpu: Millicores(pick(3, 6) as u32 * 25),
             },
             Fault::UnplaceableRank { .. } => Fault::UnplaceableRank {
                 ranks: shape.gpus + pick(1, 2) as u32,

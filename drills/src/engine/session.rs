@@ -465,7 +465,22 @@ fn summarize(
         refused: 0,
         harmful: Vec::new(),
     };
-    for (_, r) in &with_agent {
+    // What the agent concluded is its latest attempt that named a cause: a later attempt that found nothing
+    // left to fix (the job already back, or slowed by something else) does not undo it.
+    let concluding = with_agent
+        .iter()
+        .rev()
+        .find(|(_, r)| {
+            let cause = r
+                .agent
+                .as_ref()
+                .and_then(|a| a.score.as_ref().map(|s| s.cause_named.clone()))
+                .or_else(|| r.mcp.as_ref().and_then(|m| m.score.as_ref().map(|s| s.cause_named.clone())));
+            cause.is_some_and(|c| c != "unknown" && c != "none")
+        })
+        .map_or(last_i, |(i, _)| *i);
+    for (i, r) in &with_agent {
+        let concludes = *i == concluding;
         if let Some(a) = &r.agent {
             s.protocol = "plan".into();
             s.evidence = a.evidence;
@@ -482,7 +497,7 @@ fn summarize(
                 );
                 let _ = p;
             }
-            if let Some(sc) = &a.score {
+            if let Some(sc) = a.score.as_ref().filter(|_| concludes) {
                 s.detected = sc.detection;
                 s.localized = sc.precision == Some(1.0) && sc.recall == 1.0;
                 s.cause = sc.cause;
@@ -497,7 +512,7 @@ fn summarize(
             if let Some(t) = &m.truth {
                 s.harmful.extend(m.harmful(t));
             }
-            if let Some(sc) = &m.score {
+            if let Some(sc) = m.score.as_ref().filter(|_| concludes) {
                 s.detected = sc.detection;
                 s.localized = sc.precision == Some(1.0) && sc.recall == 1.0;
                 s.cause = sc.cause;
