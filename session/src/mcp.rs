@@ -256,10 +256,7 @@ impl Evidence for LiveEvidence {
             .logs(component, request)
             .await
             .map_err(|e| lab_model::format::error_chain(&e))?;
-        let read: Vec<String> = stream
-            .filter_map(|l| async move { l.ok() })
-            .collect()
-            .await;
+        let read: Vec<String> = stream.filter_map(|l| async move { l.ok() }).collect().await;
         let kept: Vec<String> = read
             .iter()
             .filter_map(|l| lab_drills::incident::redact::evidence_only(l))

@@ -475,7 +475,11 @@ fn summarize(
                 .agent
                 .as_ref()
                 .and_then(|a| a.score.as_ref().map(|s| s.cause_named.clone()))
-                .or_else(|| r.mcp.as_ref().and_then(|m| m.score.as_ref().map(|s| s.cause_named.clone())));
+                .or_else(|| {
+                    r.mcp
+                        .as_ref()
+                        .and_then(|m| m.score.as_ref().map(|s| s.cause_named.clone()))
+                });
             cause.is_some_and(|c| c != "unknown" && c != "none")
         })
         .map_or(last_i, |(i, _)| *i);
