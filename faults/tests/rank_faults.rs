@@ -232,3 +232,43 @@ async fn the_operator_putting_the_setting_back_is_the_right_fix_and_restarting_i
         "the clear finds the setting gone and changes nothing"
     );
 }
+
+/// A change is on record from the moment it is in force, not from the end of its proof: a reader of the
+/// ledger while the proof still looks (the lab's watcher, a drill's snapshots and the incident bundle cut
+/// from them) sees the setting that crashes the rank. Here rank-3 at 120 steps, whose first crash the
+/// proof is still waiting to see.
+#[tokio::test(start_paused = true)]
+async fn a_change_is_on_record_while_its_proof_still_looks() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    // Every status read takes 2 s: the inject reads it at once (done at 2 s), applies, then its proof's
+    // first look reads it again (done at 4 s).
+    rt.slow("status", std::time::Duration::from_secs(2));
+    let fault = Fault::RankCrash { rank: 3, after: 120 };
+    let task = tokio::spawn({
+        let (rt, l) = (rt.clone(), l.clone());
+        async move { inject(&rt, &l, fault).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        rt.state().rank_env[&3]
+            .get("LAB_DEVICE_FAULT_AFTER")
+            .map(String::as_str),
+        Some("120"),
+        "applied by now"
+    );
+    assert!(!task.is_finished(), "the proof still looks");
+    let seen: Vec<String> = l.read().unwrap().changes.iter().map(|c| c.line()).collect();
+    assert_eq!(
+        seen,
+        [
+            "rank-3 LAB_DEVICE_FAULT_AFTER unset → 120; a setting of this rank alone: its accelerator fails after that many steps"
+        ],
+        "the change in force is on record during the proof"
+    );
+    let done = task.await.unwrap().unwrap();
+    // Recorded once, as the proof left it.
+    let after: Vec<String> = l.read().unwrap().changes.iter().map(|c| c.line()).collect();
+    assert_eq!(after, done.changes.iter().map(|c| c.line()).collect::<Vec<_>>());
+    clear_all(&rt, &l).await.unwrap();
+}

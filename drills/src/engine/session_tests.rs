@@ -166,6 +166,37 @@ async fn snapshots_taken_while_an_injection_runs_are_kept_for_the_next_step() {
     );
 }
 
+/// The bundle a remediation reads names the change that caused the incident even when the signals caught
+/// it while the injection still proved itself (storage-2 at 450 ms, a proof of 30 s): the expect step is
+/// met from snapshots taken meanwhile, and the bundle is cut from the newest of them.
+#[tokio::test(start_paused = true)]
+async fn the_bundle_names_the_change_when_the_signals_catch_it_during_the_proof() {
+    let rt = FakeRuntime::new();
+    rt.slow("probe_storage", Duration::from_secs(10));
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(&rt);
+    job.ledger = Some(Ledger::in_dir(dir.path()));
+    let text = SLOW_STORAGE
+        .replace("server: 1", "server: 2")
+        .replace("delay: 300ms", "delay: 450ms")
+        .replace("deadline: 30s", "deadline: 300s");
+    let r = run(&rt, dir.path(), &mut job, &text).await;
+    assert_eq!(r.verdict, Verdict::Pass, "{}: {:?}", r.reason, r.evidence);
+    let path = r.remediations[0].bundle.as_deref().unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let changes: Vec<String> = b["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{} {} {} → {}", c["where"], c["what"], c["before"], c["after"]))
+        .collect();
+    assert_eq!(
+        changes,
+        [r#""storage-2" "added delay" "0 ms" → "450 ms""#],
+        "{b:#}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_job_that_is_not_back_fails_verify_and_the_cleanup_still_clears_the_fault() {
     let rt = FakeRuntime::new();
