@@ -272,3 +272,51 @@ async fn a_change_is_on_record_while_its_proof_still_looks() {
     assert_eq!(after, done.changes.iter().map(|c| c.line()).collect::<Vec<_>>());
     clear_all(&rt, &l).await.unwrap();
 }
+
+/// On a lab just used the rank may still be restarting when the inject comes (after the previous fault's
+/// clear it waits out its restart backoff, then its peers): its metrics do not answer. The inject waits
+/// until it trains before it freezes it, and proves the hang on a step counter it saw move. Here rank-2,
+/// whose metrics answer from 5 s on.
+#[tokio::test(start_paused = true)]
+async fn rank_hang_waits_for_a_restarting_rank_to_train_before_it_freezes_it() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    rt.fail("fetch_metrics");
+    let task = tokio::spawn({
+        let (rt, l) = (rt.clone(), l.clone());
+        async move { inject(&rt, &l, Fault::RankHang { rank: 2 }).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert!(!task.is_finished(), "the inject waits for the rank to train");
+    assert!(rt.state().frozen.is_empty(), "nothing is frozen meanwhile");
+    rt.heal("fetch_metrics");
+    let done = task.await.unwrap().unwrap();
+    let proof = done.entry.proof.as_deref().unwrap();
+    assert!(proof.contains("rank-2's step counter stood at"), "{proof}");
+    assert!(rt.state().frozen.contains(&2));
+    clear_all(&rt, &l).await.unwrap();
+    assert!(rt.state().frozen.is_empty());
+}
+
+/// A rank that does not train within the inject's wait is not frozen: the inject says the job is not
+/// steady, and nothing changes.
+#[tokio::test(start_paused = true)]
+async fn rank_hang_on_a_rank_that_does_not_train_says_so_and_changes_nothing() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    rt.fail("fetch_metrics");
+    let err = inject(&rt, &l, Fault::RankHang { rank: 2 }).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("rank-2 is not training") && msg.contains("the job is not steady"),
+        "{msg}"
+    );
+    assert!(
+        !rt.calls().iter().any(|c| c.starts_with("freeze_rank")),
+        "{:?}",
+        rt.calls()
+    );
+    let data = l.read().unwrap();
+    assert_eq!(data.faults[0].phase, FaultPhase::Failed);
+    assert!(data.changes.is_empty(), "{:?}", data.changes);
+}

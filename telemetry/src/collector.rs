@@ -499,7 +499,12 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
             // the rest after a long wait) would read as a healthy server.
             let p50_text = |mine: f64| {
                 if siblings.is_finite() {
-                    format!("{} read p50 {} (siblings {})", c.target, latency(mine), latency(siblings))
+                    format!(
+                        "{} read p50 {} (siblings {})",
+                        c.target,
+                        latency(mine),
+                        latency(siblings)
+                    )
                 } else {
                     format!("{} read p50 {}", c.target, latency(mine))
                 }
@@ -510,7 +515,11 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
                 // Too few reads ended in the window: what the readers are waiting through.
                 format!("{} holds a read {} and counting", c.target, latency(w))
             } else if let Some(f) = share.filter(|f| *f > rules::LATENCY_WAIT_SHARE_MIN) {
-                format!("{} holds a reader waiting {:.0}% of the time", c.target, 100.0 * f)
+                format!(
+                    "{} holds a reader waiting {:.0}% of the time",
+                    c.target,
+                    100.0 * f
+                )
             } else if let Some(f) = share_10s.filter(|f| *f > rules::LATENCY_WAIT_SHARE_10S_MIN) {
                 // Its reads end quickly between long waits: the p50 says little, the time held does.
                 format!(

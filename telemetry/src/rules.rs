@@ -672,7 +672,11 @@ mod tests {
         s.servers.get_mut("storage-0").unwrap().reads_per_s = Some(8.0);
         s.read_wait_share_median = 0.02;
         s.read_wait_share_10s_median = 0.02;
-        for (server, f3, f10) in [("storage-0", 0.6, 0.7), ("storage-1", 0.02, 0.02), ("storage-2", 0.01, 0.02)] {
+        for (server, f3, f10) in [
+            ("storage-0", 0.6, 0.7),
+            ("storage-1", 0.02, 0.02),
+            ("storage-2", 0.01, 0.02),
+        ] {
             let sv = s.servers.get_mut(server).unwrap();
             sv.read_waiting_unstarved = Some(if server == "storage-0" { 0.4 } else { 0.003 });
             sv.read_wait_share_unstarved = Some(f3);
@@ -682,9 +686,15 @@ mod tests {
         assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-0", true)]);
         assert_eq!(c[0].value, 0.7);
         // Under half of 10 s is not enough; nor is 70% when every server holds its readers 20% of theirs.
-        s.servers.get_mut("storage-0").unwrap().read_wait_share_10s_unstarved = Some(0.5);
+        s.servers
+            .get_mut("storage-0")
+            .unwrap()
+            .read_wait_share_10s_unstarved = Some(0.5);
         assert!(e.evaluate(&mut store, &s, 11_000).is_empty());
-        s.servers.get_mut("storage-0").unwrap().read_wait_share_10s_unstarved = Some(0.7);
+        s.servers
+            .get_mut("storage-0")
+            .unwrap()
+            .read_wait_share_10s_unstarved = Some(0.7);
         s.read_wait_share_10s_median = 0.2;
         assert!(e.evaluate(&mut store, &s, 12_000).is_empty());
     }

@@ -197,6 +197,56 @@ async fn the_bundle_names_the_change_when_the_signals_catch_it_during_the_proof(
     );
 }
 
+/// A lab that is not steady when a drill begins (after the drill before it, rank-3 is not running yet) is
+/// waited for in the check step, which says so; the inject comes only once the lab is steady again.
+#[tokio::test(start_paused = true)]
+async fn a_lab_still_settling_from_the_drill_before_is_waited_for_in_the_check_step() {
+    let rt = FakeRuntime::new();
+    rt.update(|l| l.gpus = 3);
+    let back = tokio::spawn({
+        let rt = rt.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            rt.update(|l| l.gpus = 4);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(&rt);
+    let r = run(&rt, dir.path(), &mut job, SLOW_STORAGE).await;
+    back.await.unwrap();
+    assert_eq!(r.verdict, Verdict::Pass, "{}: {:?}", r.reason, r.evidence);
+    let check = &r.steps[0];
+    assert_eq!(check.step, StepName::Check);
+    assert!(
+        check
+            .summary
+            .contains("the lab was not steady when the drill began (rank-3 is Pending (Insufficient gpu))")
+            && check.summary.contains("steady again after"),
+        "{}",
+        check.summary
+    );
+}
+
+/// A lab that stays unsteady fails the drill in its check step, saying why, with nothing injected: not in
+/// an inject that cannot read the rank it acts on.
+#[tokio::test(start_paused = true)]
+async fn a_lab_that_stays_unsteady_fails_the_check_step_and_injects_nothing() {
+    let rt = FakeRuntime::new();
+    rt.update(|l| l.gpus = 3);
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(&rt);
+    let r = run(&rt, dir.path(), &mut job, SLOW_STORAGE).await;
+    assert_eq!(r.verdict, Verdict::Error);
+    assert_eq!(steps(&r), [(StepName::Check, false)]);
+    assert!(
+        r.reason
+            .starts_with("check: the lab is not steady after what ran before this drill: rank-3 is Pending"),
+        "{}",
+        r.reason
+    );
+    assert!(rt.state().delays.is_empty(), "nothing was injected");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_job_that_is_not_back_fails_verify_and_the_cleanup_still_clears_the_fault() {
     let rt = FakeRuntime::new();
