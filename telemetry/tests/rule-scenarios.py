@@ -277,7 +277,7 @@ for r in range(4):
 groups.append(('slow-disk at 10m on storage-0, read by two ranks: its reads end quickly between waits of under a second, its 3 s figures swing across their thresholds; its readers\' share over 10 s holds latency for storage-0 to the end',
     sc,
     nothing(58) + edges([(63, 'LabStorageReadLatencyHigh', {'server': 'storage-0'})])
-    + [alert_test(t, 'LabStorageReadLatencyHigh', [{'server': 'storage-0'}]) for t in range(67, T)],
+    + [alert_test(t, "LabStorageReadLatencyHigh", [{"server": "storage-0"}]) for t in range(66, T)],
     [
     {'expr': 'lab:storage_read_wait_share:unstarved{server="storage-0"} > bool 0.75', 'eval_time': '70s', 'exp_samples': [{'labels': '{server="storage-0"}', 'value': 0}]},
     {'expr': 'lab:storage_read_p50_seconds:unstarved{server="storage-0"} > bool 0.05', 'eval_time': '70s', 'exp_samples': [{'labels': '{server="storage-0"}', 'value': 0}]},

@@ -202,6 +202,32 @@ fn recorded(lab: &Lab, id: &str) -> Vec<Change> {
         .collect()
 }
 
+/// A few lines of a bundle for a failure message: the job, the alerts and each server's latency.
+fn gist(b: &Value) -> String {
+    let deps: Vec<String> = b["dependencies"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| {
+                    format!(
+                        "{} p50 {} ms, direct {} ms, stands out {}",
+                        d["name"].as_str().unwrap_or("?"),
+                        d["p50_ms"],
+                        d["own_probe_ms"],
+                        d["stands_out"]
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "{}; firing {:?}; {}",
+        b["training_line"].as_str().unwrap_or("?"),
+        firing(b),
+        deps.join("; ")
+    )
+}
+
 /// What is wrong with bundle `b` for case `c` whose inject recorded `made`: nothing when it names every
 /// change and fires every alert of the case, and no latency alert on another part.
 fn problems(c: &Case, b: &Value, made: &[Change]) -> Vec<String> {
@@ -222,6 +248,9 @@ fn problems(c: &Case, b: &Value, made: &[Change]) -> Vec<String> {
         if rule == LATENCY && !c.alerts.iter().any(|(r, t)| r == rule && t == target) {
             out.push(format!("{rule} names {target}, which the fault did not slow"));
         }
+    }
+    if !out.is_empty() {
+        out.push(format!("the bundle: {}", gist(b)));
     }
     out
 }
