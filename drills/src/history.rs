@@ -126,6 +126,11 @@ impl Recent {
             .unwrap_or_default()
     }
 
+    /// The newest moment kept.
+    pub fn newest(&self) -> Option<&SteadyPoint> {
+        self.points.back()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.points.is_empty()
     }

@@ -87,7 +87,8 @@ pub async fn inject_for(
     match apply_and_prove(injector(&fault).as_ref(), &cx, &status).await {
         Ok((path, proof, changes)) => {
             let entry = ledger.update(|d| {
-                d.changes.extend(changes.iter().cloned());
+                // On record since the apply; the proof may have added what it read back.
+                settle_records(&mut d.changes, &changes);
                 let e = entry_mut(d, &id)?;
                 e.phase = FaultPhase::Injected;
                 e.expires_at_ms = lifetime.map(|l| now_ms() + l.as_millis() as u64);
@@ -97,10 +98,14 @@ pub async fn inject_for(
             })?;
             Ok(Injected { entry, changes })
         }
-        Err(err) => {
-            // Roll back whatever was applied, then keep the failure on record.
+        Err(Unproven { err, recorded }) => {
+            // Roll back whatever was applied, then keep the failure on record; when the apply's changes
+            // went on record, so do the rollback's: the log says the lab was changed and put back.
             let rollback = recover(rt, ledger, &id).await;
             let _ = ledger.update(|d| {
+                if recorded && let Ok(back) = &rollback {
+                    d.changes.extend(back.iter().cloned());
+                }
                 let e = entry_mut(d, &id)?;
                 if rollback.is_ok() {
                     e.phase = FaultPhase::Failed;
@@ -132,10 +137,46 @@ pub(crate) fn entry_mut<'a>(
 
 type Proven = (Option<DelayPath>, String, Vec<ChangeRecord>);
 
-async fn apply_and_prove(k: &dyn Injector, cx: &Cx<'_>, status: &LabStatus) -> Result<Proven, FaultError> {
-    let mut applied = k.apply(cx, status).await?;
-    let proof = k.prove(cx, status, &mut applied).await?;
+/// Why an inject did not take: the error, and whether the apply's changes were already on record.
+struct Unproven {
+    err: FaultError,
+    recorded: bool,
+}
+
+/// Applies the fault, puts its changes on record at once, then proves it.
+///
+/// The changes are in force from the moment the apply returns, and a proof may take seconds (a rank's
+/// first crash, a server's latency over several CFS periods): whatever reads the ledger meanwhile (the
+/// lab's watcher, a drill's snapshots and the incident bundle cut from them when the signals fire before
+/// the proof returns) must see them, or it shows the fault's effect without its cause.
+async fn apply_and_prove(k: &dyn Injector, cx: &Cx<'_>, status: &LabStatus) -> Result<Proven, Unproven> {
+    let mut applied = k
+        .apply(cx, status)
+        .await
+        .map_err(|err| Unproven { err, recorded: false })?;
+    cx.ledger
+        .record(applied.changes.clone())
+        .map_err(|err| Unproven { err, recorded: false })?;
+    let proof = k
+        .prove(cx, status, &mut applied)
+        .await
+        .map_err(|err| Unproven { err, recorded: true })?;
     Ok((applied.path, proof, applied.changes))
+}
+
+/// Replaces each change record put on record at the apply with its proven form (a proof may add to its
+/// note, or read back a value), keeping whatever else the ledger says of it (on whose behalf it was made).
+fn settle_records(records: &mut [ChangeRecord], proven: &[ChangeRecord]) {
+    for p in proven {
+        let same = |c: &&mut ChangeRecord| {
+            c.fault_id == p.fault_id && c.at_ms == p.at_ms && c.target == p.target && c.what == p.what
+        };
+        if let Some(c) = records.iter_mut().rev().find(same) {
+            c.before.clone_from(&p.before);
+            c.after.clone_from(&p.after);
+            c.note.clone_from(&p.note);
+        }
+    }
 }
 
 /// Puts back the values recorded in entry `id`'s `before`, and checks they are back.

@@ -127,6 +127,15 @@ async fn a_fault_that_cannot_be_proven_is_rolled_back_and_kept_as_failed() {
     assert_eq!(data.faults[0].phase, FaultPhase::Failed);
     assert!(data.faults[0].error.is_some());
     assert_eq!(data.active().count(), 0);
+    // The delay was on record from its apply, so its rollback is too: the log says the path was changed
+    // and put back.
+    let log: Vec<(&str, &str, Option<&str>)> = data
+        .changes
+        .iter()
+        .map(|c| (c.before.as_str(), c.after.as_str(), c.note.as_deref()))
+        .collect();
+    assert_eq!(log.len(), 2, "{:?}", data.changes);
+    assert_eq!((log[0].0, log[1].1, log[1].2), ("0 ms", "0 ms", Some("cleared")));
 }
 
 #[tokio::test]

@@ -232,3 +232,91 @@ async fn the_operator_putting_the_setting_back_is_the_right_fix_and_restarting_i
         "the clear finds the setting gone and changes nothing"
     );
 }
+
+/// A change is on record from the moment it is in force, not from the end of its proof: a reader of the
+/// ledger while the proof still looks (the lab's watcher, a drill's snapshots and the incident bundle cut
+/// from them) sees the setting that crashes the rank. Here rank-3 at 120 steps, whose first crash the
+/// proof is still waiting to see.
+#[tokio::test(start_paused = true)]
+async fn a_change_is_on_record_while_its_proof_still_looks() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    // Every status read takes 2 s: the inject reads it at once (done at 2 s), applies, then its proof's
+    // first look reads it again (done at 4 s).
+    rt.slow("status", std::time::Duration::from_secs(2));
+    let fault = Fault::RankCrash { rank: 3, after: 120 };
+    let task = tokio::spawn({
+        let (rt, l) = (rt.clone(), l.clone());
+        async move { inject(&rt, &l, fault).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(
+        rt.state().rank_env[&3]
+            .get("LAB_DEVICE_FAULT_AFTER")
+            .map(String::as_str),
+        Some("120"),
+        "applied by now"
+    );
+    assert!(!task.is_finished(), "the proof still looks");
+    let seen: Vec<String> = l.read().unwrap().changes.iter().map(|c| c.line()).collect();
+    assert_eq!(
+        seen,
+        [
+            "rank-3 LAB_DEVICE_FAULT_AFTER unset → 120; a setting of this rank alone: its accelerator fails after that many steps"
+        ],
+        "the change in force is on record during the proof"
+    );
+    let done = task.await.unwrap().unwrap();
+    // Recorded once, as the proof left it.
+    let after: Vec<String> = l.read().unwrap().changes.iter().map(|c| c.line()).collect();
+    assert_eq!(after, done.changes.iter().map(|c| c.line()).collect::<Vec<_>>());
+    clear_all(&rt, &l).await.unwrap();
+}
+
+/// On a lab just used the rank may still be restarting when the inject comes (after the previous fault's
+/// clear it waits out its restart backoff, then its peers): its metrics do not answer. The inject waits
+/// until it trains before it freezes it, and proves the hang on a step counter it saw move. Here rank-2,
+/// whose metrics answer from 5 s on.
+#[tokio::test(start_paused = true)]
+async fn rank_hang_waits_for_a_restarting_rank_to_train_before_it_freezes_it() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    rt.fail("fetch_metrics");
+    let task = tokio::spawn({
+        let (rt, l) = (rt.clone(), l.clone());
+        async move { inject(&rt, &l, Fault::RankHang { rank: 2 }).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert!(!task.is_finished(), "the inject waits for the rank to train");
+    assert!(rt.state().frozen.is_empty(), "nothing is frozen meanwhile");
+    rt.heal("fetch_metrics");
+    let done = task.await.unwrap().unwrap();
+    let proof = done.entry.proof.as_deref().unwrap();
+    assert!(proof.contains("rank-2's step counter stood at"), "{proof}");
+    assert!(rt.state().frozen.contains(&2));
+    clear_all(&rt, &l).await.unwrap();
+    assert!(rt.state().frozen.is_empty());
+}
+
+/// A rank that does not train within the inject's wait is not frozen: the inject says the job is not
+/// steady, and nothing changes.
+#[tokio::test(start_paused = true)]
+async fn rank_hang_on_a_rank_that_does_not_train_says_so_and_changes_nothing() {
+    let rt = FakeRuntime::new();
+    let (_d, l) = ledger();
+    rt.fail("fetch_metrics");
+    let err = inject(&rt, &l, Fault::RankHang { rank: 2 }).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("rank-2 is not training") && msg.contains("the job is not steady"),
+        "{msg}"
+    );
+    assert!(
+        !rt.calls().iter().any(|c| c.starts_with("freeze_rank")),
+        "{:?}",
+        rt.calls()
+    );
+    let data = l.read().unwrap();
+    assert_eq!(data.faults[0].phase, FaultPhase::Failed);
+    assert!(data.changes.is_empty(), "{:?}", data.changes);
+}

@@ -36,6 +36,10 @@ pub const MAX_STORAGE_SERVERS: u32 = 16;
 /// --device-fault-first`'s default); the later ones come after the fault's `--after` steps.
 pub const DEVICE_FAULT_FIRST_STEPS: u64 = 25;
 
+/// The exit code of a rank whose (simulated) accelerator failed: rank-crash's own, which its peers' exit on
+/// the collective error (4) is not.
+pub const DEVICE_FAULT_EXIT: u8 = 6;
+
 /// An added delay on the network path to one storage server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delay {

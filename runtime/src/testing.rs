@@ -278,7 +278,9 @@ impl Runtime for FakeRuntime {
                 p.resources.cpu_spec = Some(live);
                 p.restarts = lab.restarts.get(&i).copied().unwrap_or(0);
                 if p.restarts > 0 {
-                    p.message = Some(format!("exit code {}", 6));
+                    let own = lab_model::actions::DEVICE_FAULT_EXIT;
+                    p.message = Some(format!("exit code {own}"));
+                    p.last_exit_code = Some(i32::from(own));
                 }
             } else {
                 p.reason = Some("Insufficient gpu".into());

@@ -494,22 +494,44 @@ fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&Learn
             let mine = sv.and_then(|v| v.client_p50).filter(|v| v.is_finite());
             let waiting = sv.and_then(|v| v.read_waiting_unstarved);
             let share = sv.and_then(|v| v.read_wait_share_unstarved);
-            match (mine, waiting, share) {
-                (Some(mine), ..) if siblings.is_finite() => format!(
-                    "{} read p50 {} (siblings {})",
-                    c.target,
-                    latency(mine),
-                    latency(siblings)
-                ),
-                (Some(mine), ..) => format!("{} read p50 {}", c.target, latency(mine)),
-                // No read ended in the window: what the readers are waiting through.
-                (None, Some(w), _) => format!("{} holds a read {} and counting", c.target, latency(w)),
-                (None, None, Some(f)) => format!(
+            let share_10s = sv.and_then(|v| v.read_wait_share_10s_unstarved);
+            // Said by the figure that shows the slowness: a p50 under the rule's floor (most reads quick,
+            // the rest after a long wait) would read as a healthy server.
+            let p50_text = |mine: f64| {
+                if siblings.is_finite() {
+                    format!(
+                        "{} read p50 {} (siblings {})",
+                        c.target,
+                        latency(mine),
+                        latency(siblings)
+                    )
+                } else {
+                    format!("{} read p50 {}", c.target, latency(mine))
+                }
+            };
+            if let Some(m) = mine.filter(|m| *m > rules::LATENCY_MIN_SECONDS) {
+                p50_text(m)
+            } else if let Some(w) = waiting.filter(|w| *w > rules::LATENCY_WAITING_MIN_SECONDS) {
+                // Too few reads ended in the window: what the readers are waiting through.
+                format!("{} holds a read {} and counting", c.target, latency(w))
+            } else if let Some(f) = share.filter(|f| *f > rules::LATENCY_WAIT_SHARE_MIN) {
+                format!(
                     "{} holds a reader waiting {:.0}% of the time",
                     c.target,
                     100.0 * f
-                ),
-                (None, None, None) => format!("{} reads slow", c.target),
+                )
+            } else if let Some(f) = share_10s.filter(|f| *f > rules::LATENCY_WAIT_SHARE_10S_MIN) {
+                // Its reads end quickly between long waits: the p50 says little, the time held does.
+                format!(
+                    "{} holds a reader waiting {:.0}% of the last 10 s{}",
+                    c.target,
+                    100.0 * f,
+                    mine.map_or(String::new(), |m| format!(" (read p50 {})", latency(m)))
+                )
+            } else if let Some(m) = mine {
+                p50_text(m)
+            } else {
+                format!("{} reads slow", c.target)
             }
         }
         n if n == rules::THROUGHPUT_LOW.name => match baseline {

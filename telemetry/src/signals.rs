@@ -45,6 +45,11 @@ pub const WINDOW_MS: i64 = 3_000;
 /// The window of the job's throughput and step time, `[10s]`: the display and the drills' verification
 /// read these, and they need to be steady rather than quick (the baseline's step time too).
 pub const JOB_WINDOW_MS: i64 = 10_000;
+/// The window of the latency rule's steadier share of waiting, `[10s]`: a server slowed enough to hold its
+/// readers most of the time may still end reads quickly between long waits (a CPU budget spent early in
+/// each period, shared by two readers), so that from one 3 s window to the next its p50, its longest
+/// read and its readers' share swing across their thresholds; over 10 s the share is steady.
+pub const HOLD_WINDOW_MS: i64 = 10_000;
 /// A rank throttled in more than this share of its CFS periods may be CPU-starved...
 pub const THROTTLED_MIN_RATIO: f64 = 0.25;
 /// ...when its throttled seconds per second are also more than this many times the ranks' median.
@@ -120,6 +125,8 @@ pub struct ServerSignals {
     /// unless on (instance) lab:rank_cpu_starved)`: the largest share of an unstarved rank's time spent
     /// waiting on the server's reads, reads in flight included.
     pub read_wait_share_unstarved: Option<f64>,
+    /// `lab:storage_read_wait_share_10s:unstarved`: the same share over [`HOLD_WINDOW_MS`].
+    pub read_wait_share_10s_unstarved: Option<f64>,
     pub reads_per_s: Option<f64>,
     pub errors_per_s: Option<f64>,
     /// GET latency as SeaweedFS itself reports it on its metrics port.
@@ -153,6 +160,8 @@ pub struct Signals {
     pub wait_share_median: f64,
     /// `quantile(0.5, lab:storage_read_wait_share:unstarved)`, the servers' median share of waiting.
     pub read_wait_share_median: f64,
+    /// `quantile(0.5, lab:storage_read_wait_share_10s:unstarved)`: the same over [`HOLD_WINDOW_MS`].
+    pub read_wait_share_10s_median: f64,
     /// `quantile(0.25, lab:rank_compute_seconds_per_step)`: the fastest half's compute per step.
     pub compute_per_step_q25: f64,
     /// `max(lab_collective_wait_seconds)`: the longest a rank has been blocked in its all-reduce, now.
@@ -425,6 +434,20 @@ impl Signals {
                 .entry(label(&l, m::LABEL_SERVER))
                 .or_default()
                 .read_wait_share_unstarved = Some(v);
+        }
+        // max by (server) (rate(lab_storage_read_wait_seconds_total[10s]) unless on (instance) lab:rank_cpu_starved)
+        let hw = watched.clamp(1, HOLD_WINDOW_MS);
+        let held: Vector = rate(store.range(m::STORAGE_READ_WAIT_SECONDS, t, hw, any), t, hw)
+            .into_iter()
+            .filter(|(l, _)| !ranks.get(&rank_of(l)).is_some_and(|r| r.starved))
+            .collect();
+        let held = max_by(held, &[m::LABEL_SERVER]);
+        s.read_wait_share_10s_median = quantile(0.5, &held.iter().map(|e| e.1).collect::<Vec<_>>());
+        for (l, v) in held {
+            servers
+                .entry(label(&l, m::LABEL_SERVER))
+                .or_default()
+                .read_wait_share_10s_unstarved = Some(v);
         }
         for (l, v) in sum_by(r(m::STORAGE_READ_ERRORS), &[m::LABEL_SERVER]) {
             servers

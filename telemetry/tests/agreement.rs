@@ -342,6 +342,14 @@ fn rule_file_and_evaluator_name_the_same_rules() {
         lab_telemetry::signals::WINDOW_MS / 1000
     )));
     assert!(text.contains(&format!(
+        "lab:storage_read_wait_share_10s:unstarved > {}",
+        rules::LATENCY_WAIT_SHARE_10S_MIN
+    )));
+    assert!(text.contains(&format!(
+        "rate(lab_storage_read_wait_seconds_total[{}s]) unless",
+        lab_telemetry::signals::HOLD_WINDOW_MS / 1000
+    )));
+    assert!(text.contains(&format!(
         "(rate(lab_storage_read_wait_seconds_total[{}s])) > {}",
         lab_telemetry::signals::WINDOW_MS / 1000,
         rules::HUNG_READ_WAIT_MAX_SHARE

@@ -256,6 +256,34 @@ groups.append(('a read of storage-1 that waits on from 60 s holds rank-1 and, th
         alert_test(90, 'LabRankHung', []),
     ], []))
 
+# B5: slow-disk on storage-0 at 10m from 60 s, read by rank-0 and rank-3. The server's CPU budget is
+# spent early in each period, so its readers' reads end in milliseconds or after a wait of up to a period
+# (0.4 s): its p50 stays under the floor with plenty of reads, no read waits 1 s, and the readers wait on
+# it 95 % of two seconds in five and 45 % of the other three. Their 3 s share swings between 0.45 and 0.78
+# (the 0.75 way in comes and goes); over 10 s it holds at 0.65, and so does the alert, from the moment
+# the 10 s window holds the fault, while the job trains at a fifth of normal.
+def held(t):
+    return 0.95 if (t - 61) % 5 in (0, 1) else 0.45
+sc = Scenario()
+for r in range(4):
+    reader = r in (0, 3)
+    healthy_rank(sc, r,
+        samples=[(60, 100), (T, 20)],
+        phases={'read': [(60, 0.1), (T, 0.65 if reader else 0.01)], 'compute': [(60, 0.6), (T, 0.2)],
+                'wait': [(60, 0.2), (T, 0.1 if reader else 0.75)]},
+        read=[(60, 10, 0.003), (T, 4, 0.003)] if reader else [(T, 10, 0.003)],
+        read_waiting=('0.002x60 ' + ' '.join('0.4' if held(t) > 0.5 else '0.1' for t in range(61, T + 1))) if reader else None,
+        read_wait=[(60, 0.1)] + [(t, held(t)) for t in range(61, T + 1)] if reader else None)
+groups.append(('slow-disk at 10m on storage-0, read by two ranks: its reads end quickly between waits of under a second, its 3 s figures swing across their thresholds; its readers\' share over 10 s holds latency for storage-0 to the end',
+    sc,
+    nothing(58) + edges([(63, 'LabStorageReadLatencyHigh', {'server': 'storage-0'})])
+    + [alert_test(t, "LabStorageReadLatencyHigh", [{"server": "storage-0"}]) for t in range(66, T)],
+    [
+    {'expr': 'lab:storage_read_wait_share:unstarved{server="storage-0"} > bool 0.75', 'eval_time': '70s', 'exp_samples': [{'labels': '{server="storage-0"}', 'value': 0}]},
+    {'expr': 'lab:storage_read_p50_seconds:unstarved{server="storage-0"} > bool 0.05', 'eval_time': '70s', 'exp_samples': [{'labels': '{server="storage-0"}', 'value': 0}]},
+    {'expr': 'lab:storage_read_wait_share_10s:unstarved{server="storage-0"}', 'eval_time': '100s', 'exp_samples': [{'labels': 'lab:storage_read_wait_share_10s:unstarved{server="storage-0"}', 'value': 0.65}]},
+    ]))
+
 # C: throttled rank-1 from 60 s
 sc = Scenario()
 for r in range(4):

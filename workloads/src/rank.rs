@@ -165,7 +165,7 @@ pub fn start_series(registry: &Registry, world_size: u32) {
 }
 
 /// The exit code of a rank whose (simulated) accelerator failed.
-pub const DEVICE_FAULT_EXIT: u8 = 6;
+pub const DEVICE_FAULT_EXIT: u8 = lab_model::actions::DEVICE_FAULT_EXIT;
 
 /// Registers every metric a rank exports, with its help text (the long form is in `docs/metrics.md`).
 pub fn register_metrics(r: &Registry) {

@@ -166,6 +166,87 @@ async fn snapshots_taken_while_an_injection_runs_are_kept_for_the_next_step() {
     );
 }
 
+/// The bundle a remediation reads names the change that caused the incident even when the signals caught
+/// it while the injection still proved itself (storage-2 at 450 ms, a proof of 30 s): the expect step is
+/// met from snapshots taken meanwhile, and the bundle is cut from the newest of them.
+#[tokio::test(start_paused = true)]
+async fn the_bundle_names_the_change_when_the_signals_catch_it_during_the_proof() {
+    let rt = FakeRuntime::new();
+    rt.slow("probe_storage", Duration::from_secs(10));
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(&rt);
+    job.ledger = Some(Ledger::in_dir(dir.path()));
+    let text = SLOW_STORAGE
+        .replace("server: 1", "server: 2")
+        .replace("delay: 300ms", "delay: 450ms")
+        .replace("deadline: 30s", "deadline: 300s");
+    let r = run(&rt, dir.path(), &mut job, &text).await;
+    assert_eq!(r.verdict, Verdict::Pass, "{}: {:?}", r.reason, r.evidence);
+    let path = r.remediations[0].bundle.as_deref().unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let changes: Vec<String> = b["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| format!("{} {} {} → {}", c["where"], c["what"], c["before"], c["after"]))
+        .collect();
+    assert_eq!(
+        changes,
+        [r#""storage-2" "added delay" "0 ms" → "450 ms""#],
+        "{b:#}"
+    );
+}
+
+/// A lab that is not steady when a drill begins (after the drill before it, rank-3 is not running yet) is
+/// waited for in the check step, which says so; the inject comes only once the lab is steady again.
+#[tokio::test(start_paused = true)]
+async fn a_lab_still_settling_from_the_drill_before_is_waited_for_in_the_check_step() {
+    let rt = FakeRuntime::new();
+    rt.update(|l| l.gpus = 3);
+    let back = tokio::spawn({
+        let rt = rt.clone();
+        async move {
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            rt.update(|l| l.gpus = 4);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(&rt);
+    let r = run(&rt, dir.path(), &mut job, SLOW_STORAGE).await;
+    back.await.unwrap();
+    assert_eq!(r.verdict, Verdict::Pass, "{}: {:?}", r.reason, r.evidence);
+    let check = &r.steps[0];
+    assert_eq!(check.step, StepName::Check);
+    assert!(
+        check
+            .summary
+            .contains("the lab was not steady when the drill began (rank-3 is Pending (Insufficient gpu))")
+            && check.summary.contains("steady again after"),
+        "{}",
+        check.summary
+    );
+}
+
+/// A lab that stays unsteady fails the drill in its check step, saying why, with nothing injected: not in
+/// an inject that cannot read the rank it acts on.
+#[tokio::test(start_paused = true)]
+async fn a_lab_that_stays_unsteady_fails_the_check_step_and_injects_nothing() {
+    let rt = FakeRuntime::new();
+    rt.update(|l| l.gpus = 3);
+    let dir = tempfile::tempdir().unwrap();
+    let mut job = Job::new(&rt);
+    let r = run(&rt, dir.path(), &mut job, SLOW_STORAGE).await;
+    assert_eq!(r.verdict, Verdict::Error);
+    assert_eq!(steps(&r), [(StepName::Check, false)]);
+    assert!(
+        r.reason
+            .starts_with("check: the lab is not steady after what ran before this drill: rank-3 is Pending"),
+        "{}",
+        r.reason
+    );
+    assert!(rt.state().delays.is_empty(), "nothing was injected");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_job_that_is_not_back_fails_verify_and_the_cleanup_still_clears_the_fault() {
     let rt = FakeRuntime::new();

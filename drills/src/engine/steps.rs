@@ -8,12 +8,28 @@ use lab_faults::Fault;
 use super::evidence::evidence;
 use super::fit::unsuitable;
 use super::{SETTLE_EXTRA, Session, SnapshotSource};
-use crate::judge::{ExpectTracker, Outcome, SteadyWindow, fmt_s};
+use crate::judge::{ExpectTracker, Outcome, SteadyWindow, fmt_s, unsteady_now};
 use lab_drill_file::spec::{Drill, Expect};
 use lab_reports::report::{StepName, StepReport, Verdict};
 
+/// How long the check step waits for a lab that is not steady when the drill begins: a rank restarting
+/// after a crash loop waits out a restart backoff of up to 30 s, then for its peers.
+const STEADY_CHECK_WITHIN: Duration = Duration::from_secs(60);
+
+/// Why the lab's pods say it is not whole (a rank not Running and Ready, a storage server not Ready), if
+/// they do.
+fn not_whole(st: &lab_model::status::LabStatus) -> Option<String> {
+    let mut why = st.inconsistencies();
+    let (ready, total) = st.servers_ready();
+    if ready != total {
+        why.push(format!("{ready}/{total} storage servers Ready"));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
 impl<S: SnapshotSource> Session<'_, S> {
-    /// Checks that the lab can run `drill` and nothing is injected already.
+    /// Checks that the lab can run `drill`, nothing is injected already, and the lab is steady (waiting a
+    /// while for it when it is not yet, as after a drill whose fault restarted the ranks).
     pub async fn check_lab(&mut self, drill: &Drill) -> StepReport {
         let started = self.start(StepName::Check, "the lab fits the drill");
         let result = async {
@@ -54,9 +70,59 @@ impl<S: SnapshotSource> Session<'_, S> {
             ))
         }
         .await;
+        let result = match result {
+            Ok(fits) => self.steady_first(started).await.map(|note| fits + &note),
+            Err(e) => Err(e),
+        };
         match result {
             Ok(s) => self.finish(StepName::Check, started, true, s, vec![], Verdict::Error),
-            Err(e) => self.finish(StepName::Check, started, false, e, vec![], Verdict::Error),
+            Err(e) => {
+                let ev = self.last.as_ref().map(evidence).unwrap_or_default();
+                self.finish(StepName::Check, started, false, e, ev, Verdict::Error)
+            }
+        }
+    }
+
+    /// Waits, at most [`STEADY_CHECK_WITHIN`], for a lab that is not steady (a previous drill's rank still
+    /// restarting after its crash loop, or waiting for its peers) to be steady again: every rank Running and
+    /// Ready, and the newest moment the lab was seen in steady. A lab that looks steady costs nothing (no
+    /// snapshot is taken here). Returns what to add to the step's summary, or why the lab is not steady.
+    async fn steady_first(&mut self, started: u64) -> Result<String, String> {
+        let now = lab_runtime::state::now_ms();
+        let st = self
+            .lab
+            .runtime
+            .status()
+            .await
+            .map_err(|e| format!("cannot read the lab's status: {e}"))?;
+        let recent = self.source.recent();
+        let seen = recent
+            .newest()
+            .filter(|p| now.saturating_sub(p.at_ms) <= crate::history::FRESH_MS)
+            .and_then(|p| p.unsteady.clone());
+        let Some(first) = not_whole(&st).or(seen) else {
+            return Ok(String::new());
+        };
+        let mut last_progress = started;
+        loop {
+            let s = self.next().await;
+            let why = not_whole(&s.status).or_else(|| unsteady_now(&s));
+            let waited = s.at_ms.saturating_sub(started) as f64 / 1000.0;
+            match why {
+                None => {
+                    return Ok(format!(
+                        "; the lab was not steady when the drill began ({first}): steady again after {waited:.0} s"
+                    ));
+                }
+                Some(why) if waited > STEADY_CHECK_WITHIN.as_secs_f64() => {
+                    return Err(format!(
+                        "the lab is not steady after what ran before this drill: {why} ({waited:.0} s after the \
+                         check began): wait until `lab status` shows every rank Running, Ready and training \
+                         with no alert firing, then run the drill again"
+                    ));
+                }
+                Some(why) => self.progress(StepName::Check, started, &mut last_progress, s.at_ms, &why),
+            }
         }
     }
 

@@ -83,9 +83,16 @@ impl Injector for RankCrash {
                 .status()
                 .await
                 .map_err(FaultError::runtime("reading the lab's status"))?;
+            let own = i32::from(lab_model::actions::DEVICE_FAULT_EXIT);
             Ok(match st.ranks().find(|p| p.index == Some(rank)) {
-                // A pod on its way out (the one replaced to pick the setting up) proves nothing.
-                Some(p) if p.restarts >= 1 && p.reason.as_deref() != Some("Terminating") => {
+                // A pod on its way out (the one replaced to pick the setting up) proves nothing; nor does a
+                // restart after its peers' collective error, or one counted before the setting (on a lab
+                // just used, the pod being replaced still shows them): the rank's own device fault does.
+                Some(p)
+                    if p.restarts >= 1
+                        && p.reason.as_deref() != Some("Terminating")
+                        && p.last_exit_code == Some(own) =>
+                {
                     Look::Done(format!(
                         "rank-{rank} crashed and was restarted {} time(s) (last exit: {})",
                         p.restarts,

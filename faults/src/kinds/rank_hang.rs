@@ -4,12 +4,14 @@
 //! the rank image's `lab-beside`, run through `exec`, holds it in a ptrace stop (one thread: a SIGSTOP
 //! would stop the metrics thread too, and the probes would fail and restart the rank).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
+// Tokio's clock, which tests may pause: the waits below are timed by it.
 use lab_model::status::{LabStatus, Phase};
 use lab_model::{ChangeRecord, metrics, names};
 use lab_runtime::{Runtime, TargetKind};
+use tokio::time::Instant;
 
 use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
 use crate::FaultError;
@@ -17,6 +19,12 @@ use crate::ledger::Before;
 
 /// How long the step counter must stand still for the proof.
 const STILL_FOR: Duration = Duration::from_secs(3);
+/// How long the inject waits for the rank to train before it freezes it: a rank restarting after a
+/// previous fault waits out its restart backoff (up to 30 s locally), then for its peers, then loads the
+/// checkpoint.
+const TRAINING_WITHIN: Duration = Duration::from_secs(60);
+/// How often the rank is looked at while the inject waits for it, and while the proof watches its step.
+const LOOK_EVERY: Duration = Duration::from_millis(500);
 
 /// Rank `rank`'s training thread frozen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +50,64 @@ pub(crate) async fn rank_step(rt: &dyn Runtime, rank: u32) -> Result<f64, FaultE
         .await
         .map_err(FaultError::runtime(format!("reading rank-{rank}'s metrics")))?;
     step_of(&text).ok_or_else(|| FaultError::Invalid(format!("rank-{rank} exports no {}", metrics::STEP)))
+}
+
+/// Waits until rank `rank` trains: Running and Ready, its metrics answer and its step moves from one look
+/// to the next. Returns its step.
+///
+/// A hang is told by a step counter that stands still, so the rank must be seen stepping before it is
+/// frozen: a rank that restarts (after a previous fault, on a lab just used), waits for its peers or loads
+/// its checkpoint stands still without any fault, and its metrics may not answer yet. Freezing it then
+/// would prove nothing, and reading it fail.
+///
+/// # Errors
+/// The runtime's error reading the status, or [`FaultError::Invalid`] saying what was seen when the rank
+/// does not train within [`TRAINING_WITHIN`]; nothing is changed.
+async fn training(rt: &dyn Runtime, rank: u32) -> Result<f64, FaultError> {
+    let start = Instant::now();
+    let mut last: Option<f64> = None;
+    loop {
+        let st = rt
+            .status()
+            .await
+            .map_err(FaultError::runtime("reading the lab's status"))?;
+        let seen = match st.ranks().find(|p| p.index == Some(rank)) {
+            Some(p) if p.phase == Phase::Running && p.ready => match rank_step(rt, rank).await {
+                Ok(step) if last.is_some_and(|l| step > l) => return Ok(step),
+                Ok(step) => {
+                    let seen = match last {
+                        Some(l) => format!("its step stood at {l}"),
+                        None => format!("its step read {step}"),
+                    };
+                    last = Some(step);
+                    seen
+                }
+                Err(e) => {
+                    last = None;
+                    format!("{e}")
+                }
+            },
+            Some(p) => {
+                last = None;
+                format!(
+                    "it was {}{}{}",
+                    p.phase,
+                    if p.ready { "" } else { ", not Ready" },
+                    p.reason.as_ref().map_or(String::new(), |r| format!(" ({r})"))
+                )
+            }
+            None => "it was not in the lab's status".to_string(),
+        };
+        if start.elapsed() > TRAINING_WITHIN {
+            return Err(FaultError::Invalid(format!(
+                "rank-{rank} is not training, so a hang could not be told apart ({seen}, {} s after the inject \
+                 began): the job is not steady; wait until `lab status` shows every rank Ready and training, \
+                 then inject again",
+                TRAINING_WITHIN.as_secs()
+            )));
+        }
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
 }
 
 /// The value of the unlabelled `lab_step` sample in a metrics text.
@@ -82,6 +148,7 @@ impl Injector for RankHang {
                 "rank-{rank}'s training thread is already frozen: clear that first"
             )));
         }
+        training(cx.rt, rank).await?;
         cx.set_before(Before::Running).await?;
         cx.rt
             .freeze_rank(rank, true)
@@ -109,15 +176,19 @@ impl Injector for RankHang {
     ) -> Result<String, FaultError> {
         let rank = self.rank;
         let start = Instant::now();
-        let mut last = rank_step(cx.rt, rank).await?;
+        let mut last: Option<f64> = None;
         let mut still_since = Instant::now();
         loop {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let step = rank_step(cx.rt, rank).await?;
-            if step != last {
-                (last, still_since) = (step, Instant::now());
+            // A look that fails is looked at again until the deadline: the metrics thread of a process
+            // whose training thread was just frozen may answer a moment late.
+            let read = rank_step(cx.rt, rank).await;
+            match &read {
+                Ok(step) if last != Some(*step) => (last, still_since) = (Some(*step), Instant::now()),
+                _ => {}
             }
-            if still_since.elapsed() >= STILL_FOR {
+            if let (Ok(_), Some(last)) = (&read, last)
+                && still_since.elapsed() >= STILL_FOR
+            {
                 let st = cx
                     .rt
                     .status()
@@ -140,11 +211,14 @@ impl Injector for RankHang {
                 }
             }
             if start.elapsed() > PROOF_DEADLINE {
-                return Err(not_proven(
-                    cx,
-                    format!("rank-{rank}'s step counter kept moving (last read {last})"),
-                ));
+                let why = match (read, last) {
+                    (Err(e), _) => format!("rank-{rank}'s metrics did not answer while it was frozen: {e}"),
+                    (Ok(_), Some(l)) => format!("rank-{rank}'s step counter kept moving (last read {l})"),
+                    (Ok(s), None) => format!("rank-{rank}'s step counter kept moving (last read {s})"),
+                };
+                return Err(not_proven(cx, why));
             }
+            tokio::time::sleep(LOOK_EVERY).await;
         }
     }
 
