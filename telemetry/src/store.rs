@@ -90,6 +90,13 @@ impl Store {
         self.replace_owned(format!("rule:{name}"), now_seen, t);
     }
 
+    /// Forgets every series named `name` and that the rule of that name wrote them: a recording rule that
+    /// reads its own output (the baseline latch) starts again from nothing.
+    pub fn forget(&mut self, name: &str) {
+        self.series.remove(name);
+        self.owners.remove(&format!("rule:{name}"));
+    }
+
     /// The instances that wrote series on their last scrape.
     pub fn instances(&self) -> impl Iterator<Item = &str> {
         self.owners

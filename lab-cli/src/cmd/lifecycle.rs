@@ -88,7 +88,12 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<ExitCode> {
             Place::Kube(Box::new(ko))
         }
     };
-    start(&UpPlan { options, place }, kind, &reason, a.json).await
+    let plan = UpPlan {
+        options,
+        place,
+        rules: a.rules,
+    };
+    start(&plan, kind, &reason, a.json).await
 }
 
 /// Brings the lab of `plan` up on `kind` (chosen for `reason`) and prints the result.
@@ -108,7 +113,13 @@ pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -
     let (baseline, st) = (&up.baseline, &up.status);
     let (ready, total) = st.ranks_ready();
     if json {
-        out::json(&json!({ "name": name, "runtime": kind, "baseline": baseline, "status": st }))?;
+        out::json(&json!({
+            "name": name,
+            "runtime": kind,
+            "baseline": baseline,
+            "status": st,
+            "rules": up.lab.rules().origins(),
+        }))?;
     } else {
         println!(
             "Lab {name:?} is up on the {kind} runtime: {ready}/{total} ranks Ready, training at {:.0} samples/s (step {:.0} ms).",
@@ -117,6 +128,16 @@ pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -
         );
         for n in &st.notes {
             println!("note: {n}");
+        }
+        let rules = up.lab.rules();
+        for file in rules.origins().into_iter().skip(1) {
+            let (alerts, records) = rules.names_from(file);
+            println!(
+                "Rules of {file} evaluated beside the lab's: {} alert(s) {}, {} recorded series.",
+                alerts.len(),
+                alerts.join(", "),
+                records.len()
+            );
         }
         let flag = out::name_flag(name);
         println!(
