@@ -285,10 +285,11 @@ impl Collector {
         // started is not idle time of the job.
         let earliest = (t > started).then_some(started);
         self.latch.before(&mut self.store, t);
-        let active = self.engine.evaluate(&mut self.store, t, earliest);
+        let cache = crate::promql::eval::Cache::default();
+        let active = self.engine.evaluate_cached(&mut self.store, t, earliest, &cache);
         self.latch.after(&self.store, t);
         scrape_errors.extend(self.engine.errors().iter().cloned());
-        let figures = Figures::compute(&self.store, t, earliest);
+        let figures = Figures::compute(&self.store, t, earliest, &cache);
         self.store.gc(t);
         self.push_history(&figures);
 

@@ -64,11 +64,21 @@ pub fn instant(store: &Store, expr: &str, t_ms: i64) -> Result<QueryResult, Quer
         store,
         t: t_ms,
         earliest: None,
+        cache: None,
     };
     Ok(match ctx.eval(&e)? {
         Value::Scalar(value) => QueryResult::Scalar { t_ms, value },
         Value::Vector(samples) => QueryResult::Vector { t_ms, samples },
-        Value::Matrix(m) => QueryResult::Matrix(m.series),
+        Value::Matrix(m) => QueryResult::Matrix(
+            m.series
+                .iter()
+                .map(|(l, pts)| {
+                    let mut l = l.clone();
+                    l.set(crate::promql::ast::NAME, m.name.as_str());
+                    (l, pts.clone())
+                })
+                .collect(),
+        ),
         Value::String(_) => return Err(QueryError::eval("a string is not a query result")),
     })
 }
@@ -106,6 +116,7 @@ pub fn range(
             store,
             t,
             earliest: None,
+            cache: None,
         };
         match ctx.eval(&e)? {
             Value::Scalar(v) => series.entry(Labels::new()).or_default().push((t, v)),

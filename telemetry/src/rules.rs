@@ -21,7 +21,7 @@ use serde::Deserialize;
 use crate::error::{QueryError, RuleError};
 use crate::labels::Labels;
 use crate::promql::ast::NAME;
-use crate::promql::eval::{Ctx, Value};
+use crate::promql::eval::{Cache, Ctx, Value};
 use crate::promql::lexer::{format_duration, parse_duration};
 use crate::promql::{Expr, parse};
 use crate::store::Store;
@@ -603,6 +603,18 @@ impl Engine {
     /// Evaluates every group due at `t` over `store` (recording into it), and returns every active alert,
     /// in rule order. `earliest` cuts ranges to what a young collector watched (see [`Ctx::earliest`]).
     pub fn evaluate(&mut self, store: &mut Store, t: i64, earliest: Option<i64>) -> Vec<ActiveAlert> {
+        self.evaluate_cached(store, t, earliest, &Cache::default())
+    }
+
+    /// [`Engine::evaluate`], sharing the range selections it reads through `cache` (with the views of
+    /// the same tick).
+    pub fn evaluate_cached(
+        &mut self,
+        store: &mut Store,
+        t: i64,
+        earliest: Option<i64>,
+        cache: &Cache,
+    ) -> Vec<ActiveAlert> {
         self.errors.clear();
         let rules = Arc::clone(&self.rules);
         for (gi, group) in rules.groups.iter().enumerate() {
@@ -618,6 +630,7 @@ impl Engine {
                     store: &*store,
                     t,
                     earliest,
+                    cache: Some(cache),
                 };
                 let result = ctx.eval(&rule.expr).map(|v| match v {
                     Value::Scalar(s) => vec![(Labels::new(), s)],
@@ -629,6 +642,7 @@ impl Engine {
                     RuleKind::Record { name, labels } => result.and_then(|v| {
                         let v = relabel(v, labels)?;
                         store.record(name, t, &v);
+                        cache.forget(name);
                         Ok(())
                     }),
                     RuleKind::Alert(a) => result.and_then(|v| self.step(gi, ri, a, v, t)),

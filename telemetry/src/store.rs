@@ -161,9 +161,12 @@ impl Store {
             .iter()
             .filter(|(l, _)| keep(l))
             .filter_map(|(l, q)| {
+                // Samples are in time order: skip to the window's start.
+                let from = q.partition_point(|e| e.t < start);
                 let pts: Vec<(i64, f64)> = q
-                    .iter()
-                    .filter(|e| !e.stale && e.t >= start && e.t <= t)
+                    .range(from..)
+                    .take_while(|e| e.t <= t)
+                    .filter(|e| !e.stale)
                     .map(|e| (e.t, e.v))
                     .collect();
                 (!pts.is_empty()).then(|| (l.clone(), pts))

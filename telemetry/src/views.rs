@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use lab_model::metrics as m;
 
 use crate::labels::Labels;
-use crate::promql::eval::{Ctx, Value};
+use crate::promql::eval::{Cache, Ctx, Value};
 use crate::promql::{Expr, parse};
 use crate::rules::recorded;
 use crate::store::{INSTANCE, Store};
@@ -165,8 +165,13 @@ fn label(l: &Labels, name: &str) -> String {
 impl Figures {
     /// The figures at `t`, after the rules ran (their recorded series are read). `earliest` cuts the
     /// windows of a young collector to what it watched, as the rules' are cut.
-    pub fn compute(store: &Store, t: i64, earliest: Option<i64>) -> Figures {
-        let ctx = Ctx { store, t, earliest };
+    pub fn compute(store: &Store, t: i64, earliest: Option<i64>, cache: &Cache) -> Figures {
+        let ctx = Ctx {
+            store,
+            t,
+            earliest,
+            cache: Some(cache),
+        };
         let q = queries();
         let eval = |e: &Expr| match ctx.eval(e) {
             Ok(Value::Vector(v)) => v,

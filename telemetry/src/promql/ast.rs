@@ -130,6 +130,16 @@ pub struct Selector {
 }
 
 impl Selector {
+    /// The matchers and offset as text: with the name, what makes two selectors select the same.
+    pub fn key(&self) -> String {
+        let mut k = String::new();
+        for m in &self.matchers {
+            k.push_str(&format!("{}{:?}{:?},", m.label, m.op, m.value));
+        }
+        k.push_str(&self.offset_ms.to_string());
+        k
+    }
+
     /// Whether a series' labels (without the metric name) pass every matcher. A missing label matches as
     /// the empty string, as in Prometheus.
     pub fn matches(&self, labels: &crate::labels::Labels) -> bool {

@@ -4,7 +4,9 @@
 //! vector matching with `on`/`ignoring`, set operators, and the metric name dropped where Prometheus
 //! drops it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 
 use super::ast::{AggOp, BinOp, Expr, ExprKind, Func, Grouping, Matching, NAME};
 use super::functions::{
@@ -20,7 +22,7 @@ pub enum Value {
     Scalar(f64),
     /// One value per series; the labels carry the metric name as `__name__` where it was kept.
     Vector(Vec<(Labels, f64)>),
-    Matrix(Matrix),
+    Matrix(Rc<Matrix>),
     String(String),
 }
 
@@ -28,11 +30,29 @@ pub enum Value {
 /// selects them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Matrix {
+    /// The metric name every series has (kept apart: every function of a range drops it).
+    pub name: String,
+    /// Each series' labels (without the metric name) and samples.
     pub series: Vec<(Labels, Vec<(i64, f64)>)>,
     /// The end of the range, ms.
     pub end: i64,
     /// The range as selected, ms (after any cut to what was watched).
     pub range_ms: i64,
+}
+
+/// Range selections already read at one instant, shared by the rules and views of a tick: the same
+/// `rate(x[3s])` in five rules reads the store once. A recording rule that writes a series
+/// [`forget`](Cache::forget)s its selections.
+#[derive(Debug, Default)]
+pub struct Cache {
+    matrices: RefCell<HashMap<(String, String, i64, i64), Rc<Matrix>>>,
+}
+
+impl Cache {
+    /// Forgets the selections of series named `name` (a rule just wrote it).
+    pub fn forget(&self, name: &str) {
+        self.matrices.borrow_mut().retain(|k, _| k.0 != name);
+    }
 }
 
 /// Where and when an expression is evaluated.
@@ -45,6 +65,8 @@ pub struct Ctx<'a> {
     /// than a window reads its rates over what it watched (Prometheus has the history; a fresh collector
     /// does not, and would count the time before it started as idle). `None`: ranges as written.
     pub earliest: Option<i64>,
+    /// Selections already read at this instant, when shared.
+    pub cache: Option<&'a Cache>,
 }
 
 impl Ctx<'_> {
@@ -80,20 +102,20 @@ impl Ctx<'_> {
                     Some(e) if end > e => (*range_ms).min(end - e).max(1),
                     _ => *range_ms,
                 };
-                let series = self
-                    .store
-                    .range(&s.name, end, range_ms, |l| s.matches(l))
-                    .into_iter()
-                    .map(|(mut l, pts)| {
-                        l.set(NAME, s.name.as_str());
-                        (l, pts)
-                    })
-                    .collect();
-                Value::Matrix(Matrix {
-                    series,
+                let key = (s.name.clone(), s.key(), end, range_ms);
+                if let Some(m) = self.cache.and_then(|c| c.matrices.borrow().get(&key).cloned()) {
+                    return Ok(Value::Matrix(m));
+                }
+                let m = Rc::new(Matrix {
+                    name: s.name.clone(),
+                    series: self.store.range(&s.name, end, range_ms, |l| s.matches(l)),
                     end,
                     range_ms,
-                })
+                });
+                if let Some(c) = self.cache {
+                    c.matrices.borrow_mut().insert(key, Rc::clone(&m));
+                }
+                Value::Matrix(m)
             }
             ExprKind::Neg(inner) => match self.eval(inner)? {
                 Value::Scalar(v) => Value::Scalar(-v),
@@ -143,7 +165,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn matrix(&self, e: &Expr) -> Result<Matrix, QueryError> {
+    fn matrix(&self, e: &Expr) -> Result<Rc<Matrix>, QueryError> {
         match self.eval(e)? {
             Value::Matrix(m) => Ok(m),
             _ => Err(QueryError::eval("expected a range vector")),
@@ -153,25 +175,21 @@ impl Ctx<'_> {
     fn call(&self, func: Func, args: &[Expr]) -> Result<Value, QueryError> {
         let over_time = |f: fn(&[(i64, f64)]) -> f64| -> Result<Value, QueryError> {
             let m = self.matrix(&args[0])?;
-            let v = m
-                .series
-                .into_iter()
-                .map(|(l, pts)| (l.without(&[NAME]), f(&pts)))
-                .collect();
-            Ok(Value::Vector(unique(v)?))
+            let v = m.series.iter().map(|(l, pts)| (l.clone(), f(pts))).collect();
+            Ok(Value::Vector(v))
         };
         match func {
             Func::Rate | Func::Increase => {
                 let m = self.matrix(&args[0])?;
+                // The series of one name have distinct labels: without the name they stay distinct.
                 let v = m
                     .series
-                    .into_iter()
+                    .iter()
                     .filter_map(|(l, pts)| {
-                        extrapolated_rate(&pts, m.end, m.range_ms, func == Func::Rate)
-                            .map(|v| (l.without(&[NAME]), v))
+                        extrapolated_rate(pts, m.end, m.range_ms, func == Func::Rate).map(|v| (l.clone(), v))
                     })
                     .collect();
-                Ok(Value::Vector(unique(v)?))
+                Ok(Value::Vector(v))
             }
             Func::AvgOverTime => over_time(avg_over_time),
             Func::MinOverTime => over_time(min_over_time),
@@ -477,6 +495,7 @@ mod tests {
             store: s,
             t: 10_000,
             earliest: None,
+            cache: None,
         }
         .eval(&parse(q).unwrap())
         .unwrap_or_else(|e| panic!("{q}: {e}"))
@@ -541,6 +560,7 @@ mod tests {
             store: &s,
             t: 10_000,
             earliest,
+            cache: None,
         })
         .eval(&q)
         .unwrap()
@@ -609,6 +629,7 @@ mod tests {
                 store: &s,
                 t: 10_000,
                 earliest: None,
+                cache: None,
             }
             .eval(&parse(q).unwrap())
             .unwrap_err()
