@@ -45,8 +45,12 @@ pub struct Matrix {
 /// [`forget`](Cache::forget)s its selections.
 #[derive(Debug, Default)]
 pub struct Cache {
-    matrices: RefCell<HashMap<(String, String, i64, i64), Rc<Matrix>>>,
+    matrices: RefCell<HashMap<SelectionKey, Rc<Matrix>>>,
 }
+
+/// A selection at one instant: the metric name, the matchers and offset ([`super::ast::Selector::key`]),
+/// the range's end and length.
+type SelectionKey = (String, String, i64, i64);
 
 impl Cache {
     /// Forgets the selections of series named `name` (a rule just wrote it).
