@@ -256,6 +256,12 @@ pub struct UpArgs {
     /// How long to wait for training to reach a steady baseline.
     #[arg(long, default_value = "180s", value_parser = parse_duration)]
     pub baseline_timeout: std::time::Duration,
+    /// Also evaluate this Prometheus rule file (repeat for more): its alerts join the lab's own in the
+    /// console, `lab status` and the drills. Each alert needs `labels.signal` (latency, throughput, errors
+    /// or saturation); PromQL the lab cannot evaluate is refused before anything starts
+    /// (docs/telemetry.md lists what it evaluates).
+    #[arg(long = "rules", value_name = "FILE")]
+    pub rules: Vec<PathBuf>,
     /// Print the result as JSON on stdout (progress still goes to stderr).
     #[arg(long)]
     pub json: bool,

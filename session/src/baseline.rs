@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use lab_faults::Ledger;
 use lab_runtime::Runtime;
-use lab_telemetry::{Collector, CollectorConfig, Driver, DriverConfig, LearnedBaseline};
+use lab_telemetry::{Collector, CollectorConfig, Driver, DriverConfig, LearnedBaseline, RuleSet};
 
 use crate::error::{Result, SessionError};
 
@@ -31,9 +31,10 @@ pub fn save_baseline(name: &str, b: &LearnedBaseline) -> Result<()> {
     Ok(())
 }
 
-/// A telemetry driver for the lab, reading its ledger, starting from the saved baseline.
-pub fn driver(name: &str, rt: Arc<dyn Runtime>, ledger: Ledger) -> Driver {
-    let mut collector = Collector::new(CollectorConfig::default());
+/// A telemetry driver for the lab, reading its ledger, evaluating `rules`, starting from the saved
+/// baseline.
+pub fn driver(name: &str, rt: Arc<dyn Runtime>, ledger: Ledger, rules: Arc<RuleSet>) -> Driver {
+    let mut collector = Collector::with_rules(CollectorConfig::default(), rules);
     if let Some(b) = load_baseline(name) {
         collector.restore_baseline(b);
     }

@@ -38,6 +38,16 @@ pub enum SessionError {
     Mcp(String),
     #[error("cannot encode the live snapshot")]
     Encode(#[source] serde_json::Error),
+    /// A rule file given to `lab up --rules` (or kept by the lab) cannot be evaluated.
+    #[error(transparent)]
+    Rules(#[from] lab_telemetry::RuleError),
+    /// The lab's kept rule files cannot be read.
+    #[error("cannot read the rule files the lab keeps in {}: `lab down`, then `lab up --rules` again", .path.display())]
+    KeptRules {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// The façade's result.

@@ -18,6 +18,7 @@ pub mod lifecycle;
 pub mod live;
 pub mod logs;
 pub mod mcp;
+pub mod rules;
 pub mod version;
 pub mod watch;
 
@@ -27,7 +28,7 @@ use std::time::Duration;
 use lab_faults::Ledger;
 use lab_model::Snapshot;
 use lab_runtime::Runtime;
-use lab_telemetry::Driver;
+use lab_telemetry::{Driver, RuleSet};
 
 pub use error::{Result, SessionError};
 pub use guard::Guarded;
@@ -35,22 +36,26 @@ pub use lab_runtime::RuntimeSource;
 pub use lifecycle::{Place, Up, UpPlan};
 pub use watch::Watch;
 
-/// A running lab, opened: its runtime and its fault ledger.
+/// A running lab, opened: its runtime, its fault ledger and the rules it evaluates.
 #[derive(Debug, Clone)]
 pub struct Lab {
     name: String,
     runtime: Arc<dyn Runtime>,
     ledger: Ledger,
+    rules: Arc<RuleSet>,
 }
 
 impl Lab {
     /// Opens the running lab `name`.
     ///
     /// # Errors
-    /// [`SessionError::Runtime`] when no such lab runs, or its runtime does not answer.
+    /// [`SessionError::Runtime`] when no such lab runs, or its runtime does not answer;
+    /// [`SessionError::Rules`] or [`SessionError::KeptRules`] when the rule files it was started with no
+    /// longer load.
     pub async fn open(name: &str) -> Result<Lab> {
         let runtime = lab_runtime::open::open(name).await?;
-        Ok(Lab::with_runtime(name, runtime))
+        let rules = rules::of_lab(name)?;
+        Ok(Lab::with_runtime(name, runtime).with_rules(rules))
     }
 
     /// The lab `name` on `runtime` (a fake one in tests), with its ledger in the lab's folder.
@@ -58,13 +63,26 @@ impl Lab {
         Lab::with_parts(name, runtime, Ledger::of_lab(name))
     }
 
-    /// The lab `name` on `runtime`, keeping its faults in `ledger`.
+    /// The lab `name` on `runtime`, keeping its faults in `ledger`, evaluating the lab's own rules.
     pub fn with_parts(name: &str, runtime: Arc<dyn Runtime>, ledger: Ledger) -> Lab {
         Lab {
             name: name.to_string(),
             runtime,
             ledger,
+            rules: lab_telemetry::rules::builtin(),
         }
+    }
+
+    /// The same lab evaluating `rules` (the lab's own and a team's, from [`rules::load`]).
+    #[must_use]
+    pub fn with_rules(mut self, rules: Arc<RuleSet>) -> Lab {
+        self.rules = rules;
+        self
+    }
+
+    /// The rules the lab evaluates.
+    pub fn rules(&self) -> &Arc<RuleSet> {
+        &self.rules
     }
 
     /// The lab's name.
@@ -84,7 +102,12 @@ impl Lab {
 
     /// A telemetry driver for the lab, starting from the baseline learned at `lab up`.
     pub fn driver(&self) -> Driver {
-        baseline::driver(&self.name, self.runtime.clone(), self.ledger.clone())
+        baseline::driver(
+            &self.name,
+            self.runtime.clone(),
+            self.ledger.clone(),
+            self.rules.clone(),
+        )
     }
 
     /// Watches the lab for `window` and returns the last snapshot (rates need at least two scrapes).

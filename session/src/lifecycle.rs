@@ -66,6 +66,8 @@ impl Place {
 pub struct UpPlan {
     pub options: UpOptions,
     pub place: Place,
+    /// Rule files the lab evaluates beside its own (`--rules`).
+    pub rules: Vec<std::path::PathBuf>,
 }
 
 /// A lab that came up: its runtime, the baseline it learned and its status then.
@@ -80,15 +82,24 @@ pub struct Up {
 /// comes takes the lab down again unless [`UpOptions::retain`].
 ///
 /// # Errors
-/// The failed step's error; [`SessionError::NoBaseline`] when training never settles.
+/// The failed step's error; [`SessionError::Rules`], before anything starts, when a rule file cannot be
+/// evaluated; [`SessionError::NoBaseline`] when training never settles.
 pub async fn up(plan: &UpPlan, progress: &dyn Progress) -> Result<Up> {
     let opts = &plan.options;
     let name = opts.name.as_str();
+    // The rule files first: one the lab cannot evaluate is refused before anything starts.
+    let (rules, kept) = crate::rules::load(&plan.rules)?;
     let rt: Arc<dyn Runtime> = match &plan.place {
         Place::Local(lo) => Arc::new(local::up(opts, lo, progress).await?),
         Place::Kube(ko) => Arc::new(kube::up(opts, ko, progress).await?),
     };
-    let lab = Lab::with_runtime(name, rt);
+    let lab = Lab::with_runtime(name, rt).with_rules(rules);
+    if let Err(e) = crate::rules::save(name, &kept) {
+        if !opts.retain {
+            let _ = open::down(name, &lab_runtime::lifecycle::Quiet).await;
+        }
+        return Err(e);
+    }
     let learned = step(progress, "wait for training baseline", async {
         let mut d = lab.driver();
         d.collector_mut().reset_baseline();

@@ -1,29 +1,50 @@
 //! The pure core of telemetry: one call per tick turns the runtime's status and the raw scrapes into a
 //! whole [`Snapshot`]. No clock, no I/O: time is passed in, so every figure and alert is testable.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::sync::Arc;
 
 use lab_model::ChangeRecord;
 use lab_model::metrics as m;
 use lab_model::names;
 use lab_model::scrape::ScrapeTarget;
-use lab_model::snapshot::{ActiveFault, Alert, ClientReads, RankView, Snapshot, StorageView, Training};
+use lab_model::snapshot::{
+    ActiveFault, Alert, ClientReads, GoldenSignal, RankView, Snapshot, StorageView, Training,
+};
 use lab_model::status::{LabStatus, Phase, PodStatus, Role};
 
+use crate::baseline::{self, LearnedBaseline};
 use crate::error::ScrapeError;
 use crate::expo::{Sample, parse};
 use crate::labels::Labels;
-use crate::rules::{self, Condition, Engine, LearnedBaseline};
-use crate::signals::{ServerSignals, Signals};
+use crate::rules::{ActiveAlert, Engine, RuleSet};
 use crate::store::Store;
-use lab_model::format::{error_chain, latency};
+use crate::views::{Figures, RankFigures, ServerFigures};
+use lab_model::format::error_chain;
+
+/// kube-state-metrics' pod phase gauge: 1 for the pod's phase, 0 for the others. The lab writes it from
+/// the runtime's status (the collector's `kube-state-metrics` instance); a cluster's own exporter, when
+/// scraped, is read the same way.
+pub const POD_STATUS_PHASE: &str = "kube_pod_status_phase";
+/// kube-state-metrics' gauge of a pod the scheduler cannot place (1, present only for such pods). The lab
+/// writes it from the runtime's status beside [`POD_STATUS_PHASE`].
+pub const POD_STATUS_UNSCHEDULABLE: &str = "kube_pod_status_unschedulable";
+/// kube-state-metrics' restart counter of a pod's container. The lab writes it from the runtime's status
+/// beside [`POD_STATUS_PHASE`]: restarts of the pod's instance after it exited.
+pub const POD_RESTARTS: &str = "kube_pod_container_status_restarts_total";
+/// kube-state-metrics' exit code of a container's last termination (present only once it has exited and
+/// restarted; none after a kill by signal on the local runtime). The lab writes it from the runtime's
+/// status beside [`POD_STATUS_PHASE`].
+pub const POD_LAST_EXIT_CODE: &str = "kube_pod_container_status_last_terminated_exitcode";
+/// The instance name under which the collector keeps the series it writes from the runtime's status.
+pub const KUBE_STATE: &str = "kube-state-metrics";
 
 /// How much the collector keeps.
 #[derive(Debug, Clone)]
 pub struct CollectorConfig {
     /// Points in each sparkline history (one per tick).
     pub history_len: usize,
-    /// How long raw samples stay in the store; at least the longest window a rule reads (10 s).
+    /// How long raw samples stay in the store; raised to the longest window a rule reads.
     pub retention_ms: i64,
     /// A target's metrics text longer than this is refused as garbage.
     pub max_metrics_bytes: usize,
@@ -39,14 +60,15 @@ impl Default for CollectorConfig {
     }
 }
 
-/// Metric families the collector keeps; everything else a target exports is dropped on ingest.
+/// Metric families the lab's own rules and views read; everything else a target exports is dropped on
+/// ingest, unless a rule reads it (`rule_metrics`).
 fn wanted(name: &str) -> bool {
     name.starts_with("lab_")
         || name.starts_with(m::SEAWEED_VOLUME_REQUEST_SECONDS)
-        || name == crate::signals::POD_STATUS_PHASE
-        || name == crate::signals::POD_STATUS_UNSCHEDULABLE
-        || name == crate::signals::POD_RESTARTS
-        || name == crate::signals::POD_LAST_EXIT_CODE
+        || name == POD_STATUS_PHASE
+        || name == POD_STATUS_UNSCHEDULABLE
+        || name == POD_RESTARTS
+        || name == POD_LAST_EXIT_CODE
 }
 
 /// The phases kube-state-metrics reports a pod in, one series each.
@@ -65,7 +87,7 @@ const PHASES: [(Phase, &str); 4] = [
 fn pod_phase_samples(status: &LabStatus) -> Vec<Sample> {
     let phases = status.ranks().flat_map(|p| {
         PHASES.iter().map(move |(phase, name)| Sample {
-            name: crate::signals::POD_STATUS_PHASE.to_string(),
+            name: POD_STATUS_PHASE.to_string(),
             labels: Labels::from_pairs([("pod", p.name.as_str()), ("phase", name)]),
             value: if p.phase == *phase { 1.0 } else { 0.0 },
             timestamp_ms: None,
@@ -73,20 +95,20 @@ fn pod_phase_samples(status: &LabStatus) -> Vec<Sample> {
     });
     // kube-state-metrics exports this series only for unschedulable pods.
     let unschedulable = status.ranks().filter(|p| unschedulable(p)).map(|p| Sample {
-        name: crate::signals::POD_STATUS_UNSCHEDULABLE.to_string(),
+        name: POD_STATUS_UNSCHEDULABLE.to_string(),
         labels: Labels::from_pairs([("pod", p.name.as_str())]),
         value: 1.0,
         timestamp_ms: None,
     });
     let restarts = status.ranks().map(|p| Sample {
-        name: crate::signals::POD_RESTARTS.to_string(),
+        name: POD_RESTARTS.to_string(),
         labels: Labels::from_pairs([("pod", p.name.as_str())]),
         value: f64::from(p.restarts),
         timestamp_ms: None,
     });
     let exit_codes = status.ranks().filter_map(|p| {
         Some(Sample {
-            name: crate::signals::POD_LAST_EXIT_CODE.to_string(),
+            name: POD_LAST_EXIT_CODE.to_string(),
             labels: Labels::from_pairs([("pod", p.name.as_str())]),
             value: f64::from(p.last_exit_code?),
             timestamp_ms: None,
@@ -115,6 +137,9 @@ pub struct Collector {
     config: CollectorConfig,
     store: Store,
     engine: Engine,
+    latch: baseline::Latch,
+    /// Every metric name a rule reads: kept on ingest beside the lab's own families.
+    rule_metrics: HashSet<String>,
     throughput_history: VecDeque<f64>,
     latency_history: BTreeMap<String, VecDeque<f64>>,
     /// When the first tick was observed: rates never reach back before it.
@@ -130,12 +155,28 @@ impl Default for Collector {
 }
 
 impl Collector {
-    /// A collector with no history and no baseline.
+    /// A collector evaluating the lab's built-in rules, with no history and no baseline.
     pub fn new(config: CollectorConfig) -> Self {
+        Collector::with_rules(config, crate::rules::builtin())
+    }
+
+    /// A collector evaluating `rules` (the built-in ones, and a team's own after them).
+    pub fn with_rules(config: CollectorConfig, rules: Arc<RuleSet>) -> Self {
+        let retention = config
+            .retention_ms
+            .max(baseline::BASELINE_WINDOW_MS + 5_000)
+            .max(rules.longest_window_ms() + 5_000);
+        let rule_metrics = rules
+            .rules()
+            .flat_map(|(_, r)| r.expr.selectors())
+            .map(|(s, _)| s.name.clone())
+            .collect();
         Collector {
-            store: Store::new(config.retention_ms.max(rules::BASELINE_WINDOW_MS + 5_000)),
+            store: Store::new(retention),
             config,
-            engine: Engine::new(),
+            engine: Engine::new(rules),
+            latch: baseline::Latch::default(),
+            rule_metrics,
             throughput_history: VecDeque::new(),
             latency_history: BTreeMap::new(),
             last_ms: None,
@@ -143,27 +184,42 @@ impl Collector {
         }
     }
 
+    /// The rules it evaluates.
+    pub fn rules(&self) -> &RuleSet {
+        self.engine.rules()
+    }
+
+    /// The series it keeps: what [`crate::query::instant`] and [`crate::query::range`] read.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// When the last tick was observed, ms.
+    pub fn last_ms(&self) -> Option<i64> {
+        self.last_ms
+    }
+
     /// The baseline, once learned (or restored); persist it so a later console starts with it.
     pub fn baseline(&self) -> Option<&LearnedBaseline> {
-        self.engine.baseline()
+        self.latch.get()
     }
 
     /// The 3 s throughput values (samples/s, oldest first) the baseline latch judged on the last tick;
     /// empty before the first tick or while no rank's step counter has been scraped twice.
     pub fn baseline_window(&self) -> Vec<f64> {
         self.last_ms
-            .map(|t| rules::baseline_window(&self.store, t))
+            .map(|t| baseline::window(&self.store, t))
             .unwrap_or_default()
     }
 
     /// Starts from a baseline learned earlier (for example while `lab up` waited for training).
     pub fn restore_baseline(&mut self, baseline: LearnedBaseline) {
-        self.engine.set_baseline(Some(baseline));
+        self.latch.set(Some(baseline));
     }
 
-    /// Forgets the baseline; the next stable 10 s learn a new one.
+    /// Forgets the baseline; the rule file's latch learns a new one once the job is steady.
     pub fn reset_baseline(&mut self) {
-        self.engine.set_baseline(None);
+        self.latch.set(None);
     }
 
     /// Series and samples held, for figures about the collector itself.
@@ -185,7 +241,7 @@ impl Collector {
         let mut scrape_errors = Vec::new();
         let mut up: BTreeMap<String, bool> = BTreeMap::new();
         // The pods' phases, as a cluster's kube-state-metrics would export them, unless one is scraped.
-        let ksm = crate::signals::KUBE_STATE;
+        let ksm = KUBE_STATE;
         if !scrapes.iter().any(|(target, _)| target.instance == ksm) {
             self.store.ingest(ksm, t, pod_phase_samples(&status));
             up.insert(ksm.to_string(), true);
@@ -199,7 +255,10 @@ impl Collector {
             });
             match samples {
                 Ok(samples) => {
-                    let kept = samples.into_iter().filter(|s| wanted(&s.name)).collect();
+                    let kept = samples
+                        .into_iter()
+                        .filter(|s| wanted(&s.name) || self.rule_metrics.contains(&s.name))
+                        .collect();
                     self.store.ingest(&target.instance, t, kept);
                     up.insert(target.instance, true);
                 }
@@ -222,23 +281,32 @@ impl Collector {
 
         self.last_ms = Some(t);
         let started = *self.started_ms.get_or_insert(t);
-        let watched = t - started;
-        let signals = if watched > 0 && watched < crate::signals::JOB_WINDOW_MS {
-            Signals::compute_over(&self.store, t, watched)
-        } else {
-            Signals::compute(&self.store, t)
-        };
-        let conditions = self.engine.evaluate(&mut self.store, &signals, t);
+        // A collector younger than a window reads its rates over what it watched: the time before it
+        // started is not idle time of the job.
+        let earliest = (t > started).then_some(started);
+        self.latch.before(&mut self.store, t);
+        let cache = crate::promql::eval::Cache::default();
+        let active = self.engine.evaluate_cached(&mut self.store, t, earliest, &cache);
+        self.latch.after(&self.store, t);
+        scrape_errors.extend(self.engine.errors().iter().cloned());
+        let figures = Figures::compute(&self.store, t, earliest, &cache);
         self.store.gc(t);
-        self.push_history(&signals);
+        self.push_history(&figures);
 
-        let training = self.training(&signals, &status);
-        let ranks = rank_views(&signals, &status, &up);
-        let storage = self.storage_views(&signals, &status, &conditions, &ranks);
-        let alerts = conditions
+        let training = self.training(&figures, &status);
+        let ranks = rank_views(&figures, &status, &up);
+        let storage = self.storage_views(&figures, &status, &active, &ranks);
+        let alerts = active
             .iter()
-            .filter(|c| c.firing)
-            .map(|c| alert(c, &signals, &status, self.engine.baseline()))
+            .filter(|a| a.firing)
+            .map(|a| Alert {
+                signal: a.signal,
+                rule: a.name.clone(),
+                target: a.target.clone(),
+                since_ms: u64::try_from(a.since_ms).unwrap_or(0),
+                value: if a.value.is_finite() { a.value } else { 0.0 },
+                summary: crate::describe::describe(a, &figures, &status, self.latch.get()),
+            })
             .collect();
         let database = database_view(&self.store, t);
         Snapshot {
@@ -255,7 +323,7 @@ impl Collector {
         }
     }
 
-    fn push_history(&mut self, s: &Signals) {
+    fn push_history(&mut self, s: &Figures) {
         let cap = self.config.history_len.max(1);
         push_bounded(&mut self.throughput_history, s.job_samples_per_s, cap);
         for (server, sv) in &s.servers {
@@ -271,8 +339,8 @@ impl Collector {
         }
     }
 
-    fn training(&self, s: &Signals, status: &LabStatus) -> Training {
-        let baseline = self.engine.baseline().map(|b| b.job);
+    fn training(&self, s: &Figures, status: &LabStatus) -> Training {
+        let baseline = self.latch.get().map(|b| b.job);
         let samples = s.samples_reported.then_some(s.job_samples_per_s);
         // Against the baseline, the throughput over the window it was learned on and the throughput rule
         // compares (3 s): the 10 s figure would lag a recovery by up to 10 s.
@@ -281,7 +349,7 @@ impl Collector {
             (Some(v), Some(b)) if b.samples_per_s > 0.0 => Some(100.0 * v / b.samples_per_s),
             _ => None,
         };
-        let max_of = |f: fn(&crate::signals::RankSignals) -> Option<f64>| {
+        let max_of = |f: fn(&RankFigures) -> Option<f64>| {
             s.ranks
                 .values()
                 .filter_map(f)
@@ -312,9 +380,9 @@ impl Collector {
 
     fn storage_views(
         &self,
-        s: &Signals,
+        s: &Figures,
         status: &LabStatus,
-        conditions: &[Condition],
+        active: &[ActiveAlert],
         ranks: &[RankView],
     ) -> Vec<StorageView> {
         let mut names: BTreeSet<String> = status
@@ -324,7 +392,7 @@ impl Collector {
             .map(|p| p.name.clone())
             .collect();
         names.extend(s.servers.keys().cloned());
-        let baseline = self.engine.baseline();
+        let baseline = self.latch.get();
         let mut views: Vec<StorageView> = names
             .into_iter()
             .map(|name| {
@@ -345,9 +413,10 @@ impl Collector {
                         .unwrap_or_default(),
                     reads_per_s: fin(sv.reads_per_s),
                     errors_per_s: fin(sv.errors_per_s),
-                    outlier: conditions
+                    // Any latency alert on the server, pending included.
+                    outlier: active
                         .iter()
-                        .any(|c| c.rule == rules::STORAGE_LATENCY && c.target == name),
+                        .any(|a| a.signal == GoldenSignal::Latency && a.target == name),
                     readers: ranks
                         .iter()
                         .filter(|r| r.server.as_deref() == Some(&name))
@@ -367,7 +436,7 @@ impl Collector {
 /// Reads by client on one server, busiest first, with `other` for what the server served beyond the
 /// clients that report their reads (more than 1 read/s and a tenth of what it served: probes and the
 /// odd request are not a client).
-fn clients(sv: &ServerSignals, status: &LabStatus) -> Vec<ClientReads> {
+fn clients(sv: &ServerFigures, status: &LabStatus) -> Vec<ClientReads> {
     let kind_of = |c: &str| {
         let foreign = status
             .pods
@@ -439,7 +508,7 @@ fn index_of(name: &str, prefix: &str, status: &LabStatus) -> u32 {
         .unwrap_or(u32::MAX)
 }
 
-fn rank_views(s: &Signals, status: &LabStatus, up: &BTreeMap<String, bool>) -> Vec<RankView> {
+fn rank_views(s: &Figures, status: &LabStatus, up: &BTreeMap<String, bool>) -> Vec<RankView> {
     let mut names: BTreeSet<String> = status.ranks().map(|p| p.name.clone()).collect();
     names.extend(
         s.ranks
@@ -473,198 +542,6 @@ fn rank_views(s: &Signals, status: &LabStatus, up: &BTreeMap<String, bool>) -> V
         .collect();
     views.sort_by(|a, b| (a.rank, &a.name).cmp(&(b.rank, &b.name)));
     views
-}
-
-fn pod<'a>(status: &'a LabStatus, name: &str) -> Option<&'a PodStatus> {
-    status.pods.iter().find(|p| p.name == name)
-}
-
-fn alert(c: &Condition, s: &Signals, status: &LabStatus, baseline: Option<&LearnedBaseline>) -> Alert {
-    let value = if c.value.is_finite() { c.value } else { 0.0 };
-    let summary = match c.rule.name {
-        n if n == rules::STORAGE_LATENCY.name => {
-            let sv = s.servers.get(&c.target);
-            let others: Vec<f64> = s
-                .servers
-                .iter()
-                .filter(|(k, _)| **k != c.target)
-                .filter_map(|(_, v)| v.client_p50.filter(|x| x.is_finite()))
-                .collect();
-            let siblings = crate::promql::quantile(0.5, &others);
-            let mine = sv.and_then(|v| v.client_p50).filter(|v| v.is_finite());
-            let waiting = sv.and_then(|v| v.read_waiting_unstarved);
-            let share = sv.and_then(|v| v.read_wait_share_unstarved);
-            let share_10s = sv.and_then(|v| v.read_wait_share_10s_unstarved);
-            // Said by the figure that shows the slowness: a p50 under the rule's floor (most reads quick,
-            // the rest after a long wait) would read as a healthy server.
-            let p50_text = |mine: f64| {
-                if siblings.is_finite() {
-                    format!(
-                        "{} read p50 {} (siblings {})",
-                        c.target,
-                        latency(mine),
-                        latency(siblings)
-                    )
-                } else {
-                    format!("{} read p50 {}", c.target, latency(mine))
-                }
-            };
-            if let Some(m) = mine.filter(|m| *m > rules::LATENCY_MIN_SECONDS) {
-                p50_text(m)
-            } else if let Some(w) = waiting.filter(|w| *w > rules::LATENCY_WAITING_MIN_SECONDS) {
-                // Too few reads ended in the window: what the readers are waiting through.
-                format!("{} holds a read {} and counting", c.target, latency(w))
-            } else if let Some(f) = share.filter(|f| *f > rules::LATENCY_WAIT_SHARE_MIN) {
-                format!(
-                    "{} holds a reader waiting {:.0}% of the time",
-                    c.target,
-                    100.0 * f
-                )
-            } else if let Some(f) = share_10s.filter(|f| *f > rules::LATENCY_WAIT_SHARE_10S_MIN) {
-                // Its reads end quickly between long waits: the p50 says little, the time held does.
-                format!(
-                    "{} holds a reader waiting {:.0}% of the last 10 s{}",
-                    c.target,
-                    100.0 * f,
-                    mine.map_or(String::new(), |m| format!(" (read p50 {})", latency(m)))
-                )
-            } else if let Some(m) = mine {
-                p50_text(m)
-            } else {
-                format!("{} reads slow", c.target)
-            }
-        }
-        n if n == rules::THROUGHPUT_LOW.name => match baseline {
-            Some(b) if b.job.samples_per_s > 0.0 => format!(
-                "training at {:.0}% of normal ({:.0} of {:.0} samples/s)",
-                100.0 * value / b.job.samples_per_s,
-                value,
-                b.job.samples_per_s
-            ),
-            _ => format!("training at {value:.0} samples/s"),
-        },
-        n if n == rules::STORAGE_ERRORS.name => format!("{} read errors {:.1}/s", c.target, value),
-        n if n == rules::COLLECTIVE_ERRORS.name => format!("{} collective errors {:.1}/s", c.target, value),
-        n if n == rules::RANK_CRASH_LOOPING.name => {
-            let restarts = pod(status, &c.target)
-                .map(|p| format!(", {} restarts in all", p.restarts))
-                .unwrap_or_default();
-            let lost = s
-                .ranks
-                .values()
-                .filter_map(|r| r.steps_lost)
-                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
-                .map(|v| format!("; the job lost {} steps to restarts", v as u64))
-                .unwrap_or_default();
-            format!(
-                "{} crashes in a loop: restarted after exit code {value:.0}{restarts}, its peers after it{lost}",
-                c.target
-            )
-        }
-        n if n == rules::CPU_THROTTLED.name => {
-            let limits = pod(status, &c.target)
-                .map(|p| match (p.resources.cpu_live, p.resources.cpu_template) {
-                    (Some(l), Some(t)) => format!(" (limit {l}, template {t})"),
-                    (Some(l), None) => format!(" (limit {l})"),
-                    _ => String::new(),
-                })
-                .unwrap_or_default();
-            format!(
-                "{} CPU throttled in {:.0}% of periods{limits}",
-                c.target,
-                100.0 * value
-            )
-        }
-        n if n == rules::RANK_PENDING.name => {
-            let why = pod(status, &c.target)
-                .and_then(|p| p.reason.clone())
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default();
-            format!(
-                "{} Pending{why}: {} ranks wanted, {} GPUs",
-                c.target, status.ranks_desired, status.gpus_capacity
-            )
-        }
-        n if n == rules::COLLECTIVE_WAIT.name => {
-            format!("ranks wait {:.0}% of each step at the collective", 100.0 * value)
-        }
-        n if n == rules::RANK_HUNG.name => {
-            let mut waiting: Vec<&str> = s
-                .ranks
-                .iter()
-                .filter(|(k, r)| {
-                    **k != c.target
-                        && r.collective_wait_s
-                            .is_some_and(|w| w > rules::HUNG_SIBLING_WAIT_SECONDS)
-                })
-                .map(|(k, _)| k.as_str())
-                .collect();
-            waiting.sort_unstable();
-            let step = s
-                .ranks
-                .get(&c.target)
-                .and_then(|r| r.step)
-                .map(|v| format!(" at step {}", v as u64))
-                .unwrap_or_default();
-            format!(
-                "{} makes no progress{step} while its metrics answer; {} wait for it at the all-reduce (longest {:.0} s)",
-                c.target,
-                if waiting.is_empty() {
-                    "its siblings".to_string()
-                } else {
-                    waiting.join(", ")
-                },
-                value
-            )
-        }
-        n if n == rules::COMPUTE_SLOW.name => {
-            let limits = pod(status, &c.target)
-                .map(|p| match (p.resources.cpu_live, p.resources.cpu_template) {
-                    (Some(l), Some(t)) if l == t => format!("; limit {l} as in the template"),
-                    (Some(l), Some(t)) => format!("; limit {l}, template {t}"),
-                    _ => String::new(),
-                })
-                .unwrap_or_default();
-            format!(
-                "{} computes {:.0} ms per step, {:.1}x the fastest ranks' {:.0} ms{limits}",
-                c.target,
-                1000.0 * value,
-                value / s.compute_per_step_q25,
-                1000.0 * s.compute_per_step_q25
-            )
-        }
-        n if n == rules::COMMITS_STALLED.name => format!(
-            "{}: no commit completed for {value:.1} s, the age of the commit in flight",
-            c.target
-        ),
-        _ => {
-            let n = s.ranks_waiting_for_peers.len();
-            let world = s
-                .ranks
-                .values()
-                .filter_map(|r| r.world_size)
-                .fold(f64::NAN, f64::max);
-            let world = if world.is_finite() {
-                world as u32
-            } else {
-                status.world_size
-            };
-            let ranks = if n == 1 {
-                "1 rank waits".to_string()
-            } else {
-                format!("{n} ranks wait")
-            };
-            format!("{ranks} at rendezvous for peers (world size {world})")
-        }
-    };
-    Alert {
-        signal: c.rule.signal,
-        rule: c.rule.name.to_string(),
-        target: c.target.clone(),
-        since_ms: u64::try_from(c.active_since_ms).unwrap_or(0),
-        value,
-        summary,
-    }
 }
 
 #[cfg(test)]
@@ -821,10 +698,21 @@ mod tests {
         assert!((s0.server_p50.unwrap() - 0.00045).abs() < 1e-9);
         assert!((s0.reads_per_s.unwrap() - 20.0).abs() < 1e-6);
         assert!(!s0.outlier);
-        // Only what the rules and views read is kept (and the four phase series of each rank pod).
+        // Only what the rules and views read is kept (and the four phase series of each rank pod), beside
+        // the rules' recorded series.
         let (series, _) = c.store_size();
         let phases = 4 * snap.status.ranks().count();
-        assert!(series - phases < 100, "{series}");
+        let t = i64::try_from(snap.at_ms).unwrap();
+        let recorded: usize = c
+            .rules()
+            .records()
+            .iter()
+            .map(|r| c.store().range(r, t, 60_000, |_| true).len())
+            .sum();
+        assert!(
+            series - phases - recorded < 100,
+            "{series} series, {recorded} recorded"
+        );
     }
 
     #[test]
@@ -1020,7 +908,7 @@ mod tests {
         );
         // A real kube-state-metrics, when scraped, is read instead of the status.
         let ksm = ScrapeTarget {
-            instance: crate::signals::KUBE_STATE.into(),
+            instance: KUBE_STATE.into(),
             kind: TargetKind::Rank,
             index: 0,
             address: String::new(),

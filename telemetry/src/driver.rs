@@ -256,7 +256,7 @@ pub struct Unsettled {
 
 impl std::fmt::Display for Unsettled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::rules::{BASELINE_MAX_VARIATION, BASELINE_MIN_SAMPLES, BASELINE_WINDOW_MS};
+        use crate::baseline::{BASELINE_MAX_VARIATION, BASELINE_MIN_SAMPLES, BASELINE_WINDOW_MS};
         let w = &self.window;
         if w.is_empty() {
             write!(

@@ -1,961 +1,1065 @@
-//! The four golden-signal rules, the baseline they compare against, and the pending → firing state that
-//! gives every alert its since-time.
+//! The rules: Prometheus rule files loaded, checked and evaluated in the lab, and each alert's pending →
+//! firing state with its since-time.
 //!
-//! These are the rules of `manifests/rules/golden-signals.yaml`, evaluated in the lab: the same alert
-//! names, thresholds, windows and `for` durations, and the same baseline latch. The agreement test feeds
-//! the rule file's own `promtool` test series through this evaluator and expects the same alerts.
+//! The lab's own rules are `manifests/rules/golden-signals.yaml`, the file it also ships to Prometheus,
+//! embedded here ([`BUILTIN`]); a team adds its own with `lab up --rules FILE` ([`RuleSet::with`]). A
+//! rule file is read the way Prometheus reads it: groups of recording and alerting rules, evaluated in
+//! order at each tick, a recording rule's output written to the store where the rules after it (and the
+//! rule itself, a tick later) read it. Everything a rule uses is checked when the file is loaded: a
+//! construct the lab's evaluator cannot evaluate is refused there, naming the rule and the construct.
+//!
+//! The lab files every alert under one of its four golden signals: an alerting rule needs
+//! `labels.signal` (`latency`, `throughput`, `errors` or `saturation`). Its `annotations.summary` may use
+//! `{{ $labels.name }}` and `{{ $value }}`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, OnceLock};
 
-use lab_model::snapshot::{Baseline, GoldenSignal};
-use serde::{Deserialize, Serialize};
+use lab_model::snapshot::GoldenSignal;
+use serde::Deserialize;
 
+use crate::error::{QueryError, RuleError};
 use crate::labels::Labels;
-use crate::promql::{avg_over_time, min_over_time, stddev_over_time};
-use crate::signals::Signals;
+use crate::promql::ast::NAME;
+use crate::promql::eval::{Cache, Ctx, Value};
+use crate::promql::lexer::{format_duration, parse_duration};
+use crate::promql::{Expr, parse};
 use crate::store::Store;
+use crate::template::Template;
 
-/// One alerting rule: its name in the rule file, its signal, and how long its condition must hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rule {
-    pub name: &'static str,
-    pub signal: GoldenSignal,
-    /// The rule file's `for:`.
-    pub for_ms: i64,
-    /// The rule file's `keep_firing_for:`: a firing alert whose condition lapses stays firing this long,
-    /// so a noisy ratio near its threshold does not flicker.
-    pub keep_firing_ms: i64,
-}
+/// The rule file the lab ships to Prometheus, and evaluates itself.
+pub const BUILTIN: &str = include_str!("../../manifests/rules/golden-signals.yaml");
+/// Where [`BUILTIN`] lives in the project, as error messages name it.
+pub const BUILTIN_ORIGIN: &str = "manifests/rules/golden-signals.yaml";
 
-/// A storage server's read p50 (unstarved readers) is over 50 ms and over 4× the servers' median, over
-/// at least [`LATENCY_MIN_READS`] reads; or a read of an unstarved rank has waited for it over
-/// [`LATENCY_WAITING_MIN_SECONDS`] and over 4× the servers' median; or an unstarved rank spent over
-/// [`LATENCY_WAIT_SHARE_MIN`] of the window waiting on its reads, and over 4× the servers' median share;
-/// or, over the longer [`crate::signals::HOLD_WINDOW_MS`], over [`LATENCY_WAIT_SHARE_10S_MIN`] and over 4×
-/// that median: what keeps a server that holds its readers named while its 3 s figures swing.
-/// No `for`: each way in already needs the slowness to have lasted.
-pub const STORAGE_LATENCY: Rule = Rule {
-    name: "LabStorageReadLatencyHigh",
-    signal: GoldenSignal::Latency,
-    for_ms: 0,
-    keep_firing_ms: 0,
-};
-/// The job trains under half its baseline samples per second.
-pub const THROUGHPUT_LOW: Rule = Rule {
-    name: "LabTrainingThroughputLow",
-    signal: GoldenSignal::Throughput,
-    for_ms: 2_000,
-    keep_firing_ms: 0,
-};
-/// Reads from a storage server fail.
-pub const STORAGE_ERRORS: Rule = Rule {
-    name: "LabStorageReadErrors",
-    signal: GoldenSignal::Errors,
-    for_ms: 0,
-    keep_firing_ms: 0,
-};
-/// A rank's collective or rendezvous fails.
-pub const COLLECTIVE_ERRORS: Rule = Rule {
-    name: "LabCollectiveErrors",
-    signal: GoldenSignal::Errors,
-    for_ms: 0,
-    keep_firing_ms: 0,
-};
-/// A rank crashes in a loop: it restarted in the last minute after exiting on an error of its own, not
-/// the collective error its peers exit with when it goes away. Its peers fail and restart with it, and the
-/// job resumes from its checkpoint each time: this names the rank that takes them down. No `for`: a
-/// restart has already happened.
-pub const RANK_CRASH_LOOPING: Rule = Rule {
-    name: "LabRankCrashLooping",
-    signal: GoldenSignal::Errors,
-    for_ms: 0,
-    keep_firing_ms: 0,
-};
-/// A rank is CPU-starved: throttled in over 25% of its CFS periods, and far more than its siblings.
-pub const CPU_THROTTLED: Rule = Rule {
-    name: "LabRankCpuThrottled",
-    signal: GoldenSignal::Saturation,
-    for_ms: 2_000,
-    keep_firing_ms: 10_000,
-};
-/// The median rank spends over half of each step waiting at the collective.
-pub const COLLECTIVE_WAIT: Rule = Rule {
-    name: "LabRanksWaitingAtCollective",
-    signal: GoldenSignal::Saturation,
-    for_ms: 2_000,
-    keep_firing_ms: 10_000,
-};
-/// Some rank waits at rendezvous for peers that have not joined.
-pub const WAITING_FOR_PEERS: Rule = Rule {
-    name: "LabRanksWaitingForPeers",
-    signal: GoldenSignal::Saturation,
-    for_ms: 3_000,
-    keep_firing_ms: 0,
-};
+/// How far back any rule may read (a range plus its offset): the store keeps at least what the rules
+/// read, and this bounds its memory.
+pub const MAX_HISTORY_MS: i64 = 10 * 60_000;
 
-/// A rank pod stays Pending because the scheduler cannot place it: the GPU pool is saturated, and a
-/// rollout of the ranks waits behind it while the running ranks may train on normally. A pod being
-/// replaced is Pending but scheduled, so it never counts, and a short `for` suffices.
-pub const RANK_PENDING: Rule = Rule {
-    name: "LabRankPending",
-    signal: GoldenSignal::Saturation,
-    for_ms: 2_000,
-    keep_firing_ms: 0,
-};
-
-/// A rank holds the job: its step counter stood still over the window while its metrics answer and it is
-/// not itself waiting at the all-reduce, and a sibling has been blocked there, waiting, for over 2 s. No
-/// `for`: both halves already need the stall to have lasted (a whole window without a step, a sibling
-/// blocked for 2 s where a healthy all-reduce takes milliseconds).
-pub const RANK_HUNG: Rule = Rule {
-    name: "LabRankHung",
-    signal: GoldenSignal::Saturation,
-    for_ms: 0,
-    keep_firing_ms: 0,
-};
-
-/// A rank computes far slower than its siblings: its compute seconds per step over 1.3× the fastest
-/// half's (`quantile(0.25)`), so that two slow ranks of four are both named.
-pub const COMPUTE_SLOW: Rule = Rule {
-    name: "LabRankComputeSlow",
-    signal: GoldenSignal::Saturation,
-    for_ms: 2_000,
-    keep_firing_ms: 10_000,
-};
-
-/// The database writer's commits stalled: the commit in flight has waited over
-/// [`COMMIT_WAITING_MAX_SECONDS`]. The writer sends one commit at a time, so none completed meanwhile: its
-/// age is the stall's. Reads and readiness may look fine (a synchronous standby that is not there holds
-/// every commit on the primary). A latency signal: the primary answers the writer's commits slowly, or
-/// never. Its `for` is 1 s: the age is a hold already, and a second look is enough to keep one odd scrape
-/// from firing it.
-pub const COMMITS_STALLED: Rule = Rule {
-    name: "LabCommitsStalled",
-    signal: GoldenSignal::Latency,
-    for_ms: 1_000,
-    keep_firing_ms: 0,
-};
-
-/// Every rule, in the order the rule file lists them.
-pub const RULES: [Rule; 12] = [
-    STORAGE_LATENCY,
-    THROUGHPUT_LOW,
-    STORAGE_ERRORS,
-    COLLECTIVE_ERRORS,
-    RANK_CRASH_LOOPING,
-    CPU_THROTTLED,
-    COLLECTIVE_WAIT,
-    WAITING_FOR_PEERS,
-    RANK_PENDING,
-    RANK_HUNG,
-    COMPUTE_SLOW,
-    COMMITS_STALLED,
-];
-
-/// Latency: the absolute floor, in seconds.
-pub const LATENCY_MIN_SECONDS: f64 = 0.05;
-/// Latency: how many times the servers' median a server must exceed.
-pub const LATENCY_MEDIAN_FACTOR: f64 = 4.0;
-/// Latency: the fewest reads of the server in the window (`increase(...[3s])`) for its p50 to count: a
-/// p50 of one or two reads (a reader that just restarted) says little. A server 300 ms slow still
-/// answers one reader about ten times in 3 s.
-pub const LATENCY_MIN_READS: f64 = 3.0;
-/// Latency, from reads in flight: the fewest seconds a read must have been seen waiting for its server
-/// in the window. A server that takes seconds per read completes too few reads in the window for a p50
-/// (each rank reads once per step, and every step waits for the slowest read), but its reads show while
-/// they wait. A healthy read takes milliseconds; a read held up a whole second is twenty times the
-/// p50 rule's floor.
-pub const LATENCY_WAITING_MIN_SECONDS: f64 = 1.0;
-/// The share of an unstarved rank's time, over the window, spent waiting on one server's reads (ended or
-/// still in flight) over which the server is slow. Each rank reads once per step and computes and
-/// all-reduces the rest of it, so a healthy server holds its readers a few percent of the time; a server
-/// too slow to end three reads in the window holds them most of it, from its first slow reads on. Over
-/// half: a 3 s window of one-second scrapes spans 2 s between its first and last sample, so one lone read
-/// of 0.9 s is already a share of about 0.5 there.
-pub const LATENCY_WAIT_SHARE_MIN: f64 = 0.75;
-/// The same share over [`crate::signals::HOLD_WINDOW_MS`] (10 s) over which the server is slow. A server
-/// that holds its readers most of the time may end many of their reads quickly and the rest after a wait
-/// of under a second (slow-disk at 10m with two readers: a CPU budget spent early in each 382 ms period),
-/// so that in 3 s windows its p50 stays under the floor, no read waits 1 s, and its readers' share swings
-/// from 0.5 to 1.0 around [`LATENCY_WAIT_SHARE_MIN`]: the alert came and went while the job stayed at a
-/// fifth of normal. Over 10 s the share held at 0.6-0.8. 40 % of 10 s: one lone read of 0.9 s is a share
-/// of 0.09 there, a healthy reader's 0.04-0.15; and the window fills with the fault's waits at the fault's
-/// share, so a server holding its reader 65 % of the time passes 0.4 about 6 s after it began (0.5: 8 s),
-/// before a drill that holds its detection 5 s asks for a plan.
-pub const LATENCY_WAIT_SHARE_10S_MIN: f64 = 0.4;
-/// Throughput: fires below this fraction of the baseline.
-pub const THROUGHPUT_MIN_FRACTION: f64 = 0.5;
-/// Saturation: fires when the median rank waits more than this share of its step at the collective.
-pub const WAIT_SHARE_MAX: f64 = 0.5;
-
-/// Hung rank: a sibling blocked in its all-reduce longer than this, seconds, says the job is held (a
-/// healthy all-reduce of the job's gradient takes milliseconds).
-pub const HUNG_SIBLING_WAIT_SECONDS: f64 = 2.0;
-/// ... and the rank that holds it is blocked there less than this (it is not waiting: it is stuck).
-pub const HUNG_SELF_WAIT_MAX_SECONDS: f64 = 1.0;
-/// ... and spent at most this share of the window waiting on its own reads: a rank held by a slow
-/// storage server is waiting too, and the latency rule names the server (its reads in flight count
-/// only while its thread waits, so a frozen rank's do not).
-pub const HUNG_READ_WAIT_MAX_SHARE: f64 = 0.5;
-/// Slow compute: fires above this many times the fastest half's compute seconds per step. Measured on
-/// the local lab (debug build, shared 2-core machine): healthy ranks within 1.07x of each other; a CPU hog
-/// sharing a rank's 400m limit 1.46-1.69x; so 1.5x would flicker, and 1.3x sits between the two.
-pub const COMPUTE_SLOW_FACTOR: f64 = 1.3;
-/// Stalled commits: the commit in flight has waited longer than this, seconds. The writer commits 20
-/// times a second in a few milliseconds each on a quiet lab; 2 s is hundreds of times that, and with the
-/// rule's 1 s `for` opens the incident 3 to 4 s after the last commit (the goal: 5 s from the inject).
-pub const COMMIT_WAITING_MAX_SECONDS: f64 = 2.0;
-
-/// The baseline's window: `[5s]` over the recorded 3 s throughput ([`recorded::JOB_SAMPLES_SHORT`]).
-pub const BASELINE_WINDOW_MS: i64 = 5_000;
-/// The baseline needs this many recorded values in its window (a full window at 1 s, some slack).
-pub const BASELINE_MIN_SAMPLES: usize = 4;
-/// ... and a standard deviation under this fraction of the mean (the job is stable).
-pub const BASELINE_MAX_VARIATION: f64 = 0.1;
-
-/// Names of the recorded series the store keeps, as in the rule file.
+/// Names of the recorded series the lab's own views read, as the built-in rule file records them.
 pub mod recorded {
-    /// `sum(rate(lab_samples_total[10s])) or vector(0)`.
+    /// `sum(rate(lab_samples_total[10s])) or vector(0)`: the job's throughput, steady.
     pub const JOB_SAMPLES: &str = "lab:job_samples_per_second";
-    /// `sum(rate(lab_samples_total[3s])) or vector(0)`: what the throughput rule compares.
+    /// The same over 3 s: what the throughput rule compares with the baseline.
     pub const JOB_SAMPLES_SHORT: &str = "lab:job_samples_per_second:rate3s";
-    /// The latched baseline of [`JOB_SAMPLES_SHORT`].
+    /// The baseline latch: the rule that reads its own previous output.
     pub const JOB_SAMPLES_BASELINE: &str = "lab:job_samples_per_second:baseline";
-    /// `histogram_quantile(0.5, sum by (le) (rate(lab_step_duration_seconds_bucket[10s])))`.
+    /// The job's median step time.
     pub const JOB_STEP_SECONDS: &str = "lab:job_step_seconds";
-    /// `histogram_quantile(0.5, sum by (server, le) (rate(lab_storage_read_duration_seconds_bucket[3s])))`.
+    /// Read p50 per `server`, as the ranks see it.
     pub const STORAGE_P50: &str = "lab:storage_read_p50_seconds";
+    /// Read p99 per `server`, as the ranks see it.
+    pub const STORAGE_P99: &str = "lab:storage_read_p99_seconds";
+    /// GET p50 per storage `instance`, as SeaweedFS reports it.
+    pub const STORAGE_SERVER_GET_P50: &str = "lab:storage_server_get_p50_seconds";
+    /// Throttled CFS periods / periods, per rank `instance`.
+    pub const RANK_CPU_THROTTLED_RATIO: &str = "lab:rank_cpu_throttled_ratio";
+    /// The longest a read of an unstarved rank waited for each `server` in the window.
+    pub const READ_WAITING_UNSTARVED: &str = "lab:storage_read_waiting_seconds:unstarved";
+    /// The largest share of an unstarved rank's time spent waiting on each `server`'s reads.
+    pub const READ_WAIT_SHARE_UNSTARVED: &str = "lab:storage_read_wait_share:unstarved";
+    /// The same share over 10 s: steady where a server ends reads quickly between long waits.
+    pub const READ_WAIT_SHARE_10S_UNSTARVED: &str = "lab:storage_read_wait_share_10s:unstarved";
+    /// Compute seconds per step, per rank `instance`.
+    pub const RANK_COMPUTE_PER_STEP: &str = "lab:rank_compute_seconds_per_step";
+
+    /// Every name above: the built-in rule file must record each (checked by the tests).
+    pub const ALL: [&str; 12] = [
+        JOB_SAMPLES,
+        JOB_SAMPLES_SHORT,
+        JOB_SAMPLES_BASELINE,
+        JOB_STEP_SECONDS,
+        STORAGE_P50,
+        STORAGE_P99,
+        STORAGE_SERVER_GET_P50,
+        RANK_CPU_THROTTLED_RATIO,
+        READ_WAITING_UNSTARVED,
+        READ_WAIT_SHARE_UNSTARVED,
+        READ_WAIT_SHARE_10S_UNSTARVED,
+        RANK_COMPUTE_PER_STEP,
+    ];
 }
 
-/// The baseline the lab learned (or was given): the job's and each storage server's normal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LearnedBaseline {
-    pub job: Baseline,
-    /// Client-seen read p50 per server at the time the job's baseline was learned, seconds.
-    pub storage_p50: BTreeMap<String, f64>,
+/// The built-in rules, parsed once.
+///
+/// # Panics
+/// Never in a released lab: the embedded file is checked by the crate's tests.
+pub fn builtin() -> Arc<RuleSet> {
+    static RULES: OnceLock<Arc<RuleSet>> = OnceLock::new();
+    Arc::clone(RULES.get_or_init(|| {
+        Arc::new(
+            RuleSet::parse(BUILTIN, BUILTIN_ORIGIN)
+                .expect("the built-in rule file loads (checked by the tests)"),
+        )
+    }))
 }
 
-/// A rule whose condition holds now for one target.
+/// Loaded rule files: their groups, in order.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    groups: Vec<Group>,
+}
+
+/// One group of rules, evaluated in order.
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub name: String,
+    /// The file it came from.
+    pub origin: String,
+    /// Its `interval:`; `None` evaluates it every tick (about once a second).
+    pub interval_ms: Option<i64>,
+    pub rules: Vec<Rule>,
+}
+
+/// One rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub kind: RuleKind,
+    pub expr: Expr,
+    /// The expression as written.
+    pub expr_text: String,
+}
+
+/// A recording or an alerting rule.
+#[derive(Debug, Clone)]
+pub enum RuleKind {
+    Record { name: String, labels: Labels },
+    Alert(AlertRule),
+}
+
+impl Rule {
+    /// The alert's or the recorded series' name.
+    pub fn name(&self) -> &str {
+        match &self.kind {
+            RuleKind::Record { name, .. } => name,
+            RuleKind::Alert(a) => &a.name,
+        }
+    }
+}
+
+/// An alerting rule's settings.
+#[derive(Debug, Clone)]
+pub struct AlertRule {
+    pub name: String,
+    /// Its `labels.signal`.
+    pub signal: GoldenSignal,
+    /// `for:`, ms.
+    pub for_ms: i64,
+    /// `keep_firing_for:`, ms: a firing alert whose condition lapses stays firing this long.
+    pub keep_firing_ms: i64,
+    /// Its labels, each a template.
+    pub labels: Vec<(String, Template)>,
+    /// `annotations.summary`.
+    pub summary: Option<Template>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    groups: Vec<RawGroup>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    name: String,
+    #[serde(default)]
+    interval: Option<String>,
+    #[serde(default)]
+    limit: Option<u64>,
+    #[serde(default)]
+    rules: Vec<RawRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    #[serde(default)]
+    record: Option<String>,
+    #[serde(default)]
+    alert: Option<String>,
+    expr: String,
+    #[serde(default, rename = "for")]
+    for_: Option<String>,
+    #[serde(default)]
+    keep_firing_for: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+fn is_metric_name(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_' || f == ':')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_' || x == ':')
+}
+
+fn is_label_name(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+}
+
+/// The signal an alert's `labels.signal` names.
+fn signal_of(s: &str) -> Option<GoldenSignal> {
+    Some(match s {
+        "latency" => GoldenSignal::Latency,
+        "throughput" => GoldenSignal::Throughput,
+        "errors" => GoldenSignal::Errors,
+        "saturation" => GoldenSignal::Saturation,
+        _ => return None,
+    })
+}
+
+impl RuleSet {
+    /// Parses and checks a Prometheus rule file; `origin` names it in errors.
+    ///
+    /// # Errors
+    /// [`RuleError`] naming the rule and what is wrong: YAML that is not a rule file, a rule without a
+    /// name or a signal, an expression that is not PromQL or uses PromQL the lab does not evaluate, a
+    /// template action it cannot fill in, a window longer than the lab keeps.
+    pub fn parse(text: &str, origin: &str) -> Result<RuleSet, RuleError> {
+        let raw: RawFile = serde_norway::from_str(text).map_err(|source| RuleError::Yaml {
+            origin: origin.to_string(),
+            source,
+        })?;
+        let mut groups = Vec::new();
+        let mut seen_groups = HashSet::new();
+        for g in raw.groups {
+            let invalid = |rule: &str, problem: String| RuleError::Invalid {
+                origin: origin.to_string(),
+                group: g.name.clone(),
+                rule: rule.to_string(),
+                problem,
+            };
+            if g.name.trim().is_empty() {
+                return Err(invalid("the group", "a group needs a name".into()));
+            }
+            if !seen_groups.insert(g.name.clone()) {
+                return Err(invalid("the group", "another group has the same name".into()));
+            }
+            if g.limit.is_some_and(|l| l > 0) {
+                return Err(invalid(
+                    "the group",
+                    "limit is not supported by the lab's evaluator: remove it".into(),
+                ));
+            }
+            let interval_ms = match &g.interval {
+                None => None,
+                Some(s) => match parse_duration(s) {
+                    Some(ms) if ms >= 1_000 => Some(ms),
+                    _ => {
+                        return Err(invalid(
+                            "the group",
+                            format!("interval {s:?} is not a duration of 1s or more (e.g. 1s, 30s)"),
+                        ));
+                    }
+                },
+            };
+            let mut rules = Vec::new();
+            for (i, r) in g.rules.into_iter().enumerate() {
+                rules.push(check_rule(origin, &g.name, i, r)?);
+            }
+            groups.push(Group {
+                name: g.name,
+                origin: origin.to_string(),
+                interval_ms,
+                rules,
+            });
+        }
+        let set = RuleSet { groups };
+        let mut records = HashSet::new();
+        for (group, rule) in set.rules() {
+            if let RuleKind::Record { name, .. } = &rule.kind
+                && !records.insert(name.as_str())
+            {
+                return Err(RuleError::Invalid {
+                    origin: origin.to_string(),
+                    group: group.name.clone(),
+                    rule: format!("record {name}"),
+                    problem: "another rule records the same name: the two would overwrite each other".into(),
+                });
+            }
+        }
+        Ok(set)
+    }
+
+    /// Reads and parses the rule file at `path`.
+    ///
+    /// # Errors
+    /// [`RuleError::Read`] when it cannot be read, else as [`RuleSet::parse`].
+    pub fn load(path: &std::path::Path) -> Result<RuleSet, RuleError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| RuleError::Read {
+            origin: origin.clone(),
+            source,
+        })?;
+        RuleSet::parse(&text, &origin)
+    }
+
+    /// These rules and then `more`'s (a team's own after the lab's).
+    ///
+    /// # Errors
+    /// [`RuleError::Invalid`] when `more` records a series these rules record, or names an alert as one
+    /// of these does: the lab's views and descriptions read them by name.
+    pub fn with(mut self, more: RuleSet) -> Result<RuleSet, RuleError> {
+        let records: BTreeMap<&str, &str> = self
+            .rules()
+            .filter_map(|(g, r)| match &r.kind {
+                RuleKind::Record { name, .. } => Some((name.as_str(), g.origin.as_str())),
+                RuleKind::Alert(_) => None,
+            })
+            .collect();
+        let alerts: BTreeMap<&str, &str> = self
+            .rules()
+            .filter_map(|(g, r)| match &r.kind {
+                RuleKind::Alert(a) => Some((a.name.as_str(), g.origin.as_str())),
+                RuleKind::Record { .. } => None,
+            })
+            .collect();
+        for (g, r) in more.rules() {
+            let (kind, clash) = match &r.kind {
+                RuleKind::Record { name, .. } => ("record", records.get(name.as_str())),
+                RuleKind::Alert(a) => ("alert", alerts.get(a.name.as_str())),
+            };
+            if let Some(first) = clash {
+                return Err(RuleError::Invalid {
+                    origin: g.origin.clone(),
+                    group: g.name.clone(),
+                    rule: format!("{kind} {}", r.name()),
+                    problem: format!("{first} already has a rule of that name: give yours another"),
+                });
+            }
+        }
+        self.groups.extend(more.groups);
+        Ok(self)
+    }
+
+    /// Every rule with its group, in evaluation order.
+    pub fn rules(&self) -> impl Iterator<Item = (&Group, &Rule)> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.rules.iter().map(move |r| (g, r)))
+    }
+
+    /// The groups, in evaluation order.
+    pub fn groups(&self) -> &[Group] {
+        &self.groups
+    }
+
+    /// Every alerting rule, in order.
+    pub fn alerts(&self) -> impl Iterator<Item = &AlertRule> {
+        self.rules().filter_map(|(_, r)| match &r.kind {
+            RuleKind::Alert(a) => Some(a),
+            RuleKind::Record { .. } => None,
+        })
+    }
+
+    /// The first alerting rule named `name`.
+    pub fn alert(&self, name: &str) -> Option<&AlertRule> {
+        self.alerts().find(|a| a.name == name)
+    }
+
+    /// The alert names, each once, in order.
+    pub fn alert_names(&self) -> Vec<&str> {
+        let mut seen = BTreeSet::new();
+        self.alerts()
+            .map(|a| a.name.as_str())
+            .filter(|n| seen.insert(*n))
+            .collect()
+    }
+
+    /// The names of the recorded series, in order.
+    pub fn records(&self) -> Vec<&str> {
+        self.rules()
+            .filter_map(|(_, r)| match &r.kind {
+                RuleKind::Record { name, .. } => Some(name.as_str()),
+                RuleKind::Alert(_) => None,
+            })
+            .collect()
+    }
+
+    /// The alert names (each once) and the recorded series of the rules that came from `origin`.
+    pub fn names_from(&self, origin: &str) -> (Vec<&str>, Vec<&str>) {
+        let mut alerts: Vec<&str> = Vec::new();
+        let mut records = Vec::new();
+        for (_, r) in self.rules().filter(|(g, _)| g.origin == origin) {
+            match &r.kind {
+                RuleKind::Alert(a) if !alerts.contains(&a.name.as_str()) => alerts.push(&a.name),
+                RuleKind::Alert(_) => {}
+                RuleKind::Record { name, .. } => records.push(name.as_str()),
+            }
+        }
+        (alerts, records)
+    }
+
+    /// The files the rules came from, in order, each once.
+    pub fn origins(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for g in &self.groups {
+            if !out.contains(&g.origin.as_str()) {
+                out.push(&g.origin);
+            }
+        }
+        out
+    }
+
+    /// The longest any rule reads back (a range plus its offset), ms.
+    pub fn longest_window_ms(&self) -> i64 {
+        self.rules()
+            .flat_map(|(_, r)| r.expr.selectors())
+            .map(|(s, range)| range + s.offset_ms.max(0))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn check_rule(origin: &str, group: &str, index: usize, r: RawRule) -> Result<Rule, RuleError> {
+    let label = match (&r.record, &r.alert) {
+        (Some(n), None) => format!("record {n}"),
+        (None, Some(n)) => format!("alert {n}"),
+        _ => format!("rule {}", index + 1),
+    };
+    let invalid = |problem: String| RuleError::Invalid {
+        origin: origin.to_string(),
+        group: group.to_string(),
+        rule: label.clone(),
+        problem,
+    };
+    let expr = parse(&r.expr).map_err(|source| RuleError::Expr {
+        origin: origin.to_string(),
+        group: group.to_string(),
+        rule: label.clone(),
+        source,
+    })?;
+    let t = expr.value_type();
+    if t != crate::promql::ast::ValueType::Vector && t != crate::promql::ast::ValueType::Scalar {
+        return Err(invalid(format!(
+            "its expr is a {t}: a rule needs an instant vector or a scalar"
+        )));
+    }
+    for (s, range) in expr.selectors() {
+        let back = range + s.offset_ms.max(0);
+        if back > MAX_HISTORY_MS {
+            return Err(invalid(format!(
+                "it reads {} back ({}), and the lab keeps {} of samples: shorten the range",
+                format_duration(back),
+                s.name,
+                format_duration(MAX_HISTORY_MS)
+            )));
+        }
+        if s.offset_ms < 0 {
+            return Err(invalid(
+                "a negative offset reads the future: the lab evaluates at the newest scrape".into(),
+            ));
+        }
+    }
+    for l in r.labels.keys() {
+        if !is_label_name(l) || l == NAME {
+            return Err(invalid(format!("{l:?} is not a valid label name")));
+        }
+    }
+    let duration = |field: &str, v: &Option<String>| -> Result<i64, RuleError> {
+        match v {
+            None => Ok(0),
+            Some(s) => parse_duration(s)
+                .ok_or_else(|| invalid(format!("{field}: {s:?} is not a duration (e.g. 2s, 1m, 1h30m)"))),
+        }
+    };
+    let kind = match (r.record, r.alert) {
+        (Some(name), None) => {
+            if !is_metric_name(&name) {
+                return Err(invalid(format!("{name:?} is not a valid metric name")));
+            }
+            if r.for_.is_some() || r.keep_firing_for.is_some() || !r.annotations.is_empty() {
+                return Err(invalid(
+                    "for, keep_firing_for and annotations belong to alerting rules".into(),
+                ));
+            }
+            RuleKind::Record {
+                name,
+                labels: Labels::from_pairs(r.labels),
+            }
+        }
+        (None, Some(name)) => {
+            if name.trim().is_empty() {
+                return Err(invalid("an alert needs a name".into()));
+            }
+            let signal = match r.labels.get("signal") {
+                Some(s) => signal_of(s).ok_or_else(|| {
+                    invalid(format!(
+                        "labels.signal is {s:?}: one of latency, throughput, errors, saturation"
+                    ))
+                })?,
+                None => {
+                    return Err(invalid(
+                        "it needs labels.signal: one of latency, throughput, errors, saturation (the lab files every alert under one of its four golden signals)"
+                            .into(),
+                    ));
+                }
+            };
+            let mut labels = Vec::new();
+            for (k, v) in &r.labels {
+                let t = Template::parse(v).map_err(|e| invalid(format!("labels.{k}: {e}")))?;
+                labels.push((k.clone(), t));
+            }
+            let summary = r
+                .annotations
+                .get("summary")
+                .map(|s| Template::parse(s).map_err(|e| invalid(format!("annotations.summary: {e}"))))
+                .transpose()?;
+            RuleKind::Alert(AlertRule {
+                signal,
+                for_ms: duration("for", &r.for_)?,
+                keep_firing_ms: duration("keep_firing_for", &r.keep_firing_for)?,
+                labels,
+                summary,
+                name,
+            })
+        }
+        _ => return Err(invalid("a rule needs either record or alert, not both".into())),
+    };
+    Ok(Rule {
+        kind,
+        expr,
+        expr_text: r.expr,
+    })
+}
+
+/// An alert whose condition holds (pending or firing), or that is kept firing after it lapsed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Condition {
-    pub rule: Rule,
-    /// `storage-1`, `rank-1` or `job`.
+pub struct ActiveAlert {
+    /// The alert's name (`alertname`).
+    pub name: String,
+    pub signal: GoldenSignal,
+    /// Its labels: the expression's, the rule's, and `alertname`.
+    pub labels: Labels,
+    /// What it fires for: its `server`, `instance` or `pod` label, else `job`.
     pub target: String,
-    /// The value the rule compared, in its unit.
+    /// The expression's value for it (`$value`).
     pub value: f64,
-    /// Since when the condition has held without a break, ms.
-    pub active_since_ms: i64,
-    /// Whether it has held for the rule's `for` duration.
+    /// Since when its condition has held without a break, ms.
+    pub since_ms: i64,
+    /// Whether it has held for the rule's `for`.
     pub firing: bool,
-    /// True when the condition no longer holds and the alert only stays firing for `keep_firing_for`.
+    /// True when its condition no longer holds and it only stays firing for `keep_firing_for`.
     pub kept: bool,
+    /// Its `annotations.summary`, filled in.
+    pub summary: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// What an alert fires for: its `server`, `instance` or `pod` label, else the job as a whole.
+pub fn target_of(labels: &Labels) -> String {
+    ["server", "instance", "pod"]
+        .iter()
+        .find_map(|l| labels.get(l))
+        .unwrap_or("job")
+        .to_string()
+}
+
+#[derive(Debug, Clone)]
 struct Active {
     since: i64,
     firing: bool,
     keep_since: Option<i64>,
     value: f64,
+    summary: Option<String>,
 }
 
-/// The rule evaluator: the baseline latch and each alert's state (pending or firing, since when).
-#[derive(Debug, Default)]
+/// Evaluates a [`RuleSet`] tick by tick: recording rules into the store, alerting rules into their
+/// pending → firing state, as Prometheus' rule manager does.
+#[derive(Debug)]
 pub struct Engine {
-    baseline: Option<LearnedBaseline>,
-    active: BTreeMap<(&'static str, String), (Rule, Active)>,
+    rules: Arc<RuleSet>,
+    /// When each group was last evaluated.
+    last: Vec<Option<i64>>,
+    /// Each alert by (group, rule, labels).
+    active: BTreeMap<(usize, usize, Labels), Active>,
+    /// The errors of the last evaluation, one line per failed rule.
+    errors: Vec<String>,
 }
 
 impl Engine {
-    /// An evaluator with no baseline yet.
-    pub fn new() -> Self {
-        Engine::default()
-    }
-
-    /// The baseline, once learned or restored.
-    pub fn baseline(&self) -> Option<&LearnedBaseline> {
-        self.baseline.as_ref()
-    }
-
-    /// Sets the baseline (learned by an earlier process, e.g. during `lab up`), replacing any.
-    pub fn set_baseline(&mut self, baseline: Option<LearnedBaseline>) {
-        self.baseline = baseline;
-    }
-
-    /// Records the tick's rule inputs into the store, learns the baseline if due, and evaluates every
-    /// rule at `t`. Returns the conditions that hold, firing or still pending.
-    pub fn evaluate(&mut self, store: &mut Store, signals: &Signals, t: i64) -> Vec<Condition> {
-        let none = Labels::new();
-        store.record(
-            recorded::JOB_SAMPLES,
-            t,
-            &[(none.clone(), signals.job_samples_per_s)],
-        );
-        store.record(
-            recorded::JOB_SAMPLES_SHORT,
-            t,
-            &[(none.clone(), signals.job_samples_per_s_short)],
-        );
-        let step: Vec<(Labels, f64)> = signals
-            .job_step_seconds
-            .map(|s| (none.clone(), s))
-            .into_iter()
-            .collect();
-        store.record(recorded::JOB_STEP_SECONDS, t, &step);
-        let p50: Vec<(Labels, f64)> = signals
-            .servers
-            .iter()
-            .filter_map(|(name, s)| {
-                s.client_p50
-                    .map(|v| (Labels::from_pairs([("server", name.as_str())]), v))
-            })
-            .collect();
-        store.record(recorded::STORAGE_P50, t, &p50);
-        if self.baseline.is_none() {
-            self.baseline = learn(store, t);
+    /// An engine for `rules` with no alert active.
+    pub fn new(rules: Arc<RuleSet>) -> Self {
+        Engine {
+            last: vec![None; rules.groups.len()],
+            rules,
+            active: BTreeMap::new(),
+            errors: Vec::new(),
         }
-        let b: Vec<(Labels, f64)> = self
-            .baseline
-            .as_ref()
-            .map(|b| (none.clone(), b.job.samples_per_s))
-            .into_iter()
-            .collect();
-        store.record(recorded::JOB_SAMPLES_BASELINE, t, &b);
-
-        let holding = self.conditions(signals);
-        self.step_alerts(holding, t)
     }
 
-    /// Prometheus' alert state machine: a new condition is pending from `t`, fires after `for`; a lapsed
-    /// condition ends the alert, unless it was firing and `keep_firing_for` has not yet run out.
-    fn step_alerts(&mut self, holding: Vec<(Rule, String, f64)>, t: i64) -> Vec<Condition> {
-        let mut now: BTreeMap<(&'static str, String), (Rule, Active)> = BTreeMap::new();
-        for (rule, target, value) in holding {
-            let key = (rule.name, target);
-            let a = match self.active.remove(&key) {
-                Some((_, a)) => Active {
-                    keep_since: None,
-                    value,
-                    ..a
-                },
-                None => Active {
-                    since: t,
-                    firing: false,
-                    keep_since: None,
-                    value,
-                },
-            };
-            now.insert(key, (rule, a));
-        }
-        for (key, (rule, mut a)) in std::mem::take(&mut self.active) {
-            if a.firing && rule.keep_firing_ms > 0 {
-                let since = *a.keep_since.get_or_insert(t);
-                if t - since < rule.keep_firing_ms {
-                    now.insert(key, (rule, a));
+    /// The rules it evaluates.
+    pub fn rules(&self) -> &Arc<RuleSet> {
+        &self.rules
+    }
+
+    /// The rules that failed on the last evaluation, each `rule <name>: <why>`. A failed rule writes
+    /// nothing and leaves its alerts as they were, as in Prometheus.
+    pub fn errors(&self) -> &[String] {
+        &self.errors
+    }
+
+    /// Evaluates every group due at `t` over `store` (recording into it), and returns every active alert,
+    /// in rule order. `earliest` cuts ranges to what a young collector watched (see [`Ctx::earliest`]).
+    pub fn evaluate(&mut self, store: &mut Store, t: i64, earliest: Option<i64>) -> Vec<ActiveAlert> {
+        self.evaluate_cached(store, t, earliest, &Cache::default())
+    }
+
+    /// [`Engine::evaluate`], sharing the range selections it reads through `cache` (with the views of
+    /// the same tick).
+    pub fn evaluate_cached(
+        &mut self,
+        store: &mut Store,
+        t: i64,
+        earliest: Option<i64>,
+        cache: &Cache,
+    ) -> Vec<ActiveAlert> {
+        self.errors.clear();
+        let rules = Arc::clone(&self.rules);
+        for (gi, group) in rules.groups.iter().enumerate() {
+            // A group with an interval runs when it is due; half a tick early counts, as ticks drift.
+            if let (Some(every), Some(last)) = (group.interval_ms, self.last[gi])
+                && t - last < every - 500
+            {
+                continue;
+            }
+            self.last[gi] = Some(t);
+            for (ri, rule) in group.rules.iter().enumerate() {
+                let ctx = Ctx {
+                    store: &*store,
+                    t,
+                    earliest,
+                    cache: Some(cache),
+                };
+                let result = ctx.eval(&rule.expr).map(|v| match v {
+                    Value::Scalar(s) => vec![(Labels::new(), s)],
+                    Value::Vector(v) => v,
+                    // Refused at load.
+                    Value::Matrix(_) | Value::String(_) => Vec::new(),
+                });
+                let outcome = match &rule.kind {
+                    RuleKind::Record { name, labels } => result.and_then(|v| {
+                        let v = relabel(v, labels)?;
+                        store.record(name, t, &v);
+                        cache.forget(name);
+                        Ok(())
+                    }),
+                    RuleKind::Alert(a) => result.and_then(|v| self.step(gi, ri, a, v, t)),
+                };
+                if let Err(e) = outcome {
+                    self.errors.push(format!("rule {}: {e}", rule.name()));
                 }
             }
         }
-        for (rule, a) in now.values_mut() {
+        self.collect()
+    }
+
+    /// Prometheus' alert state machine for one rule's result at `t`: a new alert is pending from `t` and
+    /// fires once it has held for `for`; one whose condition lapsed ends, unless it was firing and
+    /// `keep_firing_for` has not run out.
+    fn step(
+        &mut self,
+        gi: usize,
+        ri: usize,
+        rule: &AlertRule,
+        result: Vec<(Labels, f64)>,
+        t: i64,
+    ) -> Result<(), QueryError> {
+        let mut holding: BTreeMap<Labels, (f64, Option<String>)> = BTreeMap::new();
+        for (l, v) in result {
+            let mut labels = l.without(&[NAME]);
+            for (k, tmpl) in &rule.labels {
+                labels.set(k.as_str(), tmpl.render(&l, v));
+            }
+            labels.set("alertname", rule.name.as_str());
+            let summary = rule.summary.as_ref().map(|s| s.render(&l, v));
+            if holding.insert(labels, (v, summary)).is_some() {
+                return Err(QueryError::eval(
+                    "vector contains metrics with the same labelset after applying alert labels",
+                ));
+            }
+        }
+        let mine: Vec<(usize, usize, Labels)> = self
+            .active
+            .range((gi, ri, Labels::new())..)
+            .take_while(|(k, _)| k.0 == gi && k.1 == ri)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in mine {
+            if holding.contains_key(&key.2) {
+                continue;
+            }
+            let keep = match self.active.get_mut(&key) {
+                Some(a) if a.firing && rule.keep_firing_ms > 0 => {
+                    let since = *a.keep_since.get_or_insert(t);
+                    t - since < rule.keep_firing_ms
+                }
+                _ => false,
+            };
+            if !keep {
+                self.active.remove(&key);
+            }
+        }
+        for (labels, (value, summary)) in holding {
+            let a = self.active.entry((gi, ri, labels)).or_insert(Active {
+                since: t,
+                firing: false,
+                keep_since: None,
+                value,
+                summary: None,
+            });
+            a.keep_since = None;
+            a.value = value;
+            a.summary = summary;
+        }
+        for (_, a) in self
+            .active
+            .range_mut((gi, ri, Labels::new())..)
+            .take_while(|(k, _)| k.0 == gi && k.1 == ri)
+        {
             if !a.firing && t - a.since >= rule.for_ms {
                 a.firing = true;
             }
         }
-        self.active = now;
-        let order = |r: &Rule| RULES.iter().position(|x| x.name == r.name).unwrap_or(usize::MAX);
-        let mut out: Vec<Condition> = self
-            .active
+        Ok(())
+    }
+
+    fn collect(&self) -> Vec<ActiveAlert> {
+        self.active
             .iter()
-            .map(|((_, target), (rule, a))| Condition {
-                rule: *rule,
-                target: target.clone(),
-                value: a.value,
-                active_since_ms: a.since,
-                firing: a.firing,
-                kept: a.keep_since.is_some(),
+            .filter_map(|((gi, ri, labels), a)| {
+                let RuleKind::Alert(rule) = &self.rules.groups[*gi].rules[*ri].kind else {
+                    return None;
+                };
+                Some(ActiveAlert {
+                    name: rule.name.clone(),
+                    signal: rule.signal,
+                    target: target_of(labels),
+                    labels: labels.clone(),
+                    value: a.value,
+                    since_ms: a.since,
+                    firing: a.firing,
+                    kept: a.keep_since.is_some(),
+                    summary: a.summary.clone(),
+                })
             })
-            .collect();
-        out.sort_by(|a, b| (order(&a.rule), &a.target).cmp(&(order(&b.rule), &b.target)));
-        out
-    }
-
-    fn conditions(&self, s: &Signals) -> Vec<(Rule, String, f64)> {
-        let mut out = Vec::new();
-        // Latency: lab:storage_read_p50_seconds:unstarved > 0.05
-        //   and lab:storage_read_p50_seconds:unstarved > 4 * scalar(quantile(0.5, lab:storage_read_p50_seconds:unstarved))
-        //   and on (server) sum by (server) (increase(lab_storage_read_duration_seconds_count[3s])) >= 3
-        // or on (server)
-        //   max by (server) (max_over_time(lab_storage_read_waiting_seconds[3s])
-        //     unless on (instance) lab:rank_cpu_starved) > 1
-        //   and ... > 4 * scalar(quantile(0.5, lab:storage_read_p50_seconds:unstarved))
-        // or on (server)
-        //   lab:storage_read_wait_share:unstarved > 0.75
-        //   and ... > 4 * scalar(quantile(0.5, lab:storage_read_wait_share:unstarved))
-        // or on (server)
-        //   lab:storage_read_wait_share_10s:unstarved > 0.4
-        //   and ... > 4 * scalar(quantile(0.5, lab:storage_read_wait_share_10s:unstarved))
-        let window_s = crate::signals::WINDOW_MS as f64 / 1000.0;
-        for (server, sv) in &s.servers {
-            if let Some(p) = sv.p50_unstarved
-                && p > LATENCY_MIN_SECONDS
-                && p > LATENCY_MEDIAN_FACTOR * s.p50_unstarved_median
-                && sv.reads_per_s.is_some_and(|r| r * window_s >= LATENCY_MIN_READS)
-            {
-                out.push((STORAGE_LATENCY, server.clone(), p));
-            } else if let Some(w) = sv.read_waiting_unstarved
-                && w > LATENCY_WAITING_MIN_SECONDS
-                && w > LATENCY_MEDIAN_FACTOR * s.p50_unstarved_median
-            {
-                out.push((STORAGE_LATENCY, server.clone(), w));
-            } else if let Some(f) = sv.read_wait_share_unstarved
-                && f > LATENCY_WAIT_SHARE_MIN
-                && f > LATENCY_MEDIAN_FACTOR * s.read_wait_share_median
-            {
-                out.push((STORAGE_LATENCY, server.clone(), f));
-            } else if let Some(f) = sv.read_wait_share_10s_unstarved
-                && f > LATENCY_WAIT_SHARE_10S_MIN
-                && f > LATENCY_MEDIAN_FACTOR * s.read_wait_share_10s_median
-            {
-                out.push((STORAGE_LATENCY, server.clone(), f));
-            }
-        }
-        // Throughput: lab:job_samples_per_second:rate3s < 0.5 * lab:job_samples_per_second:baseline
-        if let Some(b) = &self.baseline
-            && s.job_samples_per_s_short < THROUGHPUT_MIN_FRACTION * b.job.samples_per_s
-        {
-            out.push((THROUGHPUT_LOW, "job".to_string(), s.job_samples_per_s_short));
-        }
-        // Errors: sum by (server) (rate(lab_storage_read_errors_total[3s])) > 0
-        for (server, sv) in &s.servers {
-            if let Some(e) = sv.errors_per_s
-                && e > 0.0
-            {
-                out.push((STORAGE_ERRORS, server.clone(), e));
-            }
-        }
-        // Errors: sum by (instance) (rate(lab_collective_errors_total[3s])) > 0
-        for (rank, rs) in &s.ranks {
-            if let Some(e) = rs.collective_errors_per_s
-                && e > 0.0
-            {
-                out.push((COLLECTIVE_ERRORS, rank.clone(), e));
-            }
-        }
-        // Errors: max by (pod) (kube_pod_container_status_last_terminated_exitcode{pod=~"rank-[0-9]+"}) > 0 != 4
-        //   and on (pod) max by (pod) (increase(kube_pod_container_status_restarts_total{pod=~"rank-[0-9]+"}[1m])) > 0
-        for (pod, code) in &s.ranks_crashing {
-            out.push((RANK_CRASH_LOOPING, pod.clone(), *code));
-        }
-        // Saturation: lab:rank_cpu_starved
-        for (rank, rs) in &s.ranks {
-            if rs.starved {
-                out.push((
-                    CPU_THROTTLED,
-                    rank.clone(),
-                    rs.throttled_ratio.unwrap_or(f64::NAN),
-                ));
-            }
-        }
-        // Saturation: quantile(0.5, lab:rank_wait_share) > 0.5
-        if s.wait_share_median > WAIT_SHARE_MAX {
-            out.push((COLLECTIVE_WAIT, "job".to_string(), s.wait_share_median));
-        }
-        // Saturation: count(lab_rendezvous_waiting == 1) > 0
-        if !s.ranks_waiting_for_peers.is_empty() {
-            out.push((
-                WAITING_FOR_PEERS,
-                "job".to_string(),
-                s.ranks_waiting_for_peers.len() as f64,
-            ));
-        }
-        // Saturation: max by (pod) (kube_pod_status_unschedulable{pod=~"rank-[0-9]+"}) == 1
-        for pod in &s.ranks_pending {
-            out.push((RANK_PENDING, pod.clone(), 1.0));
-        }
-        // Saturation: rate(lab_steps_total[3s]) == 0
-        //   and on (instance) lab_collective_wait_seconds < 1
-        //   and on () (max(lab_collective_wait_seconds) > 2)
-        //   unless on (instance) sum by (instance) (rate(lab_storage_read_wait_seconds_total[3s])) > 0.5
-        if s.collective_wait_max > HUNG_SIBLING_WAIT_SECONDS {
-            for (rank, rs) in &s.ranks {
-                if rs.steps_per_s == Some(0.0)
-                    && rs
-                        .collective_wait_s
-                        .is_some_and(|w| w < HUNG_SELF_WAIT_MAX_SECONDS)
-                    && !rs.read_wait_share.is_some_and(|f| f > HUNG_READ_WAIT_MAX_SHARE)
-                {
-                    out.push((RANK_HUNG, rank.clone(), s.collective_wait_max));
-                }
-            }
-        }
-        // Saturation: lab:rank_compute_seconds_per_step
-        //   > 1.3 * scalar(quantile(0.25, lab:rank_compute_seconds_per_step))
-        for (rank, rs) in &s.ranks {
-            if let Some(c) = rs.compute_per_step
-                && c > COMPUTE_SLOW_FACTOR * s.compute_per_step_q25
-            {
-                out.push((COMPUTE_SLOW, rank.clone(), c));
-            }
-        }
-        // Latency: lab_writer_commit_waiting_seconds > 2
-        for (writer, ws) in &s.writers {
-            if let Some(w) = ws.commit_waiting_s
-                && w > COMMIT_WAITING_MAX_SECONDS
-            {
-                out.push((COMMITS_STALLED, writer.clone(), w));
-            }
-        }
-        out
+            .collect()
     }
 }
 
-/// The recorded 3 s throughput values (samples/s, oldest first) the baseline latch judges at `t`: what
-/// [`learn`] sees, for saying why no baseline came.
-pub fn baseline_window(store: &Store, t: i64) -> Vec<f64> {
-    store
-        .range(recorded::JOB_SAMPLES_SHORT, t, BASELINE_WINDOW_MS, |_| true)
+/// A recording rule's result as it is written: the metric name dropped, the rule's labels set.
+fn relabel(v: Vec<(Labels, f64)>, labels: &Labels) -> Result<Vec<(Labels, f64)>, QueryError> {
+    let mut out: Vec<(Labels, f64)> = v
         .into_iter()
-        .next()
-        .map(|(_, pts)| pts.into_iter().map(|p| p.1).collect())
-        .unwrap_or_default()
-}
-
-/// The baseline latch (the rule file's self-referencing recording rule): once the last 5 s hold at
-/// least 4 recorded values of the 3 s throughput (the figure the throughput rule compares with the
-/// baseline), all above zero, with a standard deviation under 10% of their mean, the mean is the
-/// baseline, and it stays.
-fn learn(store: &Store, t: i64) -> Option<LearnedBaseline> {
-    let any = |_: &Labels| true;
-    let series = store.range(recorded::JOB_SAMPLES_SHORT, t, BASELINE_WINDOW_MS, any);
-    let pts = &series.first()?.1;
-    let mean = avg_over_time(pts);
-    let stable = pts.len() >= BASELINE_MIN_SAMPLES
-        && min_over_time(pts) > 0.0
-        && stddev_over_time(pts) < BASELINE_MAX_VARIATION * mean;
-    if !stable {
-        return None;
-    }
-    let step = store.range(recorded::JOB_STEP_SECONDS, t, BASELINE_WINDOW_MS, any);
-    // 0 when the ranks export no step histogram: the model's field is not optional, and JSON has no NaN.
-    let step_seconds = step
-        .first()
-        .map(|s| avg_over_time(&s.1))
-        .filter(|v| v.is_finite())
-        .unwrap_or(0.0);
-    let storage_p50 = store
-        .range(recorded::STORAGE_P50, t, BASELINE_WINDOW_MS, any)
-        .into_iter()
-        .filter_map(|(l, pts)| {
-            let finite: Vec<(i64, f64)> = pts.into_iter().filter(|p| p.1.is_finite()).collect();
-            let v = avg_over_time(&finite);
-            Some((l.get("server")?.to_string(), v)).filter(|_| v.is_finite())
+        .map(|(l, x)| {
+            let mut l = l.without(&[NAME]);
+            for (k, val) in labels.iter() {
+                l.set(k, val);
+            }
+            (l, x)
         })
         .collect();
-    Some(LearnedBaseline {
-        job: Baseline {
-            samples_per_s: mean,
-            step_seconds,
-            learned_at_ms: u64::try_from(t).unwrap_or(0),
-        },
-        storage_p50,
-    })
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    if out.windows(2).any(|w| w[0].0 == w[1].0) {
+        return Err(QueryError::eval(
+            "vector contains metrics with the same labelset after applying rule labels",
+        ));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::{RankSignals, ServerSignals, WriterSignals};
+    use crate::expo::parse as expo;
 
-    fn server(p50: f64) -> ServerSignals {
-        ServerSignals {
-            client_p50: Some(p50),
-            p50_unstarved: Some(p50),
-            reads_per_s: Some(3.0),
-            ..Default::default()
+    fn set(yaml: &str) -> Arc<RuleSet> {
+        Arc::new(RuleSet::parse(yaml, "team.yaml").unwrap_or_else(|e| panic!("{}", error_text(&e))))
+    }
+
+    fn error_text(e: &RuleError) -> String {
+        lab_model::format::error_chain(e)
+    }
+
+    fn refused(yaml: &str) -> String {
+        error_text(&RuleSet::parse(yaml, "team.yaml").unwrap_err())
+    }
+
+    /// `x{instance}` gauges at `t`, each `(instance, value)`.
+    fn scrape(store: &mut Store, t: i64, metric: &str, values: &[(&str, f64)]) {
+        for (instance, v) in values {
+            store.ingest(instance, t, expo(&format!("{metric} {v}")).unwrap());
         }
     }
 
-    fn signals_with_servers(p: &[f64]) -> Signals {
-        let mut s = Signals {
-            job_samples_per_s: 400.0,
-            ..Default::default()
-        };
-        for (i, v) in p.iter().enumerate() {
-            s.servers.insert(format!("storage-{i}"), server(*v));
-        }
-        s.p50_unstarved_median = crate::promql::quantile(0.5, p);
-        s
-    }
-
-    fn warm() -> (Engine, Store) {
-        (Engine::new(), Store::new(60_000))
-    }
-
-    fn names(c: &[Condition]) -> Vec<(&str, &str, bool)> {
-        c.iter()
-            .map(|c| (c.rule.name, c.target.as_str(), c.firing))
+    fn names(alerts: &[ActiveAlert]) -> Vec<(&str, &str, bool)> {
+        alerts
+            .iter()
+            .map(|a| (a.name.as_str(), a.target.as_str(), a.firing))
             .collect()
     }
 
-    #[test]
-    fn latency_needs_the_floor_and_the_siblings() {
-        let (mut e, mut store) = warm();
-        assert_eq!(
-            e.evaluate(&mut store, &signals_with_servers(&[0.003, 0.488, 0.003]), 10_000)
-                .len(),
-            1
-        );
-        // Everything equally slow: nothing stands out.
-        assert!(
-            e.evaluate(&mut store, &signals_with_servers(&[0.5, 0.5, 0.5]), 11_000)
-                .is_empty()
-        );
-        // Far above its siblings but under the floor: a fast lab, not an incident.
-        assert!(
-            e.evaluate(&mut store, &signals_with_servers(&[0.001, 0.04, 0.001]), 12_000)
-                .is_empty()
-        );
-        // Slow, but over too few reads in the window (two in 3 s) to say so.
-        let mut few = signals_with_servers(&[0.003, 0.488, 0.003]);
-        few.servers.get_mut("storage-1").unwrap().reads_per_s = Some(2.0 / 3.0);
-        assert!(e.evaluate(&mut store, &few, 13_000).is_empty());
-    }
+    const THROTTLED: &str = r#"
+groups:
+  - name: g
+    rules:
+      - alert: Throttled
+        expr: x > 0.25
+        for: 2s
+        keep_firing_for: 10s
+        labels: {signal: saturation, severity: "{{ $labels.instance }}-sev"}
+        annotations: {summary: "{{ $labels.instance }} at {{ $value }}"}
+"#;
 
     #[test]
-    fn latency_counts_a_read_still_waiting_when_too_few_have_ended() {
-        let (mut e, mut store) = warm();
-        // storage-1 answered one read in the window (too few for its p50), and a read waited 1.6 s.
-        let mut s = signals_with_servers(&[0.003, 0.9, 0.003]);
-        let s1 = s.servers.get_mut("storage-1").unwrap();
-        s1.reads_per_s = Some(1.0 / 3.0);
-        s1.read_waiting_unstarved = Some(1.6);
-        let c = e.evaluate(&mut store, &s, 10_000);
-        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
-        assert_eq!(c[0].value, 1.6);
-        // A read waiting 0.9 s is not enough, whatever the siblings; nor is one of 1.1 s when the servers'
-        // median is as slow as 0.3 s (4x: 1.2 s).
-        s.servers.get_mut("storage-1").unwrap().read_waiting_unstarved = Some(0.9);
-        assert!(e.evaluate(&mut store, &s, 12_000).is_empty());
-        let mut even = signals_with_servers(&[0.3, 0.3, 0.3]);
-        even.servers.get_mut("storage-1").unwrap().read_waiting_unstarved = Some(1.1);
-        assert!(e.evaluate(&mut store, &even, 13_000).is_empty());
-    }
-
-    #[test]
-    fn latency_counts_a_reader_held_most_of_the_window() {
-        let (mut e, mut store) = warm();
-        // storage-1 ended one read in the window and no read has waited 1 s yet, but its reader spent
-        // 80% of the window waiting on it, where the others wait 2-3% of theirs.
-        let mut s = signals_with_servers(&[0.003, 0.4, 0.003]);
-        s.read_wait_share_median = 0.03;
-        for (server, f) in [("storage-0", 0.02), ("storage-1", 0.8), ("storage-2", 0.03)] {
-            let sv = s.servers.get_mut(server).unwrap();
-            sv.read_wait_share_unstarved = Some(f);
+    fn the_builtin_file_loads_and_records_what_the_views_read() {
+        let b = builtin();
+        assert_eq!(b.alert_names().len(), 12);
+        for name in recorded::ALL {
+            assert!(
+                b.records().contains(&name),
+                "{name} is not recorded by the rule file"
+            );
         }
-        s.servers.get_mut("storage-1").unwrap().reads_per_s = Some(1.0 / 3.0);
-        let c = e.evaluate(&mut store, &s, 10_000);
-        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
-        assert_eq!(c[0].value, 0.8);
-        // 75% of the window is not enough; nor is 80% when every server holds its readers 25% of theirs
-        // (a loaded machine, not one slow server).
-        s.servers.get_mut("storage-1").unwrap().read_wait_share_unstarved = Some(0.75);
-        assert!(e.evaluate(&mut store, &s, 11_000).is_empty());
-        s.servers.get_mut("storage-1").unwrap().read_wait_share_unstarved = Some(0.8);
-        s.read_wait_share_median = 0.25;
-        assert!(e.evaluate(&mut store, &s, 12_000).is_empty());
-    }
-
-    #[test]
-    fn latency_holds_a_server_that_holds_its_readers_over_ten_seconds() {
-        let (mut e, mut store) = warm();
-        // storage-0, read by two ranks at 10m: most reads end in milliseconds (p50 under the floor, many
-        // reads), none waits 1 s, and this 3 s window's share is 0.6; over 10 s its readers waited 70% of
-        // the time, where the other servers' wait 2%.
-        let mut s = signals_with_servers(&[0.004, 0.001, 0.001]);
-        s.servers.get_mut("storage-0").unwrap().reads_per_s = Some(8.0);
-        s.read_wait_share_median = 0.02;
-        s.read_wait_share_10s_median = 0.02;
-        for (server, f3, f10) in [
-            ("storage-0", 0.6, 0.7),
-            ("storage-1", 0.02, 0.02),
-            ("storage-2", 0.01, 0.02),
-        ] {
-            let sv = s.servers.get_mut(server).unwrap();
-            sv.read_waiting_unstarved = Some(if server == "storage-0" { 0.4 } else { 0.003 });
-            sv.read_wait_share_unstarved = Some(f3);
-            sv.read_wait_share_10s_unstarved = Some(f10);
-        }
-        let c = e.evaluate(&mut store, &s, 10_000);
-        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-0", true)]);
-        assert_eq!(c[0].value, 0.7);
-        // 40% of 10 s is not enough; nor is 70% when every server holds its readers 20% of theirs.
-        s.servers
-            .get_mut("storage-0")
-            .unwrap()
-            .read_wait_share_10s_unstarved = Some(0.4);
-        assert!(e.evaluate(&mut store, &s, 11_000).is_empty());
-        s.servers
-            .get_mut("storage-0")
-            .unwrap()
-            .read_wait_share_10s_unstarved = Some(0.7);
-        s.read_wait_share_10s_median = 0.2;
-        assert!(e.evaluate(&mut store, &s, 12_000).is_empty());
+        assert_eq!(b.longest_window_ms(), 60_000);
+        let latency = b.alert("LabStorageReadLatencyHigh").unwrap();
+        assert_eq!((latency.signal, latency.for_ms), (GoldenSignal::Latency, 0));
+        let throttled = b.alert("LabRankCpuThrottled").unwrap();
+        assert_eq!((throttled.for_ms, throttled.keep_firing_ms), (2_000, 10_000));
     }
 
     #[test]
     fn for_durations_and_since_times() {
-        let (mut e, mut store) = warm();
-        // The latency rule has no `for`: it fires on the first evaluation that holds.
-        let slow = signals_with_servers(&[0.003, 0.488, 0.003]);
-        let c = e.evaluate(&mut store, &slow, 10_000);
-        assert_eq!(names(&c), vec![("LabStorageReadLatencyHigh", "storage-1", true)]);
-        assert_eq!(c[0].active_since_ms, 10_000);
-        // A break resets the since-time (this rule keeps nothing firing).
-        assert!(
-            e.evaluate(&mut store, &signals_with_servers(&[0.003, 0.003, 0.003]), 13_000)
-                .is_empty()
-        );
-        assert_eq!(e.evaluate(&mut store, &slow, 14_000)[0].active_since_ms, 14_000);
-        // A rule with a `for` (2 s) is pending until its condition has held that long.
-        let mut starved = Signals::default();
-        starved.ranks.insert(
-            "rank-1".into(),
-            RankSignals {
-                starved: true,
-                throttled_ratio: Some(0.3),
-                ..Default::default()
-            },
-        );
-        let pending = vec![("LabRankCpuThrottled", "rank-1", false)];
-        assert_eq!(names(&e.evaluate(&mut store, &starved, 20_000)), pending);
-        assert_eq!(names(&e.evaluate(&mut store, &starved, 21_500)), pending);
-        let c = e.evaluate(&mut store, &starved, 22_000);
-        assert_eq!(names(&c), vec![("LabRankCpuThrottled", "rank-1", true)]);
-        assert_eq!(c[0].active_since_ms, 20_000);
+        let mut e = Engine::new(set(THROTTLED));
+        let mut store = Store::new(60_000);
+        let mut at = |store: &mut Store, t: i64, v: f64| {
+            scrape(store, t, "x", &[("rank-1", v)]);
+            e.evaluate(store, t, None)
+        };
+        let pending = vec![("Throttled", "rank-1", false)];
+        assert_eq!(names(&at(&mut store, 20_000, 0.3)), pending);
+        assert_eq!(names(&at(&mut store, 21_500, 0.3)), pending);
+        let a = at(&mut store, 22_000, 0.4);
+        assert_eq!(names(&a), vec![("Throttled", "rank-1", true)]);
+        assert_eq!((a[0].since_ms, a[0].value), (20_000, 0.4));
+        assert_eq!(a[0].summary.as_deref(), Some("rank-1 at 0.4"));
+        assert_eq!(a[0].labels.get("severity"), Some("rank-1-sev"));
+        assert_eq!(a[0].labels.get("alertname"), Some("Throttled"));
+        // A break of a pending alert resets its since-time.
+        let mut e = Engine::new(set(THROTTLED));
+        let mut store = Store::new(60_000);
+        scrape(&mut store, 1_000, "x", &[("rank-1", 0.3)]);
+        e.evaluate(&mut store, 1_000, None);
+        scrape(&mut store, 2_000, "x", &[("rank-1", 0.1)]);
+        assert!(e.evaluate(&mut store, 2_000, None).is_empty());
+        scrape(&mut store, 3_000, "x", &[("rank-1", 0.3)]);
+        assert_eq!(e.evaluate(&mut store, 3_000, None)[0].since_ms, 3_000);
     }
 
     #[test]
     fn keep_firing_for_bridges_a_lapse_of_a_firing_alert_only() {
-        let (mut e, mut store) = warm();
-        let starved = || {
-            let mut s = Signals::default();
-            s.ranks.insert(
-                "rank-1".into(),
-                RankSignals {
-                    starved: true,
-                    throttled_ratio: Some(0.3),
-                    ..Default::default()
-                },
-            );
-            s
+        let mut e = Engine::new(set(THROTTLED));
+        let mut store = Store::new(60_000);
+        let mut at = |t: i64, v: f64| {
+            scrape(&mut store, t, "x", &[("rank-1", v)]);
+            e.evaluate(&mut store, t, None)
         };
-        let calm = Signals::default();
         // Pending, then lapsing: gone at once.
-        e.evaluate(&mut store, &starved(), 10_000);
-        assert!(e.evaluate(&mut store, &calm, 11_000).is_empty());
+        at(10_000, 0.3);
+        assert!(at(11_000, 0.0).is_empty());
         // Firing, then lapsing: kept for 10 s, with its since-time.
         for t in (20_000..=23_000).step_by(1000) {
-            e.evaluate(&mut store, &starved(), t);
+            at(t, 0.3);
         }
-        let kept = e.evaluate(&mut store, &calm, 24_000);
-        assert_eq!(names(&kept), vec![("LabRankCpuThrottled", "rank-1", true)]);
-        assert!(kept[0].kept && kept[0].active_since_ms == 20_000);
-        assert_eq!(e.evaluate(&mut store, &calm, 33_000).len(), 1);
+        let kept = at(24_000, 0.0);
+        assert_eq!(names(&kept), vec![("Throttled", "rank-1", true)]);
+        assert!(kept[0].kept && kept[0].since_ms == 20_000);
+        assert_eq!(at(33_000, 0.0).len(), 1);
         // Back before the time runs out: the same alert, no longer kept.
-        let back = e.evaluate(&mut store, &starved(), 33_500);
-        assert!(!back[0].kept && back[0].active_since_ms == 20_000);
-        e.evaluate(&mut store, &calm, 34_000);
-        assert!(e.evaluate(&mut store, &calm, 44_000).is_empty());
+        let back = at(33_500, 0.3);
+        assert!(!back[0].kept && back[0].since_ms == 20_000);
+        at(34_000, 0.0);
+        assert!(at(44_000, 0.0).is_empty());
     }
 
     #[test]
-    fn baseline_latches_once_stable_and_then_throughput_rules() {
-        let mut e = Engine::new();
-        let mut store = Store::new(120_000);
-        let at = |v: f64| Signals {
-            job_samples_per_s: v,
-            job_samples_per_s_short: v,
-            ..Default::default()
-        };
-        // Warm-up: ramping, so not stable.
-        for i in 0..10 {
-            e.evaluate(&mut store, &at(40.0 * i as f64), i * 1000);
-            assert!(e.baseline().is_none());
-        }
-        let mut learned_at = None;
-        for i in 10..60 {
-            e.evaluate(&mut store, &at(400.0 + (i % 3) as f64), i * 1000);
-            if learned_at.is_none() && e.baseline().is_some() {
-                learned_at = Some(i);
+    fn a_recording_rule_reads_its_own_previous_output() {
+        // The latch's shape: once x has been at least 5, the first such value stays.
+        let rules = set(r#"
+groups:
+  - name: g
+    rules:
+      - record: job:x
+        expr: sum(x)
+      - record: job:latched
+        expr: job:latched or (job:x >= 5)
+      - alert: Low
+        expr: job:x < 0.5 * job:latched
+        labels: {signal: throughput}
+"#);
+        let mut e = Engine::new(rules);
+        let mut store = Store::new(60_000);
+        let mut fired = Vec::new();
+        for (i, v) in [1.0, 6.0, 8.0, 2.0, 3.5].iter().enumerate() {
+            let t = 1000 * i as i64;
+            scrape(&mut store, t, "x", &[("rank-0", *v)]);
+            if !e.evaluate(&mut store, t, None).is_empty() {
+                fired.push(t);
             }
         }
-        // Not before the window has left the zero at t = 0 behind; the ramp's tail may still be in it, and
-        // pulls the baseline down by a few percent at most.
-        let learned_at = learned_at.unwrap();
-        assert!((11..=20).contains(&learned_at), "{learned_at}");
-        let b = e.baseline().unwrap().job;
-        assert!(
-            b.samples_per_s > 380.0 && b.samples_per_s < 402.0,
-            "{}",
-            b.samples_per_s
-        );
-        // It stays put while throughput falls, and the rule fires after its `for`.
-        let mut fired = None;
-        for i in 60..70 {
-            let c = e.evaluate(&mut store, &at(30.0), i * 1000);
-            if fired.is_none() && c.iter().any(|c| c.rule == THROUGHPUT_LOW && c.firing) {
-                fired = Some(i);
-            }
+        assert_eq!(store.instant("job:latched", 4000, |_| true)[0].1, 6.0);
+        // 2 < 3 fires; 3.5 does not.
+        assert_eq!(fired, vec![3000]);
+    }
+
+    #[test]
+    fn a_group_with_an_interval_runs_when_it_is_due() {
+        let rules = set(r#"
+groups:
+  - name: slow
+    interval: 5s
+    rules:
+      - record: seen
+        expr: x
+"#);
+        let mut e = Engine::new(rules);
+        let mut store = Store::new(60_000);
+        for t in (0..=10_000).step_by(1000) {
+            scrape(&mut store, t, "x", &[("a", t as f64)]);
+            e.evaluate(&mut store, t, None);
         }
-        assert_eq!(fired, Some(62));
-        assert_eq!(e.baseline().unwrap().job, b);
-    }
-
-    fn ranks(f: impl Fn(usize) -> RankSignals) -> Signals {
-        let mut s = Signals::default();
-        for i in 0..4 {
-            s.ranks.insert(format!("rank-{i}"), f(i));
-        }
-        s
-    }
-
-    #[test]
-    fn the_hung_rank_is_named_not_the_siblings_that_wait_for_it() {
-        let (mut e, mut store) = warm();
-        let stalled = |wait_1: f64| {
-            let mut s = ranks(|i| RankSignals {
-                steps_per_s: Some(0.0),
-                collective_wait_s: Some(if i == 1 { wait_1 } else { 12.0 }),
-                ..Default::default()
-            });
-            s.collective_wait_max = 12.0;
-            s
-        };
-        let c = e.evaluate(&mut store, &stalled(0.0), 10_000);
-        assert_eq!(names(&c), vec![("LabRankHung", "rank-1", true)]);
-        // Every rank blocked in its all-reduce (no one holds the job that answers): nobody is named.
-        let (mut e, mut store) = warm();
-        assert!(e.evaluate(&mut store, &stalled(12.0), 10_000).is_empty());
-        // Siblings that have waited only briefly: a slow step, not a hang.
-        let mut brief = stalled(0.0);
-        brief.collective_wait_max = 1.5;
-        assert!(e.evaluate(&mut store, &brief, 11_000).is_empty());
-        // A rank that spent the window waiting on a slow server's read is held by storage, not hung.
-        let (mut e, mut store) = warm();
-        let mut reading = stalled(0.0);
-        reading.ranks.get_mut("rank-1").unwrap().read_wait_share = Some(0.95);
-        assert!(e.evaluate(&mut store, &reading, 10_000).is_empty());
-        reading.ranks.get_mut("rank-1").unwrap().read_wait_share = Some(0.0);
+        let pts = &store.range("seen", 10_000, 10_000, |_| true)[0].1;
         assert_eq!(
-            names(&e.evaluate(&mut store, &reading, 11_000)),
-            vec![("LabRankHung", "rank-1", true)]
+            pts.iter().map(|p| p.0).collect::<Vec<_>>(),
+            vec![0, 5_000, 10_000]
         );
     }
 
     #[test]
-    fn slow_compute_names_both_of_two_slow_ranks_and_nothing_on_equal_ones() {
-        let (mut e, mut store) = warm();
-        let with = |per_step: [f64; 4]| {
-            let mut s = ranks(|i| RankSignals {
-                compute_per_step: Some(per_step[i]),
-                ..Default::default()
-            });
-            s.compute_per_step_q25 = crate::promql::quantile(0.25, &per_step);
-            s
-        };
-        let slow = with([0.045, 0.095, 0.090, 0.044]);
-        for t in (10_000..=11_000).step_by(1000) {
-            e.evaluate(&mut store, &slow, t);
-        }
-        let c = e.evaluate(&mut store, &slow, 12_000);
+    fn a_failing_rule_says_why_and_leaves_its_alerts() {
+        let rules = set(r#"
+groups:
+  - name: g
+    rules:
+      - alert: Clash
+        expr: x + on () y
+        labels: {signal: errors}
+"#);
+        let mut e = Engine::new(rules);
+        let mut store = Store::new(60_000);
+        store.ingest("a", 0, expo("x 1\ny 1").unwrap());
+        assert_eq!(e.evaluate(&mut store, 0, None).len(), 1);
+        store.ingest("a", 1000, expo("x 1\ny 1").unwrap());
+        store.ingest("b", 1000, expo("y 2").unwrap());
+        let a = e.evaluate(&mut store, 1000, None);
+        assert_eq!(a.len(), 1, "the alert stays as it was");
+        assert_eq!(e.errors().len(), 1);
+        assert!(
+            e.errors()[0].starts_with("rule Clash: found duplicate series"),
+            "{:?}",
+            e.errors()
+        );
+    }
+
+    #[test]
+    fn targets_come_from_the_labels() {
+        let t = |pairs: &[(&str, &str)]| target_of(&Labels::from_pairs(pairs.iter().copied()));
+        assert_eq!(t(&[("server", "storage-1"), ("instance", "rank-1")]), "storage-1");
+        assert_eq!(t(&[("instance", "rank-1"), ("pod", "rank-1")]), "rank-1");
+        assert_eq!(t(&[("pod", "rank-4")]), "rank-4");
+        assert_eq!(t(&[("alertname", "X")]), "job");
+    }
+
+    #[test]
+    fn what_the_lab_cannot_evaluate_is_refused_with_the_rule_named() {
+        let rule = |body: &str| format!("groups:\n  - name: team\n    rules:\n{body}");
         assert_eq!(
-            names(&c),
-            vec![
-                ("LabRankComputeSlow", "rank-1", true),
-                ("LabRankComputeSlow", "rank-2", true)
-            ]
+            refused(&rule(
+                "      - alert: TeamSlow\n        expr: label_replace(up, \"a\", \"$1\", \"b\", \"(.*)\")\n        labels: {signal: latency}\n"
+            )),
+            "team.yaml: group \"team\", alert TeamSlow: its expr: line 1, column 1: function label_replace is \
+             not supported by the lab's evaluator (docs/telemetry.md lists what it evaluates)"
         );
-        // The noise between healthy ranks (within 7 % measured) fires nothing.
-        let (mut e, mut store) = warm();
         assert!(
-            e.evaluate(&mut store, &with([0.050, 0.052, 0.053, 0.049]), 10_000)
-                .is_empty()
+            refused(&rule("      - alert: TeamSlow\n        expr: up > 1\n"))
+                .contains("alert TeamSlow: it needs labels.signal: one of latency, throughput")
+        );
+        assert!(
+            refused(&rule(
+                "      - alert: TeamSlow\n        expr: up > 1\n        labels: {signal: speed}\n"
+            ))
+            .contains("labels.signal is \"speed\"")
+        );
+        assert!(
+            refused(&rule(
+                "      - alert: TeamSlow\n        expr: up > 1\n        labels: {signal: latency}\n        annotations: {summary: \"{{ $value | humanize }}\"}\n"
+            ))
+            .contains("annotations.summary: the template action {{ $value | humanize }} is not supported")
+        );
+        assert!(
+            refused(&rule("      - record: team:x\n        expr: rate(x[1h])\n"))
+                .contains("record team:x: it reads 1h back (x), and the lab keeps 10m of samples")
+        );
+        assert!(
+            refused(&rule("      - record: team:x\n        expr: x[5m]\n"))
+                .contains("its expr is a range vector")
+        );
+        assert!(
+            refused(&rule("      - record: bad name\n        expr: x\n")).contains("not a valid metric name")
+        );
+        assert!(
+            refused(&rule(
+                "      - record: team:x\n        expr: x\n        for: 1m\n"
+            ))
+            .contains("belong to alerting rules")
+        );
+        assert!(refused(&rule("      - expr: x\n")).contains("rule 1: a rule needs either record or alert"));
+        assert!(
+            refused(&rule(
+                "      - alert: A\n        expr: x\n        for: soon\n        labels: {signal: errors}\n"
+            ))
+            .contains("for: \"soon\" is not a duration")
+        );
+        let e = refused("groups:\n  - name: team\n    query_offset: 1m\n    rules: []\n");
+        assert!(
+            e.starts_with("team.yaml is not a Prometheus rule file: ")
+                && e.contains("unknown field `query_offset`"),
+            "{e}"
+        );
+        assert!(
+            refused("groups: [{name: a, rules: []}, {name: a, rules: []}]")
+                .contains("another group has the same name")
+        );
+        assert!(
+            refused("groups: [{name: a, rules: [{record: r, expr: x}, {record: r, expr: y}]}]")
+                .contains("another rule records the same name")
         );
     }
 
     #[test]
-    fn stalled_commits_need_a_commit_in_flight_for_over_two_seconds() {
-        let (mut e, mut store) = warm();
-        let writer = |rate: Option<f64>, waiting: f64| {
-            let mut s = Signals::default();
-            s.writers.insert(
-                "lab-writer".into(),
-                WriterSignals {
-                    commits_per_s: rate,
-                    commit_waiting_s: Some(waiting),
-                },
-            );
-            s
-        };
-        // A quiet writer, a slow commit of 1.5 s that others follow: nothing.
-        assert!(
-            e.evaluate(&mut store, &writer(Some(20.0), 0.004), 10_000)
-                .is_empty()
-        );
-        assert!(e.evaluate(&mut store, &writer(Some(0.3), 1.5), 11_000).is_empty());
-        assert!(e.evaluate(&mut store, &writer(Some(0.3), 0.0), 12_000).is_empty());
-        // One in flight for 2.5 s: pending, then firing 1 s later, valued by its age; a commit that
-        // completes ends it.
-        let c = e.evaluate(&mut store, &writer(Some(0.0), 2.5), 14_000);
-        assert_eq!(names(&c), vec![("LabCommitsStalled", "lab-writer", false)]);
-        let c = e.evaluate(&mut store, &writer(Some(0.0), 3.5), 15_000);
-        assert_eq!(names(&c), vec![("LabCommitsStalled", "lab-writer", true)]);
-        assert_eq!(c[0].value, 3.5);
-        assert!(
-            e.evaluate(&mut store, &writer(Some(0.3), 0.004), 16_000)
-                .is_empty()
-        );
-    }
-
-    #[test]
-    fn saturation_and_errors() {
-        let (mut e, mut store) = warm();
-        let mut s = Signals {
-            wait_share_median: 0.8,
-            ..Default::default()
-        };
-        s.ranks.insert(
-            "rank-1".into(),
-            RankSignals {
-                starved: true,
-                throttled_ratio: Some(0.9),
-                ..Default::default()
-            },
-        );
-        s.ranks.insert(
-            "rank-2".into(),
-            RankSignals {
-                collective_errors_per_s: Some(0.1),
-                waiting_for_peers: true,
-                ..Default::default()
-            },
-        );
-        s.ranks_waiting_for_peers = vec!["rank-2".into()];
-        s.servers.insert(
-            "storage-0".into(),
-            ServerSignals {
-                errors_per_s: Some(0.0),
-                ..Default::default()
-            },
-        );
-        let c = e.evaluate(&mut store, &s, 10_000);
+    fn a_teams_rules_come_after_the_labs_under_names_of_their_own() {
+        let team = RuleSet::parse(
+            "groups: [{name: team, rules: [{alert: TeamQuiet, expr: 'up == 0', labels: {signal: errors}}]}]",
+            "team.yaml",
+        )
+        .unwrap();
+        let all = (*builtin()).clone().with(team).unwrap();
+        assert_eq!(all.alert_names().last(), Some(&"TeamQuiet"));
+        assert_eq!(all.origins(), vec![BUILTIN_ORIGIN, "team.yaml"]);
+        let clash = RuleSet::parse(
+            "groups: [{name: team, rules: [{alert: LabRankHung, expr: 'up == 0', labels: {signal: errors}}]}]",
+            "team.yaml",
+        )
+        .unwrap();
+        let e = error_text(&(*builtin()).clone().with(clash).unwrap_err());
         assert_eq!(
-            names(&c),
-            vec![
-                ("LabCollectiveErrors", "rank-2", true),
-                ("LabRankCpuThrottled", "rank-1", false),
-                ("LabRanksWaitingAtCollective", "job", false),
-                ("LabRanksWaitingForPeers", "job", false),
-            ]
+            e,
+            "team.yaml: group \"team\", alert LabRankHung: manifests/rules/golden-signals.yaml already has a rule \
+             of that name: give yours another"
         );
     }
 }

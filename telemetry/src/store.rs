@@ -90,6 +90,13 @@ impl Store {
         self.replace_owned(format!("rule:{name}"), now_seen, t);
     }
 
+    /// Forgets every series named `name` and that the rule of that name wrote them: a recording rule that
+    /// reads its own output (the baseline latch) starts again from nothing.
+    pub fn forget(&mut self, name: &str) {
+        self.series.remove(name);
+        self.owners.remove(&format!("rule:{name}"));
+    }
+
     /// The instances that wrote series on their last scrape.
     pub fn instances(&self) -> impl Iterator<Item = &str> {
         self.owners
@@ -154,9 +161,12 @@ impl Store {
             .iter()
             .filter(|(l, _)| keep(l))
             .filter_map(|(l, q)| {
+                // Samples are in time order: skip to the window's start.
+                let from = q.partition_point(|e| e.t < start);
                 let pts: Vec<(i64, f64)> = q
-                    .iter()
-                    .filter(|e| !e.stale && e.t >= start && e.t <= t)
+                    .range(from..)
+                    .take_while(|e| e.t <= t)
+                    .filter(|e| !e.stale)
                     .map(|e| (e.t, e.v))
                     .collect();
                 (!pts.is_empty()).then(|| (l.clone(), pts))

@@ -1,7 +1,8 @@
-//! The in-lab evaluator and the Prometheus rule file agree: this test reads the rule file's own promtool
+//! The lab's evaluator and promtool agree on the rule file: this test reads the rule file's own promtool
 //! tests (`manifests/rules/golden-signals.test.yaml`), feeds each scenario's series tick by tick through
-//! [`Collector::observe`] as scrapes, and expects exactly the alerts promtool expects, at the same times.
-//! It also checks that the two sides name the same rules with the same `for` and signal.
+//! [`Collector::observe`] as scrapes (the lab evaluating the file it ships to Prometheus), and expects
+//! exactly the alerts promtool expects, at the same times. It also checks that the lab loads every rule of
+//! the file the runtime ships, with its `for`, `keep_firing_for` and signal.
 //! `AGREEMENT_TRACE=1 cargo test -p lab-telemetry --test agreement -- --nocapture` prints the second each
 //! alert first fires in each scenario, which is where the test file pins both evaluators.
 
@@ -198,9 +199,7 @@ fn in_lab_evaluator_fires_what_promtool_expects() {
             assert!(snapshot.scrape_errors.is_empty(), "{:?}", snapshot.scrape_errors);
             if std::env::var("AGREEMENT_TRACE").is_ok() {
                 for a in &snapshot.alerts {
-                    if a.since_ms + rules::RULES.iter().find(|r| r.name == a.rule).unwrap().for_ms as u64
-                        == t as u64
-                    {
+                    if a.since_ms + rules::builtin().alert(&a.rule).unwrap().for_ms as u64 == t as u64 {
                         println!(
                             "{} | {} {} first fires at {t}",
                             group.name.split(':').next().unwrap(),
@@ -247,11 +246,14 @@ fn in_lab_evaluator_fires_what_promtool_expects() {
 }
 
 #[test]
-fn rule_file_and_evaluator_name_the_same_rules() {
+fn the_lab_evaluates_every_rule_of_the_file_it_ships() {
+    // The runtime ships this very text to Prometheus; the lab evaluates it.
+    assert_eq!(rules::BUILTIN, lab_runtime::kube::manifests::RULES);
     let text = std::fs::read_to_string(rules_dir().join("golden-signals.yaml")).unwrap();
+    assert_eq!(text, rules::BUILTIN);
     let doc: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     let mut alerts = BTreeMap::new();
-    let mut records = BTreeSet::new();
+    let mut records = Vec::new();
     for group in doc["groups"].as_sequence().unwrap() {
         assert_eq!(group["interval"].as_str(), Some("1s"));
         for rule in group["rules"].as_sequence().unwrap() {
@@ -262,98 +264,38 @@ fn rule_file_and_evaluator_name_the_same_rules() {
                 alerts.insert(name.to_string(), (for_ms, keep_ms, signal));
             }
             if let Some(name) = rule["record"].as_str() {
-                records.insert(name.to_string());
+                records.push(name.to_string());
             }
         }
     }
-    let ours: BTreeMap<String, (i64, i64, String)> = rules::RULES
-        .iter()
-        .map(|r| {
-            (
-                r.name.to_string(),
-                (r.for_ms, r.keep_firing_ms, r.signal.to_string()),
-            )
-        })
+    let lab = rules::builtin();
+    let loaded: BTreeMap<String, (i64, i64, String)> = lab
+        .alerts()
+        .map(|a| (a.name.clone(), (a.for_ms, a.keep_firing_ms, a.signal.to_string())))
         .collect();
-    assert_eq!(alerts, ours);
-    for name in [
-        rules::recorded::JOB_SAMPLES,
-        rules::recorded::JOB_SAMPLES_SHORT,
-        rules::recorded::JOB_SAMPLES_BASELINE,
-        rules::recorded::JOB_STEP_SECONDS,
-        rules::recorded::STORAGE_P50,
-    ] {
-        assert!(records.contains(name), "{name} is not recorded by the rule file");
+    assert_eq!(alerts, loaded);
+    assert_eq!(records, lab.records());
+    for name in rules::recorded::ALL {
+        assert!(
+            records.iter().any(|r| r == name),
+            "{name} is not recorded by the rule file"
+        );
     }
-    // Thresholds written in the expressions.
-    assert!(text.contains(&format!("[{}s]", lab_telemetry::signals::WINDOW_MS / 1000)));
-    assert!(text.contains(&format!(
-        "sum(rate(lab_samples_total[{}s]))",
-        lab_telemetry::signals::JOB_WINDOW_MS / 1000
-    )));
-    assert!(text.contains(&format!(
-        "_count[{}s])) >= {}",
-        lab_telemetry::signals::WINDOW_MS / 1000,
-        rules::LATENCY_MIN_READS
-    )));
-    assert!(text.contains(&format!(
-        "(max(lab_collective_wait_seconds) > {})",
-        rules::HUNG_SIBLING_WAIT_SECONDS
-    )));
-    assert!(text.contains(&format!("> {}", rules::LATENCY_MIN_SECONDS)));
-    assert!(text.contains(&format!("> {} * scalar", rules::LATENCY_MEDIAN_FACTOR)));
-    assert!(text.contains(&format!(
-        "< {} * lab:job_samples_per_second:baseline",
-        rules::THROUGHPUT_MIN_FRACTION
-    )));
-    assert!(text.contains(&format!(
-        "lab:rank_cpu_throttled_ratio > {}",
-        lab_telemetry::signals::THROTTLED_MIN_RATIO
-    )));
-    assert!(text.contains(&format!(
-        "> {} * scalar(quantile(0.5, lab:rank_cpu_throttled",
-        lab_telemetry::signals::THROTTLED_SIBLING_FACTOR
-    )));
-    assert!(text.contains(&format!("lab:rank_wait_share) > {}", rules::WAIT_SHARE_MAX)));
-    assert!(text.contains(&format!(
+    // The baseline's window and thresholds, as `lab up` describes them when none comes.
+    let latch = lab
+        .rules()
+        .find(|(_, r)| r.name() == rules::recorded::JOB_SAMPLES_BASELINE)
+        .unwrap()
+        .1
+        .expr_text
+        .clone();
+    use lab_telemetry::baseline::{BASELINE_MAX_VARIATION, BASELINE_MIN_SAMPLES, BASELINE_WINDOW_MS};
+    assert!(latch.contains(&format!(
         "[{}s]) >= {}",
-        rules::BASELINE_WINDOW_MS / 1000,
-        rules::BASELINE_MIN_SAMPLES
+        BASELINE_WINDOW_MS / 1000,
+        BASELINE_MIN_SAMPLES
     )));
-    assert!(text.contains(&format!("< {} * avg_over_time", rules::BASELINE_MAX_VARIATION)));
-    assert!(text.contains(&format!(
-        "lab_writer_commit_waiting_seconds > {}",
-        rules::COMMIT_WAITING_MAX_SECONDS
-    )));
-    assert!(text.contains(&format!(
-        "lab:storage_read_waiting_seconds:unstarved > {}",
-        rules::LATENCY_WAITING_MIN_SECONDS
-    )));
-    assert!(text.contains(&format!(
-        "max_over_time(lab_storage_read_waiting_seconds[{}s])",
-        lab_telemetry::signals::WINDOW_MS / 1000
-    )));
-    assert!(text.contains(&format!(
-        "lab:storage_read_wait_share:unstarved > {}",
-        rules::LATENCY_WAIT_SHARE_MIN
-    )));
-    assert!(text.contains(&format!(
-        "rate(lab_storage_read_wait_seconds_total[{}s])",
-        lab_telemetry::signals::WINDOW_MS / 1000
-    )));
-    assert!(text.contains(&format!(
-        "lab:storage_read_wait_share_10s:unstarved > {}",
-        rules::LATENCY_WAIT_SHARE_10S_MIN
-    )));
-    assert!(text.contains(&format!(
-        "rate(lab_storage_read_wait_seconds_total[{}s]) unless",
-        lab_telemetry::signals::HOLD_WINDOW_MS / 1000
-    )));
-    assert!(text.contains(&format!(
-        "(rate(lab_storage_read_wait_seconds_total[{}s])) > {}",
-        lab_telemetry::signals::WINDOW_MS / 1000,
-        rules::HUNG_READ_WAIT_MAX_SHARE
-    )));
+    assert!(latch.contains(&format!("< {} * avg_over_time", BASELINE_MAX_VARIATION)));
 }
 
 #[test]

@@ -618,6 +618,58 @@ fn check_bundle(b: &Value) {
     );
 }
 
+/// A team's own rule file (`lab up --rules`): one the lab cannot evaluate is refused before anything
+/// starts, naming the rule and the construct; one it can joins the lab's rules, and a drill expecting its
+/// alert passes on it.
+#[test]
+fn a_teams_own_rules_join_the_labs() {
+    let _one = serial();
+    let mut t = Phases::start();
+    let rules = fixtures().join("rules");
+
+    let refused = Lab::new("e2e-team-rules-refused");
+    let bad = rules.join("unsupported.yaml");
+    let out = refused.run(&["up", "--runtime", "local", "--rules", bad.to_str().unwrap()]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "alert TeamRelabelled: its expr: line 1, column 1: function label_replace is not supported"
+        ),
+        "{err}"
+    );
+    // Nothing started: no step ran, and no lab folder was made.
+    assert!(!err.contains('✓'), "{err}");
+    assert!(!refused.dir().exists(), "{}", refused.dir().display());
+    t.done("lab up refused");
+
+    let team = rules.join("team.yaml");
+    let mut lab = Lab::up("e2e-team-rules", &["--rules", team.to_str().unwrap()]);
+    t.done("lab up --rules");
+    // The lab keeps the file, so its watcher and every later command evaluate it.
+    let kept = std::fs::read_to_string(lab.dir().join("rules.json")).unwrap();
+    assert!(kept.contains("TeamStorageSlow"), "{kept}");
+
+    let d = lab.passing_drill(&fixtures().join("valid").join("team-rule.yaml"));
+    t.done("drill");
+    let expect = lab_tests::step(&d, "expect");
+    let seen = expect["summary"].as_str().unwrap_or_default();
+    eprintln!(
+        "figure: team rule: detect {} s; expect: {seen}",
+        d["figures"]["time_to_detect_s"]
+    );
+    assert!(seen.contains("TeamStorageSlow on storage-1"), "{expect:#}");
+    // Its summary is the rule's annotation, filled in.
+    assert!(
+        expect["evidence"].as_array().unwrap().iter().any(|e| e
+            .as_str()
+            .unwrap_or("")
+            .contains("TeamStorageSlow on storage-1: storage-1 reads take ")),
+        "{expect:#}"
+    );
+    lab.down();
+}
+
 #[test]
 fn demo_runs_the_seed_story_to_completion() {
     let _one = serial();

@@ -13,9 +13,26 @@
 
 use std::time::{Duration, Instant};
 
-use lab_telemetry::rules::COMMIT_WAITING_MAX_SECONDS;
 use lab_tests::{Edits, Lab, drill_copy, serial, step, text};
 use serde_json::Value;
+
+/// `LabCommitsStalled` fires once the commit in flight is over this old, in seconds: its expression in
+/// the rule file the lab evaluates (checked by [`commit_waiting_threshold`]).
+const COMMIT_WAITING_MAX_SECONDS: f64 = 2.0;
+
+/// The threshold of `LabCommitsStalled` in the lab's rule file.
+fn commit_waiting_threshold() -> f64 {
+    let rules = lab_telemetry::rules::builtin();
+    let (_, rule) = rules
+        .rules()
+        .find(|(_, r)| r.name() == "LabCommitsStalled")
+        .expect("the rule file has LabCommitsStalled");
+    let text = rule.expr_text.trim();
+    let v = text
+        .strip_prefix("lab_writer_commit_waiting_seconds >")
+        .unwrap_or_else(|| panic!("LabCommitsStalled reads {text:?}"));
+    v.trim().parse().unwrap()
+}
 
 /// The seed's rule: the template, then the pod stuck on the old version, by name.
 const FIX: &str = "lab db template --node-selector '' && lab db delete-pod db-1";
@@ -192,6 +209,7 @@ fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alo
     // before, under 90 % with the rate's own wobble (a CI run saw 1.1 commits/s at 9.4 s in flight,
     // against 20).
     let in_flight = w["commit_in_flight_s"].as_f64().unwrap_or(0.0);
+    assert_eq!(commit_waiting_threshold(), COMMIT_WAITING_MAX_SECONDS);
     assert!(in_flight > COMMIT_WAITING_MAX_SECONDS, "{w:#}");
     assert!(
         w["commits_per_s"].as_f64().is_some_and(|c| c < 0.9 * before),

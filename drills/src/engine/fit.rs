@@ -1,9 +1,30 @@
 //! Whether a lab can run a drill as it is: the runtime, the sizes and the dataset seed the drill was
-//! written for, enforced CPU limits and the optional database when it needs them.
+//! written for, enforced CPU limits and the optional database when it needs them, and the alerts its
+//! expect steps name among those the lab evaluates.
 
 use lab_model::status::LabStatus;
 
-use lab_drill_file::spec::{Drill, Requirements};
+use lab_drill_file::spec::{Drill, Requirements, Step};
+
+/// Refuses a drill whose expect steps name an alert the lab does not evaluate (`known`: the lab's own
+/// alerts and those of its `lab up --rules` files).
+///
+/// # Errors
+/// A message naming the first unknown alert and what the lab evaluates.
+pub fn unknown_alerts(drill: &Drill, known: &[String]) -> Result<(), String> {
+    for step in &drill.steps {
+        let Step::Expect(e) = step else { continue };
+        if let Some(a) = e.alerts.iter().find(|a| !known.contains(&a.rule)) {
+            return Err(format!(
+                "the drill expects alert {}, which this lab does not evaluate (it evaluates {}): start the lab \
+                 with the rule file that defines it, `lab up --rules FILE`",
+                a.rule,
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Why a lab cannot run a drill as it is, if it cannot.
 pub fn unsuitable(drill: &Drill, status: &LabStatus, lab_seed: Option<u64>) -> Option<String> {
@@ -121,5 +142,21 @@ mod tests {
             Some(0),
         ));
         assert_eq!(unsuitable(&d, &st, Some(42)), None);
+    }
+
+    #[test]
+    fn a_drill_may_expect_a_rule_of_the_labs_own_files_and_no_other() {
+        let d = drill(
+            "name: x\nseed: 42\nsteps:\n  - inject:\n      kind: slow-storage\n  - expect:\n      alerts:\n        - rule: TeamStorageQuiet\n          target: storage-1\n  - remediate:\n  - verify:\n",
+        );
+        let mut known: Vec<String> = vec!["LabStorageReadLatencyHigh".into()];
+        let why = unknown_alerts(&d, &known).unwrap_err();
+        assert!(
+            why.starts_with("the drill expects alert TeamStorageQuiet, which this lab does not evaluate")
+                && why.contains("lab up --rules FILE"),
+            "{why}"
+        );
+        known.push("TeamStorageQuiet".into());
+        assert_eq!(unknown_alerts(&d, &known), Ok(()));
     }
 }

@@ -25,6 +25,12 @@ pub trait SnapshotSource: Send {
     fn recent(&self) -> Recent {
         Recent::default()
     }
+
+    /// The alerts the lab evaluates (its own and its `lab up --rules` files'), when known: a drill that
+    /// expects another is refused at its check step.
+    fn alert_names(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// The telemetry driver, ticking once a second.
@@ -72,6 +78,11 @@ impl SnapshotSource for Ticking {
             Some(path) if self.seen.is_empty() => Recent::read(path),
             _ => self.seen.clone(),
         }
+    }
+
+    fn alert_names(&self) -> Option<Vec<String>> {
+        let rules = self.driver.collector().rules();
+        Some(rules.alert_names().into_iter().map(String::from).collect())
     }
 
     fn rebase(&mut self, pre: &PreFault) {

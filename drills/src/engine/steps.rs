@@ -6,7 +6,7 @@ use std::time::Duration;
 use lab_faults::Fault;
 
 use super::evidence::evidence;
-use super::fit::unsuitable;
+use super::fit::{unknown_alerts, unsuitable};
 use super::{SETTLE_EXTRA, Session, SnapshotSource};
 use crate::judge::{ExpectTracker, Outcome, SteadyWindow, fmt_s, unsteady_now};
 use lab_drill_file::spec::{Drill, Expect};
@@ -45,6 +45,9 @@ impl<S: SnapshotSource> Session<'_, S> {
                 .and_then(|r| r.config.get("seed").and_then(serde_json::Value::as_u64));
             if let Some(why) = unsuitable(drill, &st, seed) {
                 return Err(why);
+            }
+            if let Some(known) = self.source.alert_names() {
+                unknown_alerts(drill, &known)?;
             }
             let active: Vec<String> = self
                 .lab

@@ -60,6 +60,7 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<Exit> {
                 ..UpOptions::default()
             },
             place: Place::defaults(kind),
+            rules: Vec::new(),
         };
         lifecycle::start(&plan, kind, &reason, false).await?;
     }

@@ -89,7 +89,12 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<Exit> {
             Place::Kube(Box::new(ko))
         }
     };
-    start(&UpPlan { options, place }, kind, &reason, a.json).await
+    let plan = UpPlan {
+        options,
+        place,
+        rules: a.rules,
+    };
+    start(&plan, kind, &reason, a.json).await
 }
 
 /// Brings the lab of `plan` up on `kind` (chosen for `reason`) and prints the result.
@@ -111,7 +116,13 @@ pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -
     if json {
         out::json(
             formats::UP,
-            &json!({ "name": name, "runtime": kind, "baseline": baseline, "status": st }),
+            &json!({
+                "name": name,
+                "runtime": kind,
+                "baseline": baseline,
+                "status": st,
+                "rules": up.lab.rules().origins(),
+            }),
         )?;
     } else {
         outln!(
@@ -121,6 +132,16 @@ pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -
         );
         for n in &st.notes {
             outln!("note: {n}");
+        }
+        let rules = up.lab.rules();
+        for file in rules.origins().into_iter().skip(1) {
+            let (alerts, records) = rules.names_from(file);
+            println!(
+                "Rules of {file} evaluated beside the lab's: {} alert(s) {}, {} recorded series.",
+                alerts.len(),
+                alerts.join(", "),
+                records.len()
+            );
         }
         let flag = out::name_flag(name);
         outln!(
