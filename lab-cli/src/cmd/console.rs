@@ -4,8 +4,7 @@
 
 use crate::exit::Exit;
 use lab_console::{Action, FaultKey, Feedback};
-use lab_faults::FaultKind;
-use lab_session::Lab;
+use lab_session::{FaultKind, Lab};
 use lab_session::guard::Clear;
 use tokio::sync::mpsc;
 
