@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use lab_model::Millicores;
+use lab_session::Millicores;
 
 /// Straggler Lab: one slow component stalls a synchronous training job while Kubernetes says
 /// every pod is Ready. Stand the lab up, break it the three ways the seed story did, watch Ready
@@ -429,7 +429,7 @@ pub enum InjectCmd {
         #[arg(long, default_value_t = 1)]
         server: u32,
         /// Connections it reads from at once (1 to 256).
-        #[arg(long, default_value_t = lab_model::jobs::DEFAULT_THREADS)]
+        #[arg(long, default_value_t = lab_session::DEFAULT_JOB_THREADS)]
         threads: u32,
         #[arg(long)]
         json: bool,
@@ -553,7 +553,7 @@ pub struct JobStopArgs {
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {
-    lab_model::jobs::parse_read_rate(s)
+    lab_session::parse_read_rate(s)
 }
 
 #[derive(Debug, Args)]
@@ -704,7 +704,7 @@ pub struct DrillRunArgs {
     /// (`trap` for the first, `trap:N`), as the drill file's `fixes` names them (placeholders filled from
     /// what the drill injects). `lab drill list` shows them.
     #[arg(long, value_name = "right|trap|trap:N", value_parser = parse_fix, conflicts_with_all = ["remediate", "agents"])]
-    pub fix: Option<lab_drills::spec::FixChoice>,
+    pub fix: Option<lab_session::drills::FixChoice>,
     /// Run K variants of each drill instead of the drill itself: each fault's parameters drawn within its
     /// ranges (another server or rank, another delay, CPU cut, rank count, neighbour or crash pace), the
     /// expected alerts and the fixes following the drawn values. The same --seed draws the same variants;
@@ -807,8 +807,8 @@ pub enum EvidenceArg {
 }
 
 impl EvidenceArg {
-    pub fn level(self) -> lab_drills::agent::EvidenceLevel {
-        use lab_drills::agent::EvidenceLevel as L;
+    pub fn level(self) -> lab_session::EvidenceLevel {
+        use lab_session::EvidenceLevel as L;
         match self {
             EvidenceArg::Pods => L::Pods,
             EvidenceArg::Metrics => L::Metrics,
@@ -871,10 +871,10 @@ pub struct DemoArgs {
     pub runtime: RuntimeArg,
 }
 
-fn parse_fix(s: &str) -> Result<lab_drills::spec::FixChoice, String> {
-    lab_drills::spec::FixChoice::parse(s)
+fn parse_fix(s: &str) -> Result<lab_session::drills::FixChoice, String> {
+    lab_session::drills::FixChoice::parse(s)
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    lab_model::parse_duration(s).map_err(|e| e.to_string())
+    lab_session::parse_duration(s).map_err(|e| e.to_string())
 }

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use lab_drills::report::{RunReport, Verdict};
+use lab_session::drills::{RunReport, Verdict};
 
 /// How a `lab` command ended, as its exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

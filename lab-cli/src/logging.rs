@@ -34,7 +34,7 @@ pub fn init(verbose: u8) {
         .with_env_filter(filter(level(verbose)))
         .with_span_events(FmtSpan::CLOSE)
         // Colour only on a terminal, and never with NO_COLOR set.
-        .with_ansi(lab_model::format::colour_for(std::io::stderr().is_terminal()))
+        .with_ansi(lab_session::colour_for(std::io::stderr().is_terminal()))
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -1,5 +1,5 @@
-//! The `lab` command: parses arguments and hands them to the library crates; see `cli.rs` for the flags,
-//! `exit.rs` for how it ends and `out.rs` for how it prints.
+//! The `lab` command: parses arguments and hands them to the lab's façade (`lab_session`) and its console;
+//! see `cli.rs` for the flags, `exit.rs` for how it ends and `out.rs` for how it prints.
 
 mod cli;
 mod cmd;
@@ -22,11 +22,11 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     if let cli::Command::Supervise { dir } = &cli.command {
-        let log = lab_runtime::local::spec::Paths::new(dir).supervisor_log();
+        let log = lab_session::supervisor_log(dir);
         if let Err(e) = logging::init_supervisor(&log) {
             eprintln!("supervisor: cannot open its log {}: {e}", log.display());
         }
-        return match lab_runtime::local::supervisor::run(dir) {
+        return match lab_session::supervise(dir) {
             Ok(()) => Exit::Passed.into(),
             Err(e) => {
                 eprintln!("supervisor: {e}");
@@ -50,7 +50,7 @@ fn main() -> ExitCode {
         Ok(status) => status,
         Err(e) => {
             let status = exit::of_error(&e);
-            eprintln!("error: {}", lab_model::format::error_chain(e.as_ref()));
+            eprintln!("error: {}", lab_session::error_chain(e.as_ref()));
             status
         }
     };

@@ -6,9 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lab_model::Snapshot;
-use lab_runtime::Progress;
-use lab_session::Lab;
+use lab_session::{Lab, Progress, Snapshot};
 
 /// Prints steps to stderr: `… name` while it runs (on a terminal), then `✓ name  1.2s`.
 #[derive(Debug)]
@@ -86,7 +84,7 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(6);
 /// from the continuous evaluation), else watching for [`DEFAULT_WINDOW`]; with it, watching that long.
 pub async fn current(lab: &Lab, window: Option<Duration>) -> Snapshot {
     if window.is_none()
-        && let Some(s) = lab_session::live::read_fresh(lab.name(), lab_runtime::state::now_ms())
+        && let Some(s) = lab.live_snapshot()
     {
         return s;
     }

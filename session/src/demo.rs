@@ -3,12 +3,16 @@
 //! the throttled rank is fixed by replacing the drifted pod; the unplaceable rank replays the seed's lesson
 //! (scaling back alone is given a short window and is not enough, restoring the world size is).
 
+use std::future::Future;
 use std::time::Duration;
 
+use lab_drills::engine::Observer;
 use lab_drills::spec::{Remediate, Step, Verify};
 use lab_drills::{Loaded, builtin};
 use lab_faults::FaultKind;
 
+use crate::Lab;
+use crate::drills::Ran;
 use crate::error::{Result, SessionError};
 
 /// How long the demo watches a fault after detecting it, so the screen shows its steady effect.
@@ -16,11 +20,57 @@ pub const HOLD: Duration = Duration::from_secs(10);
 /// How long the demo gives the seed's first, incomplete fix for fault 3 before the second one.
 pub const WRONG_FIX_WINDOW: Duration = Duration::from_secs(30);
 
-/// The fault of each chapter, in order.
-pub const CHAPTERS: [FaultKind; 3] = [
-    FaultKind::SlowStorage,
-    FaultKind::ThrottledRank,
-    FaultKind::UnplaceableRank,
+/// How a chapter's fault is fixed in the story.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fix {
+    /// The lab's own clear (what the inject changed, restored).
+    LabClear,
+    /// One command.
+    Command(&'static str),
+    /// The seed's lesson: a first fix that looks right and is given a short window
+    /// ([`WRONG_FIX_WINDOW`]) where it is not enough, then the second that is.
+    TwoSteps(&'static str, &'static str),
+}
+
+/// One chapter of the demo's story: a built-in drill and how the story tells it.
+#[derive(Debug, Clone, Copy)]
+pub struct Chapter {
+    /// The fault, and the built-in drill of the same name.
+    pub kind: FaultKind,
+    pub title: &'static str,
+    /// What happens and how it is fixed, in a sentence or two.
+    pub plan: &'static str,
+    pub fix: Fix,
+    /// The fix in a few words, as the story names it once the fault is detected; `None` for a two-step
+    /// fix, named after its first verification instead.
+    pub fix_words: Option<&'static str>,
+}
+
+/// The chapters, in the seed story's order.
+pub const CHAPTERS: [Chapter; 3] = [
+    Chapter {
+        kind: FaultKind::SlowStorage,
+        title: "a slow storage server",
+        plan: "storage-1 answers every request 300 ms late. Fix: remove the added delay (the lab's own clear).",
+        fix: Fix::LabClear,
+        fix_words: Some("the lab's own clear (delay removed)"),
+    },
+    Chapter {
+        kind: FaultKind::ThrottledRank,
+        title: "one throttled worker",
+        plan: "rank-1's CPU limit is cut in place to 150m; its template keeps 400m. Fix: replace the drifted pod \
+               (`lab restart rank 1`), not re-apply a template that was right all along.",
+        fix: Fix::Command("lab restart rank 1"),
+        fix_words: Some("lab restart rank 1"),
+    },
+    Chapter {
+        kind: FaultKind::UnplaceableRank,
+        title: "one worker that cannot be placed",
+        plan: "The job is scaled to 5 ranks on 4 GPUs and told to expect 5 peers. First fix, as in the seed: scale \
+               back to 4 — not enough. Second: restore the world size to 4.",
+        fix: Fix::TwoSteps("lab scale ranks 4", "lab config world-size 4"),
+        fix_words: None,
+    },
 ];
 
 fn command(cmd: &str) -> Remediate {
@@ -31,17 +81,17 @@ fn command(cmd: &str) -> Remediate {
     }
 }
 
-/// The built-in drill of `kind` as the demo runs it.
+/// The built-in drill of chapter `c` as the demo runs it.
 ///
 /// # Errors
-/// [`SessionError::Drill`] if the built-in drill cannot be loaded; [`SessionError::Demo`] if it;
-/// lacks a remediate or verify step.
-pub fn chapter(kind: FaultKind) -> Result<Loaded> {
-    let mut loaded = builtin::builtin(kind.name())?;
+/// [`SessionError::Drill`] if the built-in drill cannot be loaded; [`SessionError::Demo`] if it lacks a
+/// remediate or verify step.
+pub fn chapter(c: &Chapter) -> Result<Loaded> {
+    let name = c.kind.name();
+    let mut loaded = builtin::builtin(name)?;
     let lacks = || {
         SessionError::Demo(format!(
-            "the built-in drill {} lacks a remediate or verify step",
-            kind.name()
+            "the built-in drill {name} lacks a remediate or verify step"
         ))
     };
     let verify = loaded
@@ -53,41 +103,21 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
             _ => None,
         })
         .ok_or_else(lacks)?;
-    let fixes: Vec<Step> = match kind {
-        FaultKind::SlowStorage => vec![Step::Remediate(Remediate {
+    let fixes: Vec<Step> = match c.fix {
+        Fix::LabClear => vec![Step::Remediate(Remediate {
             command: None,
             timeout: Duration::from_secs(120),
             checkpoint_before_fix: false,
         })],
-        FaultKind::ThrottledRank | FaultKind::RankHang => {
-            vec![Step::Remediate(command("lab restart rank 1"))]
-        }
-        FaultKind::SlowCompute | FaultKind::RankCrash => vec![Step::Remediate(Remediate {
-            command: None,
-            timeout: Duration::from_secs(120),
-            checkpoint_before_fix: false,
-        })],
-        // The seed's two fixes in turn: scaling back alone, then the configuration.
-        FaultKind::UnplaceableRank | FaultKind::StuckRollout => vec![
-            Step::Remediate(command("lab scale ranks 4")),
+        Fix::Command(cmd) => vec![Step::Remediate(command(cmd))],
+        Fix::TwoSteps(first, second) => vec![
+            Step::Remediate(command(first)),
             Step::Verify(Verify {
                 deadline: WRONG_FIX_WINDOW,
                 ..verify.clone()
             }),
-            Step::Remediate(command("lab config world-size 4")),
+            Step::Remediate(command(second)),
         ],
-        // Not a chapter of the seed's story; its own drill's fix, should a demo ever include it.
-        FaultKind::CompetingJob => vec![Step::Remediate(command("lab job stop nightly-etl"))],
-        FaultKind::SlowDisk => {
-            return Err(SessionError::Demo(
-                "slow-disk is not a chapter of the seed's story: run it with `lab drill run slow-disk`"
-                    .into(),
-            ));
-        }
-        // Not a chapter either: the seed's rule, the template fixed and the stuck pod deleted by name.
-        FaultKind::SyncReplica => vec![Step::Remediate(command(
-            "lab db template --node-selector '' && lab db delete-pod db-1",
-        ))],
     };
     let mut steps = Vec::new();
     for s in std::mem::take(&mut loaded.drill.steps) {
@@ -112,7 +142,19 @@ pub fn chapter(kind: FaultKind) -> Result<Loaded> {
 /// # Errors
 /// As [`chapter`].
 pub fn drills() -> Result<Vec<Loaded>> {
-    CHAPTERS.into_iter().map(chapter).collect()
+    CHAPTERS.iter().map(chapter).collect()
+}
+
+/// `lab demo` on the running lab `name`: the chapters' drills through the one drill runner, each step
+/// told to `observer`; an `interrupt` clears what the running chapter injected.
+///
+/// # Errors
+/// As [`drills`], before the lab is opened; [`SessionError::Runtime`] when the lab does not answer.
+pub async fn run(name: &str, observer: &dyn Observer, interrupt: impl Future<Output = ()>) -> Result<Ran> {
+    let drills = drills()?;
+    let lab = Lab::open(name).await?;
+    let options = lab.drill_options(None);
+    Ok(lab.run_drills(&drills, &options, observer, interrupt).await)
 }
 
 #[cfg(test)]

@@ -48,6 +48,27 @@ pub enum SessionError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    #[error("cannot encode the report")]
+    EncodeReport(#[source] serde_json::Error),
+    #[error(transparent)]
+    Report(#[from] lab_reports::ReportError),
+    #[error("cannot find the lab binary for the MCP server")]
+    NoBinary(#[source] std::io::Error),
+    /// A recording cannot be replayed (it cannot be read, the agent cannot be run).
+    #[error("{0}")]
+    Replay(String),
+    /// What was asked does not fit (a flag for another runtime, a fix a drill does not have, a recording
+    /// folder of another kind); nothing was changed.
+    #[error("{0}")]
+    Invalid(String),
+    /// A report or recording could not be written.
+    #[error("cannot write the {what} to {}", .path.display())]
+    Write {
+        what: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The façade's result.

@@ -6,6 +6,10 @@
 //! Every reader of the lab's state takes [`Snapshot`]s from here: one at a time ([`Lab::snapshot`]), or a
 //! stream from the lab watching itself ([`Lab::watch`], the home of the continuous telemetry and rule
 //! evaluation). End-to-end tests may call this crate directly; a fake runtime drives it in unit tests.
+//!
+//! The `lab` CLI reaches the lab through this crate alone: each command maps its flags onto an option
+//! struct here and makes one call, and the types it prints are re-exported here, so that it names no crate
+//! below this one.
 
 pub mod baseline;
 pub mod demo;
@@ -18,15 +22,17 @@ pub mod lifecycle;
 pub mod live;
 pub mod logs;
 pub mod mcp;
+pub mod remediate;
+pub mod replay;
 pub mod rules;
 pub mod version;
 pub mod watch;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lab_faults::Ledger;
-use lab_model::Snapshot;
 use lab_runtime::Runtime;
 use lab_telemetry::{Driver, RuleSet};
 
@@ -35,6 +41,59 @@ pub use guard::Guarded;
 pub use lab_runtime::RuntimeSource;
 pub use lifecycle::{Place, Up, UpPlan};
 pub use watch::Watch;
+
+// The vocabulary a caller of the façade reads, parses and prints.
+pub use lab_drills::Bundle;
+pub use lab_drills::agent::EvidenceLevel;
+pub use lab_faults::ledger::LedgerData;
+pub use lab_model::clock::{now_ms, rfc3339};
+pub use lab_model::format::{colour_for, error_chain, opt_secs};
+pub use lab_model::jobs::{DEFAULT_THREADS as DEFAULT_JOB_THREADS, parse_read_rate};
+pub use lab_model::quantity::format_duration;
+pub use lab_model::status::LabStatus;
+pub use lab_model::{ChangeRecord, Fault, FaultKind, Millicores, Phase, Snapshot, parse_duration};
+pub use lab_runtime::kube::DelayChoice;
+pub use lab_runtime::{LogRequest, Progress, UpOptions};
+
+/// Checks a lab's name (lowercase letters, digits and dashes, starting with a letter, up to 40).
+///
+/// # Errors
+/// [`SessionError::Runtime`] saying what is wrong with it.
+pub fn validate_name(name: &str) -> Result<()> {
+    Ok(lab_runtime::state::validate_name(name)?)
+}
+
+/// The folder every lab's own folder is in (`LAB_STATE_DIR`, else the user's state folder).
+pub fn state_dir() -> PathBuf {
+    lab_runtime::state::base_dir()
+}
+
+/// Where the supervisor of the local lab in `dir` writes its log.
+pub fn supervisor_log(dir: &Path) -> PathBuf {
+    lab_runtime::local::spec::Paths::new(dir).supervisor_log()
+}
+
+/// Runs the supervisor of the local lab in `dir` (`lab __supervise`, started by `lab up`) until the lab is
+/// taken down.
+///
+/// # Errors
+/// [`SessionError::Runtime`] when it cannot start or keep the lab's processes.
+pub fn supervise(dir: &Path) -> Result<()> {
+    Ok(lab_runtime::local::supervisor::run(dir)?)
+}
+
+/// `lab fault status`: the ledger of the lab `name` (its faults and change records), read without asking
+/// its runtime.
+///
+/// # Errors
+/// [`SessionError::Runtime`] when no such lab runs; [`SessionError::Fault`] when the ledger cannot be
+/// read.
+pub fn fault_ledger(name: &str) -> Result<LedgerData> {
+    if lab_runtime::state::read_record(name)?.is_none() {
+        return Err(lab_runtime::RuntimeError::NotRunning { name: name.into() }.into());
+    }
+    Ok(Ledger::of_lab(name).read()?)
+}
 
 /// A running lab, opened: its runtime, its fault ledger and the rules it evaluates.
 #[derive(Debug, Clone)]
@@ -98,6 +157,32 @@ impl Lab {
     /// The lab's fault ledger.
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// The lab's status as its runtime reports it now.
+    ///
+    /// # Errors
+    /// [`SessionError::Runtime`] when the runtime does not answer.
+    pub async fn status(&self) -> Result<LabStatus> {
+        Ok(self.runtime.status().await?)
+    }
+
+    /// The latest snapshot the lab's watcher keeps, when it is fresh (its alerts from the continuous
+    /// evaluation).
+    pub fn live_snapshot(&self) -> Option<Snapshot> {
+        live::read_fresh(&self.name, now_ms())
+    }
+
+    /// The incident bundle of the lab as `snap` shows it, with the database's template and the primary's
+    /// settings read from the runtime when the lab has a database (a snapshot does not hold them).
+    pub async fn incident(&self, snap: &Snapshot) -> Bundle {
+        let mut bundle = Bundle::from_snapshot(snap);
+        if snap.database.is_some()
+            && let Ok(d) = self.runtime.database().await
+        {
+            bundle.set_database(&d);
+        }
+        bundle
     }
 
     /// A telemetry driver for the lab, starting from the baseline learned at `lab up`.

@@ -2,11 +2,12 @@
 //! (learned, kept, and the lab torn down again if it never comes), and on the way down the faults cleared
 //! before the runtime removes the lab.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lab_model::status::{LabStatus, RuntimeKind};
-use lab_runtime::kube::{self, KubeOptions};
+use lab_runtime::kube::{self, DelayChoice, KubeOptions};
 use lab_runtime::lifecycle::step;
 use lab_runtime::local::{self, LocalOptions};
 use lab_runtime::{Progress, Runtime, UpOptions, open};
@@ -50,15 +51,142 @@ pub enum Place {
     Kube(Box<KubeOptions>),
 }
 
-impl Place {
-    /// The defaults of `kind`, as `lab up` with no flags has them.
-    pub fn defaults(kind: RuntimeKind) -> Place {
-        match kind {
-            RuntimeKind::Local => Place::Local(LocalOptions::default()),
-            RuntimeKind::Kind => Place::Kube(Box::new(KubeOptions::kind())),
-            RuntimeKind::Cluster => Place::Kube(Box::new(KubeOptions::existing(None))),
+/// Where `lab up` runs and how, as its flags say it; [`plan`] maps it onto the chosen runtime's options.
+/// A setting of one runtime is left alone by the others (`port_base` is the local runtime's, the rest
+/// Kubernetes').
+#[derive(Debug, Clone)]
+pub struct PlaceSettings {
+    /// The runtime asked for; a `kubeconfig` asks for the existing cluster it names instead.
+    pub runtime: Requested,
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub namespace: Option<String>,
+    pub gpu_resource: String,
+    /// `None`: the runtime's default (on for kind, off for an existing cluster).
+    pub advertise_gpus: Option<bool>,
+    pub image: Option<String>,
+    pub pull_policy: Option<String>,
+    pub delay: DelayChoice,
+    /// `None`: the runtime's default (on for kind, off for an existing cluster).
+    pub monitoring: Option<bool>,
+    pub node_image: Option<String>,
+    /// Build the lab image from the Dockerfile (kind); off uses the image already in Docker.
+    pub build_image: bool,
+    /// kind's nodes; any other runtime refuses more than one.
+    pub nodes: u32,
+    pub wait_timeout: Duration,
+    /// The local runtime's first port.
+    pub port_base: Option<u16>,
+    /// Rule files the lab evaluates beside its own (`--rules`).
+    pub rules: Vec<PathBuf>,
+}
+
+impl Default for PlaceSettings {
+    fn default() -> Self {
+        let kind = KubeOptions::kind();
+        PlaceSettings {
+            runtime: Requested::Auto,
+            kubeconfig: None,
+            context: None,
+            namespace: None,
+            gpu_resource: kind.gpu_resource,
+            advertise_gpus: None,
+            image: None,
+            pull_policy: None,
+            delay: kind.delay,
+            monitoring: None,
+            node_image: None,
+            build_image: true,
+            nodes: kind.nodes,
+            wait_timeout: kind.wait_timeout,
+            port_base: None,
+            rules: Vec::new(),
         }
     }
+}
+
+/// A runtime chosen for `lab up`, with why.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub plan: UpPlan,
+    pub kind: RuntimeKind,
+    /// Why this runtime, as `lab up` says it (`--runtime local`, `Docker is reachable and …`).
+    pub reason: String,
+}
+
+/// Chooses the runtime `settings` ask for and maps them onto its options.
+///
+/// # Errors
+/// [`SessionError::Invalid`] when a setting does not fit the chosen runtime (more than one node off kind);
+/// nothing is created then.
+pub async fn plan(options: UpOptions, settings: &PlaceSettings) -> Result<Planned> {
+    let s = settings;
+    let (kind, reason) = choose(if s.kubeconfig.is_some() {
+        Requested::Cluster
+    } else {
+        s.runtime
+    })
+    .await;
+    if s.nodes != 1 && kind != RuntimeKind::Kind {
+        return Err(SessionError::Invalid(format!(
+            "--nodes is for the kind runtime (the {kind} runtime runs on the nodes it has): add --runtime kind"
+        )));
+    }
+    let place = match kind {
+        RuntimeKind::Local => Place::Local(LocalOptions {
+            port_base: s.port_base,
+            ..LocalOptions::default()
+        }),
+        RuntimeKind::Kind | RuntimeKind::Cluster => {
+            let mut ko = if kind == RuntimeKind::Kind {
+                KubeOptions::kind()
+            } else {
+                KubeOptions::existing(s.kubeconfig.clone())
+            };
+            ko.context = s.context.clone();
+            ko.namespace = s.namespace.clone();
+            ko.gpu_resource = s.gpu_resource.clone();
+            if let Some(adv) = s.advertise_gpus {
+                ko.advertise_gpus = adv;
+            }
+            if let Some(i) = &s.image {
+                ko.image = i.clone();
+            }
+            if let Some(p) = &s.pull_policy {
+                ko.pull_policy = p.clone();
+            }
+            ko.delay = s.delay;
+            if let Some(m) = s.monitoring {
+                ko.monitoring = m;
+            }
+            if let Some(n) = &s.node_image {
+                ko.node_image = n.clone();
+            }
+            if !s.build_image {
+                ko.build_image = false;
+            }
+            ko.nodes = s.nodes;
+            ko.wait_timeout = s.wait_timeout;
+            Place::Kube(Box::new(ko))
+        }
+    };
+    Ok(Planned {
+        plan: UpPlan {
+            options,
+            place,
+            rules: s.rules.clone(),
+            watcher: None,
+        },
+        kind,
+        reason,
+    })
+}
+
+/// How to start the lab's watcher (the CLI's own `lab __watch`): a program and its arguments.
+#[derive(Debug, Clone)]
+pub struct Watcher {
+    pub program: PathBuf,
+    pub args: Vec<String>,
 }
 
 /// Everything `lab up` needs.
@@ -68,6 +196,8 @@ pub struct UpPlan {
     pub place: Place,
     /// Rule files the lab evaluates beside its own (`--rules`).
     pub rules: Vec<std::path::PathBuf>,
+    /// Started once the baseline is learned, so the lab watches itself from then on.
+    pub watcher: Option<Watcher>,
 }
 
 /// A lab that came up: its runtime, the baseline it learned and its status then.
@@ -76,6 +206,17 @@ pub struct Up {
     pub lab: Lab,
     pub baseline: LearnedBaseline,
     pub status: LabStatus,
+    /// The watcher's pid, or why it did not start (the lab is up all the same; `lab status` then watches
+    /// for itself each time). `None` when the plan had no watcher.
+    pub watcher: Option<Result<u32>>,
+}
+
+/// Whether a lab named `name` is recorded as running.
+///
+/// # Errors
+/// [`SessionError::Runtime`] for an invalid name or a record that cannot be read.
+pub fn is_running(name: &str) -> Result<bool> {
+    Ok(lab_runtime::state::read_record(name)?.is_some())
 }
 
 /// Brings the lab up: the runtime's steps, then "wait for training baseline". A baseline that never
@@ -123,10 +264,16 @@ pub async fn up(plan: &UpPlan, progress: &dyn Progress) -> Result<Up> {
     };
     crate::baseline::save_baseline(name, &baseline)?;
     let status = lab.runtime.status().await?;
+    // The lab watches itself from now on: `lab status` reads what the watcher keeps.
+    let watcher = plan.watcher.as_ref().map(|w| {
+        let args: Vec<&str> = w.args.iter().map(String::as_str).collect();
+        crate::live::start(name, &w.program, &args)
+    });
     Ok(Up {
         lab,
         baseline,
         status,
+        watcher,
     })
 }
 

@@ -322,3 +322,54 @@ impl Evidence for LiveEvidence {
         })
     }
 }
+
+/// What `lab mcp` serves.
+#[derive(Debug, Clone)]
+pub enum Serve {
+    /// The running lab, as `lab mcp` with its flags.
+    Lab(McpOptions),
+    /// One attempt of a drill, as the session file written by `lab drill run --mcp-agent` says (the lab it
+    /// names, the level, the incident, the approval).
+    Session(PathBuf),
+    /// A recorded incident, without a lab, as the replay session file written by `lab replay --mcp-agent`
+    /// says: reads answer from the recording, acts are judged against what was verified live.
+    Replay(PathBuf),
+}
+
+/// `lab mcp`: serves one agent on stdin and stdout until it disconnects. `name` is the lab of
+/// [`Serve::Lab`].
+///
+/// # Errors
+/// [`SessionError::Mcp`] when a session file cannot be read, another agent is connected, the approval
+/// cannot be read, or the connection fails; [`SessionError::Runtime`] when the lab does not answer.
+pub async fn serve(name: &str, what: &Serve) -> Result<()> {
+    match what {
+        Serve::Replay(file) => {
+            use lab_drills::agent::mcp::replay::{ReplayEvidence, ReplaySession};
+            let s = ReplaySession::load(file).map_err(SessionError::Mcp)?;
+            let evidence = ReplayEvidence::open(&s.recording, &s.drill).map_err(SessionError::Mcp)?;
+            let server = Server::new(
+                evidence,
+                Settings {
+                    name: format!("{} (recorded)", s.drill),
+                    level: s.evidence,
+                    // A replay runs nothing: every act is judged, and approving it changes nothing.
+                    approval: Approval::auto(),
+                    log: Arc::new(CallLog::new(Some(s.calls.clone()))),
+                },
+            );
+            server.serve_stdio().await.map_err(SessionError::Mcp)
+        }
+        Serve::Session(file) => {
+            let s = McpSession::load(file).map_err(SessionError::Mcp)?;
+            let lab = Lab::open(&s.lab).await?;
+            let server = lab.mcp_session_server(&s)?;
+            server.serve_stdio().await.map_err(SessionError::Mcp)
+        }
+        Serve::Lab(o) => {
+            let lab = Lab::open(name).await?;
+            let server = lab.mcp_server(o)?;
+            server.serve_stdio().await.map_err(SessionError::Mcp)
+        }
+    }
+}

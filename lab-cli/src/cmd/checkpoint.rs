@@ -2,17 +2,16 @@
 
 use crate::exit::Exit;
 
-use lab_faults::Ledger;
+use lab_session::Lab;
 
 use crate::cli::CheckpointArgs;
 use crate::formats;
 use crate::out::{self, outln};
 
 pub async fn checkpoint(name: &str, a: CheckpointArgs) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
+    let lab = Lab::open(name).await?;
     let progress = |m: &str| eprintln!("   {m}");
-    let saved =
-        lab_faults::checkpoint::checkpoint(rt.as_ref(), &Ledger::of_lab(name), a.timeout, &progress).await?;
+    let saved = lab.checkpoint(a.timeout, &progress).await?;
     if a.json {
         out::json(formats::CHECKPOINT, &saved)?;
     } else {

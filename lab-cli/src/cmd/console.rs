@@ -4,9 +4,8 @@
 
 use crate::exit::Exit;
 use lab_console::{Action, FaultKey, Feedback};
-use lab_faults::FaultKind;
-use lab_session::Lab;
 use lab_session::guard::Clear;
+use lab_session::{FaultKind, Lab};
 use tokio::sync::mpsc;
 
 fn kind(k: FaultKey) -> FaultKind {

@@ -2,33 +2,23 @@
 
 use crate::exit::Exit;
 
-use lab_faults::Ledger;
-use lab_faults::kinds::sync_replica_reading;
-use lab_model::ChangeRecord;
+use lab_session::remediate::Database;
+use lab_session::{ChangeRecord, Lab};
 
 use crate::cli::DbCmd;
 use crate::formats;
 use crate::out::{self, outln};
 
 pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    let ledger = Ledger::of_lab(name);
+    let lab = Lab::open(name).await?;
     match cmd {
         DbCmd::Status { json } => {
-            let d = rt.database().await?;
-            let st = rt.status().await?;
-            let writer = sync_replica_reading(rt.as_ref()).await.ok();
+            let Database {
+                database: d,
+                pods,
+                writer,
+            } = lab.database().await?;
             if json {
-                let pods: Vec<_> = st
-                    .pods
-                    .iter()
-                    .filter(|p| {
-                        matches!(
-                            p.role,
-                            lab_model::status::Role::Database | lab_model::status::Role::DbWriter
-                        )
-                    })
-                    .collect();
                 out::json(
                     formats::DB_STATUS,
                     &serde_json::json!({
@@ -45,12 +35,7 @@ pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<Exit> {
                 )?;
                 return Ok(Exit::Passed);
             }
-            for p in st.pods.iter().filter(|p| {
-                matches!(
-                    p.role,
-                    lab_model::status::Role::Database | lab_model::status::Role::DbWriter
-                )
-            }) {
+            for p in &pods {
                 outln!(
                     "{:<11} {:<8} ready={:<5} {}",
                     p.name,
@@ -91,14 +76,8 @@ pub async fn run(name: &str, cmd: DbCmd) -> anyhow::Result<Exit> {
             }
             Ok(Exit::Passed)
         }
-        DbCmd::Template { node_selector, json } => done(
-            lab_faults::db::set_template(rt.as_ref(), &ledger, &node_selector).await?,
-            json,
-        ),
-        DbCmd::DeletePod { pod, json } => done(
-            lab_faults::db::delete_pod(rt.as_ref(), &ledger, &pod).await?,
-            json,
-        ),
+        DbCmd::Template { node_selector, json } => done(lab.set_db_template(&node_selector).await?, json),
+        DbCmd::DeletePod { pod, json } => done(lab.delete_db_pod(&pod).await?, json),
     }
 }
 

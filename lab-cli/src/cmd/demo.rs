@@ -9,38 +9,15 @@ use crate::exit::Exit;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use lab_drills::engine::{Event, Flow, Observer};
-use lab_drills::report::{DrillReport, StepName, StepReport, Verdict};
-use lab_model::Snapshot;
-use lab_model::format::opt_secs;
-use lab_model::status::Phase;
-use lab_runtime::UpOptions;
-use lab_session::drills::Ran;
-use lab_session::lifecycle::{Place, UpPlan};
-use lab_session::{Lab, demo};
+use lab_session::demo::{self, CHAPTERS, Chapter, Fix};
+use lab_session::drills::{DrillReport, Event, Flow, Observer, Ran, StepName, StepReport, Verdict};
+use lab_session::lifecycle::PlaceSettings;
+use lab_session::{Phase, Snapshot, UpOptions, opt_secs};
 
 use crate::cli::DemoArgs;
 use crate::cmd::drill::Printer;
 use crate::cmd::lifecycle;
 use crate::out::{self, outln};
-
-/// Each chapter's title and plan, in the order of [`demo::CHAPTERS`].
-const CHAPTERS: [(&str, &str); 3] = [
-    (
-        "a slow storage server",
-        "storage-1 answers every request 300 ms late. Fix: remove the added delay (the lab's own clear).",
-    ),
-    (
-        "one throttled worker",
-        "rank-1's CPU limit is cut in place to 150m; its template keeps 400m. Fix: replace the drifted pod \
-         (`lab restart rank 1`), not re-apply a template that was right all along.",
-    ),
-    (
-        "one worker that cannot be placed",
-        "The job is scaled to 5 ranks on 4 GPUs and told to expect 5 peers. First fix, as in the seed: scale \
-         back to 4 — not enough. Second: restore the world size to 4.",
-    ),
-];
 
 pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<Exit> {
     let clock = Instant::now();
@@ -49,31 +26,27 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<Exit> {
          pod is Ready. Three faults in turn, each detected, remediated and verified on the job's own signals.\n\
          This takes a few minutes.\n"
     );
-    let existing = lab_runtime::state::read_record(name)?.is_some();
+    let existing = lab_session::lifecycle::is_running(name)?;
     if existing {
         outln!("Using the lab {name:?} that is already running; it stays up afterwards.");
     } else {
-        let (kind, reason) = lab_session::lifecycle::choose(lifecycle::requested(a.runtime)).await;
-        let plan = UpPlan {
-            options: UpOptions {
-                name: name.to_string(),
-                ..UpOptions::default()
-            },
-            place: Place::defaults(kind),
-            rules: Vec::new(),
+        let options = UpOptions {
+            name: name.to_string(),
+            ..UpOptions::default()
         };
-        lifecycle::start(&plan, kind, &reason, false).await?;
+        let settings = PlaceSettings {
+            runtime: lifecycle::requested(a.runtime),
+            ..PlaceSettings::default()
+        };
+        lifecycle::start(lab_session::lifecycle::plan(options, &settings).await?, false).await?;
     }
     let keep = a.keep || existing;
-    let drills = demo::drills()?;
-    let lab = Lab::open(name).await?;
-    let options = lab.drill_options(None);
     let story = Story::new(clock);
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("\ninterrupted: clearing what the demo injected");
     };
-    let status = match lab.run_drills(&drills, &options, &story, interrupt).await {
+    let status = match demo::run(name, &story, interrupt).await? {
         Ran::Finished(report) => Exit::of_report(&report),
         Ran::Interrupted(lines) => {
             for l in lines {
@@ -169,13 +142,18 @@ impl Observer for Story {
                 t.verifies = 0;
                 t.kubernetes = "-".into();
                 t.fix = String::new();
-                let (title, plan) = CHAPTERS[i.min(2)];
-                outln!("\n━━ Fault {} of 3: {title} ({}) ━━", i + 1, elapsed(self.clock));
-                outln!("{plan}");
+                let c = &CHAPTERS[i.min(2)];
+                outln!(
+                    "\n━━ Fault {} of 3: {} ({}) ━━",
+                    i + 1,
+                    c.title,
+                    elapsed(self.clock)
+                );
+                outln!("{}", c.plan);
             }
             Event::DrillFinished(report) => {
                 let mut t = self.told();
-                let title = CHAPTERS[t.started.saturating_sub(1).min(2)].0;
+                let title = CHAPTERS[t.started.saturating_sub(1).min(2)].title;
                 let f = &report.figures;
                 let pass = report.verdict == Verdict::Pass;
                 outln!(
@@ -212,37 +190,22 @@ impl Observer for Story {
 
     fn after_step(&self, r: &StepReport, last: Option<&Snapshot>) -> Flow {
         let mut t = self.told();
-        let chapter = demo::CHAPTERS[t.started.saturating_sub(1).min(2)];
+        let chapter: &Chapter = &CHAPTERS[t.started.saturating_sub(1).min(2)];
         match r.step {
             StepName::Baseline if t.started == 1 => show("Before any fault", last),
             StepName::Expect => {
                 t.kubernetes = kube_words(last);
                 show("Under the fault: Kubernetes' view beside the job's", last);
-                if r.ok {
-                    match chapter {
-                        lab_faults::FaultKind::SlowStorage => {
-                            t.fix = "the lab's own clear (delay removed)".into();
-                        }
-                        lab_faults::FaultKind::ThrottledRank => t.fix = "lab restart rank 1".into(),
-                        // Not demo chapters' first fixes: their fix is named after their verify step.
-                        lab_faults::FaultKind::UnplaceableRank
-                        | lab_faults::FaultKind::StuckRollout
-                        | lab_faults::FaultKind::CompetingJob
-                        | lab_faults::FaultKind::SlowDisk
-                        | lab_faults::FaultKind::SyncReplica => {}
-                        lab_faults::FaultKind::RankHang => t.fix = "lab restart rank 1".into(),
-                        lab_faults::FaultKind::RankCrash => {
-                            t.fix = "the lab's own clear (the rank's setting removed)".into();
-                        }
-                        lab_faults::FaultKind::SlowCompute => {
-                            t.fix = "the lab's own clear (hogs stopped)".into();
-                        }
-                    }
+                // A two-step fix is named after its first verification.
+                if r.ok
+                    && let Some(words) = chapter.fix_words
+                {
+                    t.fix = words.into();
                 }
             }
             StepName::Verify => {
                 t.verifies += 1;
-                if chapter == lab_faults::FaultKind::UnplaceableRank && t.verifies == 1 {
+                if matches!(chapter.fix, Fix::TwoSteps(..)) && t.verifies == 1 {
                     if r.ok {
                         t.fix = "lab scale ranks 4 (held, unlike in the seed)".into();
                         show("After scaling back to 4 ranks", last);

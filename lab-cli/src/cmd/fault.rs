@@ -2,9 +2,8 @@
 
 use crate::exit::Exit;
 
-use lab_faults::{Fault, FaultKind, Ledger};
-use lab_session::Lab;
 use lab_session::guard::{Clear, Guarded};
+use lab_session::{Fault, FaultKind, Lab};
 use serde_json::json;
 
 use crate::cli::{ClearArgs, FaultCmd, InjectArgs, InjectCmd};
@@ -83,10 +82,7 @@ async fn inject(name: &str, a: InjectArgs) -> anyhow::Result<Exit> {
     let lab = Lab::open(name).await?;
     if !json {
         match a.lifetime {
-            Some(l) => eprintln!(
-                "injecting {fault} for {} …",
-                lab_model::quantity::format_duration(l)
-            ),
+            Some(l) => eprintln!("injecting {fault} for {} …", lab_session::format_duration(l)),
             None => eprintln!("injecting {fault} …"),
         }
     }
@@ -114,8 +110,8 @@ async fn inject(name: &str, a: InjectArgs) -> anyhow::Result<Exit> {
         if let Some(at) = done.entry.expires_at_ms {
             outln!(
                 "  clears itself in {} (the lab's watcher clears it, at {})",
-                lab_model::quantity::format_duration(a.lifetime.unwrap_or_default()),
-                lab_model::clock::rfc3339(at)
+                lab_session::format_duration(a.lifetime.unwrap_or_default()),
+                lab_session::rfc3339(at)
             );
         }
         outln!(
@@ -149,15 +145,12 @@ async fn clear(name: &str, a: ClearArgs) -> anyhow::Result<Exit> {
 }
 
 fn status(name: &str, json: bool) -> anyhow::Result<Exit> {
-    if lab_runtime::state::read_record(name)?.is_none() {
-        return Err(lab_runtime::RuntimeError::NotRunning { name: name.into() }.into());
-    }
-    let data = Ledger::of_lab(name).read()?;
+    let data = lab_session::fault_ledger(name)?;
     if json {
         out::json(formats::FAULT_LEDGER, &data)?;
         return Ok(Exit::Passed);
     }
-    let now = lab_runtime::state::now_ms();
+    let now = lab_session::now_ms();
     let active: Vec<_> = data.active().collect();
     if active.is_empty() {
         outln!("no fault is injected");
@@ -177,7 +170,7 @@ fn status(name: &str, json: bool) -> anyhow::Result<Exit> {
             outln!(
                 "{:<22} clears itself in {} (by the lab's watcher)",
                 "",
-                lab_model::quantity::format_duration(left)
+                lab_session::format_duration(left)
             );
         }
     }

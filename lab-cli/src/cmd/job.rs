@@ -2,19 +2,17 @@
 
 use crate::exit::Exit;
 
-use lab_faults::{Ledger, jobs};
-use lab_model::ChangeRecord;
+use lab_session::{ChangeRecord, Lab};
 
 use crate::cli::JobCmd;
 use crate::formats;
 use crate::out::{self, outln};
 
 pub async fn run(name: &str, cmd: JobCmd) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    let ledger = Ledger::of_lab(name);
+    let lab = Lab::open(name).await?;
     match cmd {
         JobCmd::List(a) => {
-            let lines = jobs::list(rt.as_ref(), a.window).await?;
+            let lines = lab.jobs(a.window).await?;
             if a.json {
                 out::json_list(formats::JOBS, "jobs", &lines)?;
             } else {
@@ -40,11 +38,8 @@ pub async fn run(name: &str, cmd: JobCmd) -> anyhow::Result<Exit> {
             }
             Ok(Exit::Passed)
         }
-        JobCmd::Throttle(a) => done(
-            jobs::throttle(rt.as_ref(), &ledger, &a.job, a.rate).await?,
-            a.json,
-        ),
-        JobCmd::Stop(a) => done(jobs::stop(rt.as_ref(), &ledger, &a.job).await?, a.json),
+        JobCmd::Throttle(a) => done(lab.throttle_job(&a.job, a.rate).await?, a.json),
+        JobCmd::Stop(a) => done(lab.stop_job(&a.job).await?, a.json),
     }
 }
 

@@ -2,9 +2,8 @@
 //! component's log, what the lab is made of, and the command line for the shell and `man`.
 
 use futures::StreamExt;
-use lab_runtime::LogRequest;
-use lab_session::Lab;
 use lab_session::version::Build;
+use lab_session::{Lab, LogRequest};
 
 use crate::cli::LogsArgs;
 use crate::exit::Exit;
@@ -26,7 +25,7 @@ pub async fn list(json: bool) -> anyhow::Result<Exit> {
     if labs.is_empty() {
         outln!(
             "no lab on this machine (under {}); `lab up` starts one",
-            lab_runtime::state::base_dir().display()
+            lab_session::state_dir().display()
         );
         return Ok(Exit::Passed);
     }

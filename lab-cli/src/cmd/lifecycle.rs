@@ -3,11 +3,8 @@
 use crate::exit::Exit;
 use anyhow::Context;
 
-use lab_model::status::RuntimeKind;
-use lab_runtime::UpOptions;
-use lab_runtime::kube::{self, KubeOptions};
-use lab_runtime::local::LocalOptions;
-use lab_session::lifecycle::{self, Place, Requested, UpPlan};
+use lab_session::lifecycle::{self, PlaceSettings, Planned, Requested, Watcher};
+use lab_session::{DelayChoice, UpOptions};
 use serde_json::json;
 
 use crate::cli::{DelayPathArg, RuntimeArg, UpArgs};
@@ -36,77 +33,48 @@ pub async fn up(name: &str, a: UpArgs) -> anyhow::Result<Exit> {
         baseline_timeout: a.baseline_timeout,
         database: a.database,
     };
-    let (kind, reason) = lifecycle::choose(if a.kubeconfig.is_some() {
-        Requested::Cluster
-    } else {
-        requested(a.runtime)
-    })
-    .await;
-    if a.nodes != 1 && kind != RuntimeKind::Kind {
-        anyhow::bail!(
-            "--nodes is for the kind runtime (the {kind} runtime runs on the nodes it has): add --runtime kind"
-        );
-    }
-    let place = match kind {
-        RuntimeKind::Local => Place::Local(LocalOptions {
-            port_base: a.port_base,
-            ..LocalOptions::default()
-        }),
-        RuntimeKind::Kind | RuntimeKind::Cluster => {
-            let mut ko = if kind == RuntimeKind::Kind {
-                KubeOptions::kind()
-            } else {
-                KubeOptions::existing(a.kubeconfig.clone())
-            };
-            ko.context = a.context.clone();
-            ko.namespace = a.namespace.clone();
-            ko.gpu_resource = a.gpu_resource.clone();
-            if let Some(adv) = a.advertise_gpus {
-                ko.advertise_gpus = adv;
-            }
-            if let Some(i) = &a.image {
-                ko.image = i.clone();
-            }
-            if let Some(p) = &a.pull_policy {
-                ko.pull_policy = p.clone();
-            }
-            ko.delay = match a.delay_path {
-                DelayPathArg::Auto => kube::DelayChoice::Auto,
-                DelayPathArg::Netem => kube::DelayChoice::Netem,
-                DelayPathArg::Proxy => kube::DelayChoice::Proxy,
-            };
-            if let Some(m) = a.monitoring {
-                ko.monitoring = m;
-            }
-            if let Some(n) = &a.node_image {
-                ko.node_image = n.clone();
-            }
-            if a.no_build {
-                ko.build_image = false;
-            }
-            ko.nodes = a.nodes;
-            ko.wait_timeout = a.wait_timeout;
-            Place::Kube(Box::new(ko))
-        }
-    };
-    let plan = UpPlan {
-        options,
-        place,
+    let settings = PlaceSettings {
+        runtime: requested(a.runtime),
+        kubeconfig: a.kubeconfig,
+        context: a.context,
+        namespace: a.namespace,
+        gpu_resource: a.gpu_resource,
+        advertise_gpus: a.advertise_gpus,
+        image: a.image,
+        pull_policy: a.pull_policy,
+        delay: match a.delay_path {
+            DelayPathArg::Auto => DelayChoice::Auto,
+            DelayPathArg::Netem => DelayChoice::Netem,
+            DelayPathArg::Proxy => DelayChoice::Proxy,
+        },
+        monitoring: a.monitoring,
+        node_image: a.node_image,
+        build_image: !a.no_build,
+        nodes: a.nodes,
+        wait_timeout: a.wait_timeout,
+        port_base: a.port_base,
         rules: a.rules,
     };
-    start(&plan, kind, &reason, a.json).await
+    start(lifecycle::plan(options, &settings).await?, a.json).await
 }
 
-/// Brings the lab of `plan` up on `kind` (chosen for `reason`) and prints the result.
-pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -> anyhow::Result<Exit> {
-    let name = plan.options.name.as_str();
+/// Brings the lab `planned` up, with its watcher, and prints the result.
+pub async fn start(planned: Planned, json: bool) -> anyhow::Result<Exit> {
+    let Planned {
+        mut plan,
+        kind,
+        reason,
+    } = planned;
+    let name = plan.options.name.clone();
+    let exe = std::env::current_exe().context("cannot find the lab binary to start the watcher")?;
+    plan.watcher = Some(Watcher {
+        program: exe,
+        args: vec!["__watch".into(), "--name".into(), name.clone()],
+    });
     let steps = Steps::new();
     eprintln!("Starting lab {name:?} on the {kind} runtime ({reason})");
-    let up = lifecycle::up(plan, &steps).await?;
-    // The lab watches itself from now on: `lab status` reads what the watcher keeps.
-    let exe = std::env::current_exe().context("cannot find the lab binary to start the watcher")?;
-    let watcher = lab_session::live::start(name, &exe, &["__watch", "--name", name]);
-    if let Err(e) = &watcher {
+    let up = lifecycle::up(&plan, &steps).await?;
+    if let Some(Err(e)) = &up.watcher {
         eprintln!(
             "warning: the lab's watcher did not start ({e}); `lab status` will watch for 6 s each time"
         );
@@ -136,14 +104,14 @@ pub async fn start(plan: &UpPlan, kind: RuntimeKind, reason: &str, json: bool) -
         let rules = up.lab.rules();
         for file in rules.origins().into_iter().skip(1) {
             let (alerts, records) = rules.names_from(file);
-            println!(
+            outln!(
                 "Rules of {file} evaluated beside the lab's: {} alert(s) {}, {} recorded series.",
                 alerts.len(),
                 alerts.join(", "),
                 records.len()
             );
         }
-        let flag = out::name_flag(name);
+        let flag = out::name_flag(&name);
         outln!(
             "Next: lab console{flag} · lab fault inject slow-storage{flag} · lab status{flag} · lab down{flag}"
         );

@@ -22,7 +22,7 @@ use crate::cli::{Cli, Command};
 /// Runs a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
     let name = cli.name;
-    lab_runtime::state::validate_name(&name).map_err(|e| crate::exit::usage(e.to_string()))?;
+    lab_session::validate_name(&name).map_err(|e| crate::exit::usage(e.to_string()))?;
     match cli.command {
         Command::Up(a) => lifecycle::up(&name, a).await,
         Command::Down(a) => lifecycle::down(&name, a.json).await,

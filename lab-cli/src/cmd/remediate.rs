@@ -3,46 +3,39 @@
 
 use crate::exit::Exit;
 
-use lab_faults::{Ledger, drain, remediate};
-use lab_model::{ChangeRecord, Millicores};
+use lab_session::{ChangeRecord, Lab, Millicores};
 
 use crate::formats;
 use crate::out::outln;
 
-async fn done(r: Result<ChangeRecord, lab_faults::FaultError>) -> anyhow::Result<Exit> {
+fn done(r: lab_session::Result<ChangeRecord>) -> anyhow::Result<Exit> {
     let c = r?;
     outln!("changed: {}", c.line());
     Ok(Exit::Passed)
 }
 
 pub async fn scale(name: &str, ranks: u32) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    done(remediate::scale(rt.as_ref(), &Ledger::of_lab(name), ranks).await).await
+    done(Lab::open(name).await?.scale(ranks).await)
 }
 
 pub async fn world_size(name: &str, size: u32) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    done(remediate::world_size(rt.as_ref(), &Ledger::of_lab(name), size).await).await
+    done(Lab::open(name).await?.world_size(size).await)
 }
 
 pub async fn resize(name: &str, rank: u32, cpu: Millicores) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    done(remediate::resize(rt.as_ref(), &Ledger::of_lab(name), rank, cpu).await).await
+    done(Lab::open(name).await?.resize(rank, cpu).await)
 }
 
 pub async fn restart(name: &str, rank: u32) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    done(remediate::restart(rt.as_ref(), &Ledger::of_lab(name), rank).await).await
+    done(Lab::open(name).await?.restart(rank).await)
 }
 
 pub async fn apply(name: &str, cpu: Millicores) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    done(remediate::apply_template(rt.as_ref(), &Ledger::of_lab(name), cpu).await).await
+    done(Lab::open(name).await?.apply_template(cpu).await)
 }
 
 pub async fn procs(name: &str, rank: u32, json: bool) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    let procs = remediate::rank_processes(rt.as_ref(), rank).await?;
+    let procs = Lab::open(name).await?.rank_processes(rank).await?;
     if json {
         crate::out::json(
             formats::RANK_PROCS,
@@ -65,8 +58,7 @@ pub async fn procs(name: &str, rank: u32, json: bool) -> anyhow::Result<Exit> {
 }
 
 pub async fn stop(name: &str, rank: u32, pid: u32) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    done(remediate::stop_beside(rt.as_ref(), &Ledger::of_lab(name), rank, pid).await).await
+    done(Lab::open(name).await?.stop_beside(rank, pid).await)
 }
 
 pub async fn env(
@@ -76,8 +68,7 @@ pub async fn env(
     unset: Option<String>,
     json: bool,
 ) -> anyhow::Result<Exit> {
-    let rt = lab_runtime::open::open(name).await?;
-    let ledger = Ledger::of_lab(name);
+    let lab = Lab::open(name).await?;
     let change = match (set, unset) {
         (Some(kv), _) => {
             let (k, v) = kv.split_once('=').ok_or_else(|| {
@@ -89,9 +80,9 @@ pub async fn env(
         (None, None) => None,
     };
     if let Some((k, v)) = change {
-        return done(remediate::set_rank_env(rt.as_ref(), &ledger, rank, &k, v).await).await;
+        return done(lab.set_rank_env(rank, &k, v).await);
     }
-    let env = remediate::rank_env(rt.as_ref(), rank).await?;
+    let env = lab.rank_env(rank).await?;
     if json {
         crate::out::json(
             formats::RANK_ENV,
@@ -109,15 +100,14 @@ pub async fn env(
 
 pub async fn storage(name: &str, cmd: crate::cli::StorageCmd) -> anyhow::Result<Exit> {
     use crate::cli::StorageCmd;
-    let rt = lab_runtime::open::open(name).await?;
-    let ledger = Ledger::of_lab(name);
+    let lab = Lab::open(name).await?;
     let (a, r) = match cmd {
         StorageCmd::Drain(a) => {
-            let r = drain::drain(rt.as_ref(), &ledger, a.server).await;
+            let r = lab.drain(a.server).await;
             (a, r)
         }
         StorageCmd::Undrain(a) => {
-            let r = drain::undrain(rt.as_ref(), &ledger, a.server).await;
+            let r = lab.undrain(a.server).await;
             (a, r)
         }
     };

@@ -2,109 +2,37 @@
 
 use crate::exit::Exit;
 
-use lab_drills::agent::replay::{McpReplayed, ReplayReport, replay as run_replay, replay_mcp};
-use lab_drills::agent::{EvidenceLevel, Mitigation, Score};
-use serde::Serialize;
+use lab_session::replay::{Agent, Level, ReplayRun, Score};
 
 use crate::cli::ReplayArgs;
 use crate::out::outln;
 
-/// One level's replay, whichever protocol the agent speaks.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-enum Level {
-    Plans(ReplayReport),
-    Mcp {
-        agent: String,
-        evidence: EvidenceLevel,
-        incidents: Vec<McpReplayed>,
-        fixed: usize,
-        duration_s: f64,
-    },
-}
-
-impl Level {
-    fn fixed(&self) -> usize {
-        match self {
-            Level::Plans(r) => r.fixed,
-            Level::Mcp { fixed, .. } => *fixed,
-        }
-    }
-
-    /// What must not change from one replay to the next: each incident's score and outcome.
-    fn scores(&self) -> Vec<(String, Option<Score>, String)> {
-        match self {
-            Level::Plans(r) => r
-                .incidents
-                .iter()
-                .map(|i| (i.drill.clone(), i.score.clone(), i.known.clone()))
-                .collect(),
-            Level::Mcp { incidents, .. } => incidents
-                .iter()
-                .map(|i| (i.drill.clone(), i.score.clone(), i.known.clone()))
-                .collect(),
-        }
-    }
-}
-
-async fn replay_level(a: &ReplayArgs, level: EvidenceLevel) -> anyhow::Result<Level> {
-    if let Some(agent) = &a.mcp_agent {
-        let started = std::time::Instant::now();
-        let lab = std::env::current_exe()?;
-        let incidents = replay_mcp(&a.dir, agent, level, a.agent_timeout, &lab)
-            .await
-            .map_err(anyhow::Error::msg)?;
-        let fixed = incidents
-            .iter()
-            .filter(|i| {
-                i.score
-                    .as_ref()
-                    .is_some_and(|s| s.mitigation == Mitigation::Fixed)
-            })
-            .count();
-        return Ok(Level::Mcp {
-            agent: agent.clone(),
-            evidence: level,
-            incidents,
-            fixed,
-            duration_s: started.elapsed().as_secs_f64(),
-        });
-    }
-    let agent = a.agent.as_deref().unwrap_or_default();
-    let r = run_replay(&a.dir, agent, level, a.agent_timeout)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    Ok(Level::Plans(r))
-}
-
 pub async fn replay(a: ReplayArgs) -> anyhow::Result<Exit> {
-    let mut levels: Vec<Level> = Vec::new();
-    for level in &a.evidence {
-        levels.push(replay_level(&a, level.level()).await?);
-    }
-    let mut unstable = Vec::new();
-    if a.expect_stable {
-        for (level, first) in a.evidence.iter().zip(&levels) {
-            let again = replay_level(&a, level.level()).await?;
-            if again.scores() != first.scores() {
-                unstable.push(level.level().to_string());
-            }
-        }
-    }
-    let fixed_ok = a
-        .expect_fixed
-        .is_none_or(|n| levels.iter().all(|l| l.fixed() == n));
-    let ok = fixed_ok && unstable.is_empty();
+    // clap asks for one of the two.
+    let agent = match (a.agent, a.mcp_agent) {
+        (_, Some(cmd)) => Agent::Mcp(cmd),
+        (Some(cmd), None) => Agent::Plans(cmd),
+        (None, None) => Agent::Plans(String::new()),
+    };
+    let run = ReplayRun {
+        dir: a.dir,
+        agent,
+        evidence: a.evidence.iter().map(|e| e.level()).collect(),
+        timeout: a.agent_timeout,
+        expect_fixed: a.expect_fixed,
+        expect_stable: a.expect_stable,
+    };
+    let r = lab_session::replay::run(&run).await?;
     if a.json {
-        crate::out::json_list(crate::formats::REPLAY, "levels", &levels)?;
+        crate::out::json_list(crate::formats::REPLAY, "levels", &r.levels)?;
     } else {
-        for l in &levels {
+        for l in &r.levels {
             print_level(l);
         }
         if let Some(n) = a.expect_fixed {
             outln!(
                 "{}",
-                if fixed_ok {
+                if r.fixed_ok {
                     format!("as expected: {n} fixed at every level")
                 } else {
                     format!("REGRESSION: expected {n} fixed at every level given")
@@ -112,17 +40,18 @@ pub async fn replay(a: ReplayArgs) -> anyhow::Result<Exit> {
             );
         }
         if a.expect_stable {
-            if unstable.is_empty() {
+            if r.unstable.is_empty() {
                 outln!("stable: every score the same when replayed again");
             } else {
+                let levels: Vec<String> = r.unstable.iter().map(ToString::to_string).collect();
                 outln!(
                     "UNSTABLE: scores changed when replayed again at {}",
-                    unstable.join(", ")
+                    levels.join(", ")
                 );
             }
         }
     }
-    Ok(if ok { Exit::Passed } else { Exit::Failed })
+    Ok(if r.passed() { Exit::Passed } else { Exit::Failed })
 }
 
 fn score_line(s: &Score, blame: &[String]) -> String {

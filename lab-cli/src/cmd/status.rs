@@ -11,7 +11,7 @@ use crate::out::{self, out};
 pub async fn status(name: &str, a: StatusArgs) -> anyhow::Result<Exit> {
     let lab = Lab::open(name).await?;
     // A lab whose runtime does not answer is reported as such, not as an empty screen.
-    lab.runtime().status().await?;
+    lab.status().await?;
     let snap = out::current(&lab, a.window).await;
     if a.json {
         out::json(formats::STATUS, &snap)?;
