@@ -259,7 +259,35 @@ fn options(cli: Cli) -> anyhow::Result<RankOptions> {
     })
 }
 
+/// Stops the process when it is asked to (SIGTERM), before any other thread starts.
+///
+/// In a container the rank is PID 1, and the kernel delivers to a PID namespace's init only the signals it
+/// has a handler for: without one, SIGTERM does nothing and every deletion of a rank pod waited out the
+/// whole grace period (5 s) for the SIGKILL, while the rank went on training with its peers. SIGTERM is
+/// blocked in every thread (they inherit the mask) and one thread waits for it, so no signal handler runs
+/// in the middle of the training loop. Exit 0: the rank stopped as asked, which no crash rule counts.
+fn stop_on_sigterm() -> anyhow::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut term = SigSet::empty();
+    term.add(Signal::SIGTERM);
+    term.thread_block().context("blocking SIGTERM")?;
+    std::thread::Builder::new()
+        .name("sigterm".into())
+        .spawn(move || {
+            if term.wait().is_ok() {
+                eprintln!("lab-rank: SIGTERM: stopping");
+                std::process::exit(0);
+            }
+        })
+        .context("starting the SIGTERM thread")?;
+    Ok(())
+}
+
 fn main() -> ExitCode {
+    if let Err(e) = stop_on_sigterm() {
+        eprintln!("lab-rank: {e:#}");
+        return ExitCode::from(2);
+    }
     let cli = match parse(std::env::args_os().collect()) {
         Ok(c) => c,
         Err(e) => match e.downcast::<clap::Error>() {
