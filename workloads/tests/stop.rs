@@ -51,5 +51,9 @@ fn a_rank_waiting_for_its_peers_stops_on_sigterm_with_exit_code_0() {
         rank.stderr_text()
     );
     assert!(asked.elapsed() < Duration::from_secs(2), "{:?}", asked.elapsed());
-    assert!(rank.stderr_text().contains("SIGTERM: stopping"), "{}", rank.stderr_text());
+    assert!(
+        rank.stderr_text().contains("SIGTERM: stopping"),
+        "{}",
+        rank.stderr_text()
+    );
 }
