@@ -832,6 +832,9 @@ impl Trainer<'_> {
         let sched_start = schedstat();
         let mut ran = 0u64;
         let device = self.device_fault();
+        if let Err(e) = device.forget_if_healthy() {
+            eprintln!("rank {rank}: cannot clear the device's failures in --scratch-dir: {e}");
+        }
         let (fault_after, faults_before) = device.plan();
         if fault_after > 0 {
             eprintln!(

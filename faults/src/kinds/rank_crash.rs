@@ -73,19 +73,32 @@ impl Injector for RankCrash {
     async fn prove(
         &self,
         cx: &Cx<'_>,
-        _status: &LabStatus,
+        status: &LabStatus,
         _applied: &mut Applied,
     ) -> Result<String, FaultError> {
         let rank = self.rank;
         let rt = cx.rt;
+        // What the rank's pod said before: on Kubernetes the setting takes effect with a restart of the
+        // rank's container in the same pod (exit 0, asked to stop), so neither a restart count nor an old
+        // exit the status still shows proves the crash; only a restart that ended in a failure since.
+        let before = status
+            .ranks()
+            .find(|p| p.index == Some(rank))
+            .map(|p| (p.restarts, p.last_exit_code));
         let look = move || async move {
             let st = rt
                 .status()
                 .await
                 .map_err(FaultError::runtime("reading the lab's status"))?;
             Ok(match st.ranks().find(|p| p.index == Some(rank)) {
-                // A pod on its way out (the one replaced to pick the setting up) proves nothing.
-                Some(p) if p.restarts >= 1 && p.reason.as_deref() != Some("Terminating") => {
+                // A pod on its way out (the one replaced to pick the setting up) proves nothing, nor
+                // does an exit 0 (stopped as asked) or 4 (a peer went away).
+                Some(p)
+                    if p.restarts >= 1
+                        && p.reason.as_deref() != Some("Terminating")
+                        && p.last_exit_code.is_none_or(|c| c != 0 && c != 4)
+                        && before != Some((p.restarts, p.last_exit_code)) =>
+                {
                     Look::Done(format!(
                         "rank-{rank} crashed and was restarted {} time(s) (last exit: {})",
                         p.restarts,

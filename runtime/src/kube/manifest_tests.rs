@@ -411,6 +411,31 @@ fn a_ranks_scratch_folder_is_an_emptydir_of_its_pod() {
 }
 
 #[test]
+fn a_ranks_own_settings_come_from_lab_config_in_its_environment() {
+    // Read at each start of the container, so restarting the container is enough for a new value.
+    let objs = all_objects(&settings());
+    let sts = find(&objs, "StatefulSet", names::RANKS);
+    let rank = containers(sts)[0];
+    assert!(
+        rank["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--rank-settings-from-env"),
+        "{}",
+        rank["args"]
+    );
+    assert_eq!(rank["envFrom"][0]["configMapRef"]["name"], names::CONFIG);
+    // No mounted copy of it, whose refresh would lag the ConfigMap.
+    let volumes = pod_template(sts)["spec"]["volumes"].as_array().unwrap();
+    assert!(volumes.iter().all(|v| v["configMap"].is_null()), "{volumes:?}");
+    assert_eq!(
+        sts.data["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        0
+    );
+}
+
+#[test]
 fn on_a_two_core_node_the_gpus_not_the_cpus_decide_how_many_ranks_fit() {
     // Five ranks (one more than the GPUs) and everything else must fit in 2 CPUs of requests, or the
     // fifth rank would be refused for CPU instead of for its GPU.

@@ -141,6 +141,28 @@ struct Cli {
     /// setting of its own.
     #[arg(long, env = "LAB_RANK_SETTINGS")]
     rank_settings: Option<std::path::PathBuf>,
+
+    /// Settings for single ranks from the environment, read once at start: a variable `rank-<N>.<NAME>`
+    /// sets NAME for rank N alone, as a `--rank-settings` file would. On Kubernetes the job's ConfigMap
+    /// as the container's environment (`envFrom`), which the kubelet reads afresh at each start of the
+    /// container, so a restarted container has the setting as it is now (a mounted ConfigMap is
+    /// refreshed later, on the kubelet's own schedule).
+    #[arg(long, env = "LAB_RANK_SETTINGS_FROM_ENV", conflicts_with = "rank_settings")]
+    rank_settings_from_env: bool,
+}
+
+/// The settings of rank `rank` alone among `vars` (`rank-<N>.<NAME>` names), by name.
+fn rank_settings_in(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    rank: u32,
+) -> std::collections::BTreeMap<String, String> {
+    let prefix = format!("rank-{rank}.");
+    vars.into_iter()
+        .filter_map(|(k, v)| {
+            let name = k.to_str()?.strip_prefix(&prefix)?.to_string();
+            Some((name, v.to_string_lossy().trim().to_string()))
+        })
+        .collect()
 }
 
 /// The settings of rank `rank` alone in `dir` (`rank-<N>.<NAME>` files), by name; a missing folder has none.
@@ -202,10 +224,11 @@ fn rank_from_hostname(name: &str) -> Option<u32> {
 /// The parsed command line, with this rank's own settings from --rank-settings applied.
 fn parse(args: Vec<std::ffi::OsString>) -> anyhow::Result<Cli> {
     let cli = Cli::try_parse_from(args.clone())?;
-    let Some(dir) = cli.rank_settings.clone() else {
-        return Ok(cli);
+    let settings = match (&cli.rank_settings, cli.rank_settings_from_env) {
+        (Some(dir), _) => rank_settings(dir, rank_of(&cli)?)?,
+        (None, true) => rank_settings_in(std::env::vars_os(), rank_of(&cli)?),
+        (None, false) => return Ok(cli),
     };
-    let settings = rank_settings(&dir, rank_of(&cli)?)?;
     if settings.is_empty() {
         return Ok(cli);
     }
@@ -372,6 +395,22 @@ mod tests {
         a.pop();
         a.push("--rank-settings=/nonexistent-lab-rank-settings".into());
         assert_eq!(parse(a).unwrap().device_fault_after, 0);
+    }
+
+    #[test]
+    fn rank_settings_from_the_environment_are_this_ranks_own() {
+        let vars = [
+            ("rank-1.LAB_DEVICE_FAULT_AFTER", "150\n"),
+            ("rank-12.LAB_DEVICE_FAULT_AFTER", "7"),
+            ("world-size", "4"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let one = rank_settings_in(vars.clone(), 1);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one["LAB_DEVICE_FAULT_AFTER"], "150");
+        assert_eq!(rank_settings_in(vars.clone(), 12)["LAB_DEVICE_FAULT_AFTER"], "7");
+        assert!(rank_settings_in(vars, 2).is_empty());
     }
 
     #[test]
