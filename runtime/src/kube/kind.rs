@@ -532,7 +532,10 @@ mod tests {
             serde_norway::from_str(parsed["kubeadmConfigPatches"][1].as_str().unwrap()).unwrap();
         assert_eq!(kubelet["kind"], "KubeletConfiguration");
         assert_eq!(kubelet["featureGates"]["KubeletCrashLoopBackOffMax"], true);
-        assert_eq!(kubelet["featureGates"]["ReduceDefaultCrashLoopBackOffDecay"], true);
+        assert_eq!(
+            kubelet["featureGates"]["ReduceDefaultCrashLoopBackOffDecay"],
+            true
+        );
         assert_eq!(kubelet["crashLoopBackOff"]["maxContainerRestartPeriod"], "2s");
     }
 
