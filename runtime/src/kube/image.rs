@@ -1,6 +1,6 @@
 //! The project's offline image builder, for machines where the Dockerfile's base images cannot be pulled:
 //! an image made of files already on this machine (the workspace's release binaries, `weed`, `tc`,
-//! busybox, Debian's `prometheus`), each binary with the shared libraries it loads at the paths it loads
+//! busybox, `prometheus`), each binary with the shared libraries it loads at the paths it loads
 //! them from, written as one deterministic layer in a `docker save` archive that Docker loads and kind
 //! imports. Hand-written rather than a dependency: the whole format is a tar, two JSON files and their
 //! SHA-256 digests.
@@ -643,7 +643,8 @@ pub fn db_image(reference: &str, bin_dir: &Path, pg_bin: &Path) -> Result<ImageS
     Ok(spec)
 }
 
-/// Prometheus from Debian's `prometheus` package, for clusters that cannot pull its image.
+/// Prometheus from the `prometheus` on PATH, for clusters that cannot pull its image: Debian's package
+/// (2.42), or the Prometheus 3 that `scripts/prometheus/build.sh` builds from its Go module.
 ///
 /// # Errors
 /// When the package is not installed.
@@ -672,12 +673,12 @@ pub fn prometheus_image(reference: &str) -> Result<ImageSpec> {
     spec.user = Some("65534".into());
     spec.labels.insert(
         "org.opencontainers.image.description".into(),
-        "Prometheus from Debian's package, built offline".into(),
+        "Prometheus from this machine's build, made into an image offline".into(),
     );
     Ok(spec)
 }
 
-/// The version Debian's `prometheus` prints (`prometheus, version 2.42.0+ds (branch: …)` → `2.42.0`).
+/// The version the `prometheus` on PATH prints (`prometheus, version 2.42.0+ds (branch: …)` → `2.42.0`; 3.5.0 from its module).
 pub fn prometheus_version() -> Option<String> {
     let bin = which("prometheus")?;
     let out = std::process::Command::new(bin).arg("--version").output().ok()?;

@@ -816,7 +816,7 @@ fn or_use_local(e: RuntimeError) -> RuntimeError {
 /// The offline kind node image the project builds (`scripts/kind/node-image.sh`), used when the pinned
 /// default cannot be pulled.
 pub const OFFLINE_NODE_IMAGE: &str = "straggler-lab/kind-node:v1.34.4";
-/// The offline Prometheus image (from Debian's package) is tagged `<this><Debian's version>`.
+/// The offline Prometheus image (from the `prometheus` on PATH) is tagged `<this><its version>`.
 const OFFLINE_PROMETHEUS: &str = "straggler-lab/prometheus:";
 /// How long pulling one image may take before the lab gives up on it (a real pull of the Rust base
 /// image on a slow line takes minutes; a machine without a registry fails at once).
@@ -979,7 +979,7 @@ async fn build_images(
                 let version = super::image::prometheus_version().unwrap_or_else(|| "debian".into());
                 let reference = format!("{OFFLINE_PROMETHEUS}{version}");
                 progress.note(&format!(
-                    "Prometheus image {} cannot be pulled ({e}): building {reference} from Debian's package",
+                    "Prometheus image {} cannot be pulled ({e}): building {reference} from the prometheus on PATH",
                     rec.prometheus_image
                 ));
                 let spec = super::image::prometheus_image(&reference)?;
