@@ -227,6 +227,7 @@ async fn run_up(
                 )
                 .await?;
                 check_server(&client, rec.request_timeout).await?;
+                check_permissions(&client, kopts, rec).await?;
                 if !kopts.advertise_gpus {
                     check_gpus(
                         &client,
@@ -448,6 +449,32 @@ async fn check_server(client: &Client, deadline: Duration) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The kubeconfig's user may do everything this `lab up` will do: every missing permission is named at
+/// once, with the manifest that grants them, before anything is created.
+async fn check_permissions(client: &Client, kopts: &KubeOptions, rec: &KubeRecord) -> Result<()> {
+    let own_namespace = kopts.namespace.is_none();
+    let missing = super::rbac::missing(
+        client,
+        &rec.namespace,
+        super::rbac::needed(own_namespace, kopts.advertise_gpus),
+        rec.request_timeout,
+    )
+    .await?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let ns_flag = if own_namespace {
+        String::new()
+    } else {
+        format!(" --namespace {}", rec.namespace)
+    };
+    Err(RuntimeError::InvalidInput(format!(
+        "the kubeconfig's user lacks {} permission(s) the lab needs, nothing was created:\n  {}\n         have a cluster admin grant them: `lab rbac{ns_flag} --user <you> | kubectl apply -f -` (or          --service-account NS/NAME, --group G)",
+        missing.len(),
+        missing.join("\n  ")
+    )))
 }
 
 /// The nodes offer enough of the GPU resource for every rank (when the lab does not advertise it itself).

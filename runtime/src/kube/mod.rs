@@ -13,6 +13,7 @@ pub mod jobs;
 pub mod kind;
 pub mod lifecycle;
 pub mod manifests;
+pub mod rbac;
 pub mod status;
 pub mod storage;
 
