@@ -755,13 +755,18 @@ impl Runtime for KubeRuntime {
         // The same control as on the local runtime, reached through the API server's pod proxy.
         let target = crate::rank0_target(self.targets().await?)?;
         let address = crate::checkpoint_address(&target.address);
-        let req = if save {
+        let mut req = if save {
             http::Request::post(address)
         } else {
             http::Request::get(address)
+        };
+        if let Some(token) = self.rec.control_token.as_deref() {
+            // The pod proxy passes the request's headers on to the rank.
+            req = req.header("X-Lab-Control-Token", token);
         }
-        .body(Vec::new())
-        .map_err(|e| RuntimeError::Other(e.to_string()))?;
+        let req = req
+            .body(Vec::new())
+            .map_err(|e| RuntimeError::Other(e.to_string()))?;
         let text = api::request_text(&self.client, req, "rank-0's checkpoint control", timeout).await?;
         crate::parse_checkpoint(&text)
     }

@@ -72,6 +72,7 @@ pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) 
         wait_timeout: kopts.wait_timeout,
         request_timeout: kopts.request_timeout,
         db_image: opts.database.then(|| super::DEFAULT_DB_IMAGE.to_string()),
+        control_token: Some(super::new_control_token()?),
     };
     if kopts.mode == ClusterMode::Kind {
         rec.kubeconfig = Some(dir.join(KIND_KUBECONFIG));
@@ -732,6 +733,7 @@ fn lab_kinds() -> Vec<ApiResource> {
         k("batch", "v1", "Job", "jobs"),
         k("", "v1", "Service", "services"),
         k("", "v1", "ConfigMap", "configmaps"),
+        k("", "v1", "Secret", "secrets"),
         k("", "v1", "ServiceAccount", "serviceaccounts"),
         k("rbac.authorization.k8s.io", "v1", "Role", "roles"),
         k("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),

@@ -88,6 +88,7 @@ pub(super) fn record(delay: DelayChoice) -> KubeRecord {
         wait_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_millis(300),
         db_image: None,
+        control_token: None,
     }
 }
 
@@ -1247,6 +1248,12 @@ async fn down_in_a_namespace_it_did_not_create_deletes_only_labelled_objects() {
             ),
             ex(
                 "GET",
+                format!("/api/v1/namespaces/{NS}/secrets"),
+                empty("SecretList"),
+            )
+            .query(sel),
+            ex(
+                "GET",
                 format!("/api/v1/namespaces/{NS}/serviceaccounts"),
                 empty("ServiceAccountList"),
             )
@@ -1298,6 +1305,14 @@ async fn the_manifests_are_applied_in_order_with_server_side_apply() {
                 assert_eq!(b["kind"], "ConfigMap");
                 assert_eq!(b["data"]["world-size"], "4");
             }),
+            ex(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/secrets/lab-control"),
+                Reply::Json(200, applied("Secret", "lab-control")),
+            )
+            .query("fieldManager=straggler-lab")
+            .query("force=true")
+            .body(|b| assert_eq!(b["kind"], "Secret")),
         ],
     );
     super::api::apply_all(&client, NS, &objs).await.unwrap();
@@ -1341,6 +1356,7 @@ fn storage_and_seed(seed_outcome: &str) -> Vec<Exchange> {
         ),
         apply(format!("/api/v1/namespaces/{NS}"), "Namespace", NS),
         apply(core("configmaps/lab-config"), "ConfigMap", "lab-config"),
+        apply(core("secrets/lab-control"), "Secret", "lab-control"),
         apply(core("services/storage"), "Service", "storage"),
         apply(core("services/storage-master"), "Service", "storage-master"),
         apply(apps("deployments/storage-master"), "Deployment", "storage-master"),

@@ -106,6 +106,13 @@ pub const PERMISSIONS: &[Permission] = &[
         "lab rank procs/stop, slow-compute, rank-hang, rank env, storage drain",
     ),
     ns("", "configmaps", "", OBJECTS, "lab-config, the rule file"),
+    ns(
+        "",
+        "secrets",
+        "",
+        &["get", "list", "create", "patch", "delete"],
+        "the lab's control token",
+    ),
     ns("", "services", "", OBJECTS, "rendezvous, storage, Prometheus"),
     ns("", "serviceaccounts", "", OBJECTS, "Prometheus' account"),
     ns("", "events", "", &["list"], "why a pod is Pending"),

@@ -149,6 +149,12 @@ struct Cli {
     /// refreshed later, on the kubelet's own schedule).
     #[arg(long, env = "LAB_RANK_SETTINGS_FROM_ENV", conflicts_with = "rank_settings")]
     rank_settings_from_env: bool,
+
+    /// The lab's control token (environment only, so it is not in the process's arguments): rank 0
+    /// takes a checkpoint request (POST /checkpoint) only with it in the X-Lab-Control-Token header.
+    /// Unset: from anyone who reaches the port (the local runtime's loopback).
+    #[arg(long, hide = true, env = "LAB_CONTROL_TOKEN", hide_env_values = true)]
+    control_token: Option<String>,
 }
 
 /// The settings of rank `rank` alone among `vars` (`rank-<N>.<NAME>` names), by name.
@@ -279,6 +285,7 @@ fn options(cli: Cli) -> anyhow::Result<RankOptions> {
         device_fault_after: cli.device_fault_after,
         device_fault_first: cli.device_fault_first,
         scratch_dir: cli.scratch_dir,
+        control_token: cli.control_token,
     })
 }
 
