@@ -3,7 +3,8 @@
 #
 #   bad input refused (no record, no cluster left) → lab up --runtime kind --database --nodes 2 (GPUs split
 #   2 + 2, ranks on both nodes) → status, incident, console (in tmux) → Prometheus 3 in the cluster agrees
-#   with the lab's alerts on a throttled rank → all eleven built-in drills: stuck-rollout with its right fix
+#   with the lab's alerts on a throttled rank → a checkpoint request from another pod without the lab's
+#   token refused, nothing changed → all eleven built-in drills: stuck-rollout with its right fix
 #   and, as a drill of its own, its trap (which must fail); the ten others each with its trap first (which
 #   must fail) and then its right fix (which must pass), through `exec` in the rank, storage and database
 #   containers, unplaceable-rank last (its clear rolls every rank) → lab down → nothing left (cluster and
@@ -243,7 +244,23 @@ prom_alerts | jq -c '[.data.alerts[] | select(.state == "firing") | .labels.aler
 say "Prometheus agrees: $(cat "$REPORTS/prometheus-alerts.json")"
 lab fault clear --all >&2 || die "clear throttled-rank"
 
-# --- three built-in drills ------------------------------------------------------------------------------
+# --- the ranks' control answers only the lab ----------------------------------------------------------------
+# A checkpoint request (POST /checkpoint on rank-0's port) from another pod, without the lab's token: the
+# offline nodes run no network plugin that enforces a NetworkPolicy, so the rank itself refuses it, and the
+# request changes nothing. The lab's own request (with the token, through the pod proxy) is taken.
+ckpt_state() { kc get --raw "/api/v1/namespaces/$ns/pods/rank-0:9400/proxy/checkpoint"; }
+requested_before=$(ckpt_state | jq '.requested')
+rank0_ip=$(kc -n "$ns" get pod rank-0 -o jsonpath='{.status.podIP}')
+if out=$(kc -n "$ns" exec deploy/storage-0 -c volume -- wget -q -O- --post-data= "http://$rank0_ip:9400/checkpoint" 2>&1); then
+  die "a checkpoint request from storage-0's pod without the token was taken: $out"
+fi
+grep -q "403" <<<"$out" || die "the request from another pod failed, but not with 403 Forbidden: $out"
+[ "$(ckpt_state | jq '.requested')" = "$requested_before" ] || die "the refused request changed rank-0's checkpoint requests"
+say "a checkpoint request from another pod without the token: refused ($(tr -d '\n' <<<"$out" | cut -c1-100)), nothing changed"
+lab checkpoint >&2 || die "lab checkpoint (with the lab's token) failed"
+[ "$(ckpt_state | jq '.requested')" -gt "$requested_before" ] || die "lab checkpoint's request was not counted"
+
+# --- the built-in drills ---------------------------------------------------------------------------------
 have_drills
 # drill_copy <built-in> <name> <verify deadline or -> <short: yes or no> [remediation command]: the
 # built-in's YAML (from drill-file/builtin/) renamed, with this tier's verify deadline and remediation, at
