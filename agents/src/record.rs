@@ -212,7 +212,10 @@ mod tests {
         let v = lab_commands("lab db template --node-selector '' && lab db delete-pod db-1").unwrap();
         assert_eq!(v[0], ["lab", "db", "template", "--node-selector", ""]);
         assert_eq!(v[1], ["lab", "db", "delete-pod", "db-1"]);
-        assert_eq!(lab_commands("lab restart rank 1").unwrap(), [["lab", "restart", "rank", "1"]]);
+        assert_eq!(
+            lab_commands("lab restart rank 1").unwrap(),
+            [["lab", "restart", "rank", "1"]]
+        );
         assert!(lab_commands("lab status | head").is_none());
         assert!(lab_commands("echo $HOME").is_none());
         assert!(lab_commands("kubectl delete pod db-1").is_none());

@@ -293,8 +293,11 @@ pub async fn replay_mcp(
             evidence: level,
             calls: calls.clone(),
         };
-        std::fs::write(&session, serde_json::to_vec_pretty(&s).map_err(|e| e.to_string())?)
-            .map_err(|e| format!("cannot write {}: {e}", session.display()))?;
+        std::fs::write(
+            &session,
+            serde_json::to_vec_pretty(&s).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("cannot write {}: {e}", session.display()))?;
         let server = vec![
             lab_bin.display().to_string(),
             "mcp".to_string(),
@@ -305,7 +308,10 @@ pub async fn replay_mcp(
             command: agent.into(),
             timeout,
             env: vec![
-                ("LAB_MCP_SERVER".into(), serde_json::to_string(&server).unwrap_or_default()),
+                (
+                    "LAB_MCP_SERVER".into(),
+                    serde_json::to_string(&server).unwrap_or_default(),
+                ),
                 ("LAB_EVIDENCE".into(), level.to_string()),
                 ("LAB_ATTEMPT".into(), "1".into()),
             ],
@@ -335,7 +341,10 @@ pub async fn replay_mcp(
             score: None,
         };
         let problem = if o.timed_out {
-            Some(format!("the agent did not finish within {:.0} s", timeout.as_secs_f64()))
+            Some(format!(
+                "the agent did not finish within {:.0} s",
+                timeout.as_secs_f64()
+            ))
         } else if o.exit_code != Some(0) {
             Some(format!(
                 "the agent failed ({:?}): {}",

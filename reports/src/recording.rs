@@ -22,7 +22,11 @@ pub fn recorded(report: &DrillReport) -> RecordedRun {
                 truth = truth.or_else(|| a.truth.clone());
                 continue;
             };
-            (p.commands.iter().map(|c| c.argv.clone()).collect(), a.evidence, a.truth.clone())
+            (
+                p.commands.iter().map(|c| c.argv.clone()).collect(),
+                a.evidence,
+                a.truth.clone(),
+            )
         } else if let Some(m) = &r.mcp {
             let acts: Vec<Vec<String>> = m.acts().filter(|a| a.approved).map(|a| a.argv.clone()).collect();
             (acts, m.evidence, m.truth.clone())
@@ -40,7 +44,11 @@ pub fn recorded(report: &DrillReport) -> RecordedRun {
         };
         tried.push(TriedPlan {
             commands,
-            outcome: if held { Mitigation::Fixed } else { Mitigation::Failed },
+            outcome: if held {
+                Mitigation::Fixed
+            } else {
+                Mitigation::Failed
+            },
             evidence,
             verification: (!held).then_some(why),
         });
@@ -128,7 +136,11 @@ mod tests {
         };
         r.steps = vec![
             step(StepName::Remediate, true, "ran"),
-            step(StepName::Verify, verdict == Verdict::Pass, reason.trim_start_matches("verify: ")),
+            step(
+                StepName::Verify,
+                verdict == Verdict::Pass,
+                reason.trim_start_matches("verify: "),
+            ),
         ];
         r.full_bundles = vec![serde_json::json!({
             "format": "straggler-lab.incident/v2",

@@ -129,7 +129,10 @@ impl ReplayEvidence {
 pub fn named_components(argv: &[String]) -> Vec<String> {
     let rest: Vec<&str> = argv.iter().skip(1).map(String::as_str).collect();
     match rest.as_slice() {
-        ["restart", "rank", n, ..] | ["resize", "rank", n, ..] | ["rank", "stop", n, ..] | ["rank", "env", n, ..] => {
+        ["restart", "rank", n, ..]
+        | ["resize", "rank", n, ..]
+        | ["rank", "stop", n, ..]
+        | ["rank", "env", n, ..] => {
             vec![format!("rank-{n}")]
         }
         ["storage", "drain" | "undrain", n, ..] => vec![format!("storage-{n}")],
@@ -188,7 +191,10 @@ impl Evidence for ReplayEvidence {
         let judged = match self.judged() {
             Some((Mitigation::Unknown, why)) if !unrelated.is_empty() => (
                 Mitigation::Failed,
-                format!("unrelated: changes {}, which was not at fault ({why})", unrelated.join(", ")),
+                format!(
+                    "unrelated: changes {}, which was not at fault ({why})",
+                    unrelated.join(", ")
+                ),
             ),
             Some(j) => j,
             None => (Mitigation::Unknown, "changes nothing".into()),
@@ -198,7 +204,11 @@ impl Evidence for ReplayEvidence {
             stdout: "(replay) not run; judged against what was verified live".into(),
             stderr: String::new(),
             changes: Vec::new(),
-            touched: if unrelated.is_empty() { named_components(argv) } else { unrelated },
+            touched: if unrelated.is_empty() {
+                named_components(argv)
+            } else {
+                unrelated
+            },
             judged: Some(judged),
         })
     }

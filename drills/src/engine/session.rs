@@ -214,9 +214,10 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             if let Ok(p) = self.lab.runtime.rank_processes(r).await
                 && let Ok(v) = serde_json::to_value(p)
             {
-                self.replay
-                    .processes
-                    .insert(lab_model::names::rank(r), serde_json::json!({"rank": lab_model::names::rank(r), "processes": v}));
+                self.replay.processes.insert(
+                    lab_model::names::rank(r),
+                    serde_json::json!({"rank": lab_model::names::rank(r), "processes": v}),
+                );
             }
         }
     }

@@ -55,7 +55,11 @@ async fn replay_level(a: &ReplayArgs, level: EvidenceLevel) -> anyhow::Result<Le
             .map_err(anyhow::Error::msg)?;
         let fixed = incidents
             .iter()
-            .filter(|i| i.score.as_ref().is_some_and(|s| s.mitigation == Mitigation::Fixed))
+            .filter(|i| {
+                i.score
+                    .as_ref()
+                    .is_some_and(|s| s.mitigation == Mitigation::Fixed)
+            })
             .count();
         return Ok(Level::Mcp {
             agent: agent.clone(),
@@ -110,7 +114,10 @@ pub async fn replay(a: ReplayArgs) -> anyhow::Result<ExitCode> {
             if unstable.is_empty() {
                 println!("stable: every score the same when replayed again");
             } else {
-                println!("UNSTABLE: scores changed when replayed again at {}", unstable.join(", "));
+                println!(
+                    "UNSTABLE: scores changed when replayed again at {}",
+                    unstable.join(", ")
+                );
             }
         }
     }
@@ -154,10 +161,18 @@ fn print_level(l: &Level) {
                         if p.commands.is_empty() {
                             "no command".to_string()
                         } else {
-                            p.commands.iter().map(|c| c.line()).collect::<Vec<_>>().join(" && ")
+                            p.commands
+                                .iter()
+                                .map(|c| c.line())
+                                .collect::<Vec<_>>()
+                                .join(" && ")
                         }
                     ),
-                    _ => println!("  {:<18} no plan: {}", i.drill, i.problem.as_deref().unwrap_or("-")),
+                    _ => println!(
+                        "  {:<18} no plan: {}",
+                        i.drill,
+                        i.problem.as_deref().unwrap_or("-")
+                    ),
                 }
             }
         }
@@ -184,14 +199,25 @@ fn print_level(l: &Level) {
                     Some(s) => println!(
                         "  {:<18} {}: {} · {} calls · {:.2} s\n  {:<18}   acts: {}",
                         i.drill,
-                        score_line(s, &i.diagnosis.as_ref().map(|d| d.blame.clone()).unwrap_or_default()),
+                        score_line(
+                            s,
+                            &i.diagnosis.as_ref().map(|d| d.blame.clone()).unwrap_or_default()
+                        ),
                         i.known,
                         i.calls.len(),
                         i.duration_s,
                         "",
-                        if acts.is_empty() { "none".to_string() } else { acts.join(" && ") }
+                        if acts.is_empty() {
+                            "none".to_string()
+                        } else {
+                            acts.join(" && ")
+                        }
                     ),
-                    None => println!("  {:<18} no score: {}", i.drill, i.problem.as_deref().unwrap_or("-")),
+                    None => println!(
+                        "  {:<18} no score: {}",
+                        i.drill,
+                        i.problem.as_deref().unwrap_or("-")
+                    ),
                 }
             }
         }
