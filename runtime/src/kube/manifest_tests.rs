@@ -146,6 +146,8 @@ fn selectors_match_their_pod_labels_and_services_find_pods() {
         rdv.data["spec"]["selector"]["statefulset.kubernetes.io/pod-name"],
         "rank-0"
     );
+    // rank-0 stays reachable while its restarted container waits for its next readiness probe.
+    assert_eq!(rdv.data["spec"]["publishNotReadyAddresses"], true);
 }
 
 #[test]
