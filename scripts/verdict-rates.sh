@@ -1,22 +1,30 @@
 #!/usr/bin/env bash
 # How often each built-in drill gives the verdict it should: its right fix must pass and its trap must fail,
-# every time. Runs each (drill, remediation) pair RUNS times on one local lab, once on the machine as it is
-# and once with one core kept busy by another process (a shell loop in its own process group, ended by
-# this script), and prints the expected-verdict rate of every pair in both conditions.
+# every time. Runs each (drill, remediation) pair RUNS times on one lab, once on the machine as it is and
+# once with one core kept busy by another process (a shell loop in its own process group, ended by this
+# script), and prints the expected-verdict rate of every pair in both conditions, with the median and
+# range of its detection and of its time back at baseline.
 #
 #   scripts/verdict-rates.sh                 the seed's three drills, RUNS=10, both conditions
 #   DRILLS=all RUNS=3 LOADS=quiet scripts/verdict-rates.sh      every built-in drill
 #   PAIRS="throttled-rank:right throttled-rank:trap" scripts/verdict-rates.sh
+#   RUNTIME=kind DRILLS=all RUNS=5 SEED_RUNS=10 LOADS=quiet scripts/verdict-rates.sh
+#                                            the kind table: a 2-node kind lab with the database
 #
-# Settings (environment): RUNS (10), LOADS ("quiet busy"), DRILLS (the seed's three; "all": every built-in
-# drill), PAIRS (both pairs of every drill in DRILLS), NAME (verdicts),
-# LAB_BIN (target/debug/lab, built when missing), OUT (target/verdict-rates: the JSON reports).
+# Settings (environment): RUNS (10), SEED_RUNS (RUNS: the runs of the seed's three drills), LOADS ("quiet
+# busy"), DRILLS (the seed's three; "all": every built-in drill), PAIRS (both pairs of every drill in
+# DRILLS), RUNTIME (local; kind: through the machine's Docker or the private engine, scripts/kind/engine.sh),
+# NODES (2, kind only), NAME (verdicts), LAB_BIN (target/debug/lab, built when missing), OUT
+# (target/verdict-rates: the JSON reports).
 # Exits non-zero when any pair gave an unexpected verdict, so a CI job can run it as it is.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 RUNS=${RUNS:-10}
+SEED_RUNS=${SEED_RUNS:-$RUNS}
+RUNTIME=${RUNTIME:-local}
+NODES=${NODES:-2}
 LOADS=${LOADS:-quiet busy}
 NAME=${NAME:-verdicts}
 OUT=${OUT:-$root/target/verdict-rates}
@@ -65,8 +73,19 @@ for pair in $PAIRS; do
   [ -n "${FIX[$pair]+set}" ] || { say "unknown pair $pair (a built-in drill, then :right or :trap)"; exit 2; }
 done
 # sync-replica needs the lab's database.
-up_args=(up --name "$NAME")
+up_args=(up --name "$NAME" --runtime "$RUNTIME")
 case " $PAIRS " in *" sync-replica:"*) up_args+=(--database) ;; esac
+case "$RUNTIME" in
+  local) ;;
+  kind)
+    up_args+=(--nodes "$NODES")
+    if [ -z "${DOCKER_HOST:-}" ] && ! docker info >/dev/null 2>&1; then
+      eval "$(scripts/kind/engine.sh env)"
+    fi
+    command -v kind >/dev/null || eval "$(scripts/kind/tools.sh)"
+    eval "$(scripts/tools.sh busybox postgres)" ;;
+  *) say "RUNTIME=$RUNTIME: local or kind"; exit 2 ;;
+esac
 
 command -v jq >/dev/null || { say "jq is missing: apt-get install jq"; exit 1; }
 if [ ! -x "$LAB_BIN" ]; then
@@ -107,8 +126,10 @@ for load in $LOADS; do
     fix=${FIX[$pair]}
     want=pass
     [ "$kind" = trap ] && want=fail
-    report="$OUT/$load-$drill-$kind.json"
-    args=(drill run "$drill" --name "$NAME" --repeat "$RUNS" --report "$report")
+    report="$OUT/$RUNTIME-$load-$drill-$kind.json"
+    runs=$RUNS
+    [[ " $SEED " == *" $drill "* ]] && runs=$SEED_RUNS
+    args=(drill run "$drill" --name "$NAME" --repeat "$runs" --report "$report")
     if [ -n "$fix" ]; then
       rest=$fix
       while :; do
@@ -117,22 +138,31 @@ for load in $LOADS; do
         rest=${rest#* | }
       done
     fi
-    say "$load: $drill, $kind fix (${fix:-its own clear}), $RUNS runs, must $want"
+    say "$load: $drill, $kind fix (${fix:-its own clear}), $runs runs, must $want"
     "$LAB_BIN" "${args[@]}" >/dev/null 2>&1 || true
+    figs="-"
     if [ ! -s "$report" ]; then
-      say "no report from $drill ($kind): counted as $RUNS unexpected verdicts"
+      say "no report from $drill ($kind): counted as $runs unexpected verdicts"
       expected=0
     else
       expected=$(jq --arg want "$want" '[.drills[] | select(.verdict == $want)] | length' "$report")
+      # Detection and the way back (right fixes), median (min–max) over the runs that have them.
+      figs=$(jq -r '
+        def fig(f): [.drills[] | f | numbers] | sort
+          | if length == 0 then "-" else
+              "\(if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end
+                 | . * 10 | round / 10) (\(.[0] * 10 | round / 10)–\(.[-1] * 10 | round / 10))" end;
+        "\(fig(.figures.time_to_detect_s))\t\(fig(.figures.time_to_baseline_s))"' "$report")
     fi
-    [ "$expected" -eq "$RUNS" ] || failures=$((failures + 1))
-    results+=("$(printf '%-7s %-18s %-6s %3d/%-3d %5.0f %%' "$load" "$drill" "$kind" "$expected" "$RUNS" \
-      "$(awk -v a="$expected" -v b="$RUNS" 'BEGIN { print 100 * a / b }')")")
+    [ "$expected" -eq "$runs" ] || failures=$((failures + 1))
+    results+=("$(printf '%-7s %-18s %-6s %3d/%-3d %5.0f %%  %-22s %s' "$load" "$drill" "$kind" "$expected" "$runs" \
+      "$(awk -v a="$expected" -v b="$runs" 'BEGIN { print 100 * a / b }')" "${figs%%$'\t'*}" "${figs#*$'\t'}")")
   done
   stop_busy
 done
 
-printf '\n%-7s %-18s %-6s %-7s %s\n' load drill fix runs expected
+printf '\n%s runtime; load average at the end %s, %s CPUs\n' "$RUNTIME" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"
+printf '%-7s %-18s %-6s %-7s %-8s %-22s %s\n' load drill fix runs expected "detected (s)" "back at baseline (s)"
 printf '%s\n' "${results[@]}"
 say "reports in $OUT; $failures pair(s) gave an unexpected verdict"
 [ "$failures" -eq 0 ]

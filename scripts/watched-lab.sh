@@ -5,15 +5,17 @@
 #
 # Source it after setting NAME, PROFILE and `say`/`die`; then
 #   watched_lab_build      # unless the caller builds: the binaries and the watcher
-#   watched_lab_up         # lab up --runtime local, plus the array up_args if the caller set it; the
-#                          # watcher started; sets work, ticks, watcher
+#   watched_lab_up         # lab up --runtime $LAB_RUNTIME (local by default), plus the array up_args if
+#                          # the caller set it; the watcher started; sets work, ticks, watcher
 #   watched_lab_baseline   # waits for the watcher's first tick with a baseline, prints that tick
-# and call watched_lab_cleanup from the caller's EXIT trap: it stops the watcher, clears any fault, takes
-# the lab down and removes its state folder.
+# and call watched_lab_cleanup from the caller's EXIT trap (or between two labs): it stops the watcher,
+# clears any fault, takes the lab down and removes its state folder.
 
 bin="$PWD/target/$PROFILE"
-# The caller's extra `lab up` arguments, if it set any (defined here so `set -u` callers need not).
+# The caller's extra `lab up` arguments, if it set any (defined here so `set -u` callers need not), and the
+# runtime (local unless the caller set LAB_RUNTIME).
 up_args=("${up_args[@]}")
+LAB_RUNTIME=${LAB_RUNTIME:-local}
 work=""
 ticks=""
 watcher=""
@@ -36,8 +38,8 @@ watched_lab_up() {
   export LAB_STATE_DIR="$work/state"
   mkdir -p "$LAB_STATE_DIR"
   ticks="$work/ticks.jsonl"
-  say "lab up --runtime local ${up_args[*]}"
-  lab up --runtime local "${up_args[@]}" >&2 || die "lab up"
+  say "lab up --runtime $LAB_RUNTIME ${up_args[*]}"
+  lab up --runtime "$LAB_RUNTIME" "${up_args[@]}" >&2 || die "lab up"
   "$bin/examples/watch" --name "$NAME" >"$ticks" 2>"$work/watch.err" &
   watcher=$!
 }
@@ -56,10 +58,12 @@ watched_lab_baseline() {
 
 watched_lab_cleanup() {
   [ -n "$watcher" ] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
+  watcher=""
   if [ -n "$work" ]; then
     lab fault clear --all >/dev/null 2>&1
     lab down >/dev/null 2>&1
     rm -rf "$work"
   fi
+  work=""
   return 0
 }

@@ -228,12 +228,14 @@ pub struct ExpectTracker {
     lowest_pct: Option<f64>,
     ready_min: Option<(usize, usize)>,
     met_at: Option<u64>,
+    /// When the fault was in place (its injection's proof passed).
+    in_place_ms: u64,
 }
 
 impl ExpectTracker {
     /// Expectations counted from `started_ms` (the start of the injection). Ready is held to account from
     /// the detection on, through the hold: what Kubernetes says while the signals say the job is broken
-    /// (a fault may restart ranks on its way in, as a rollout does).
+    /// (a fault may restart ranks on its way in, as a rollout does; see [`Self::in_place_from`]).
     pub fn new(spec: Expect, baseline: PreFault, started_ms: u64) -> Self {
         ExpectTracker {
             spec,
@@ -245,7 +247,21 @@ impl ExpectTracker {
             lowest_pct: None,
             ready_min: None,
             met_at: None,
+            in_place_ms: started_ms,
         }
+    }
+
+    /// The fault was in place from `ms` on (its injection's proof passed then): Ready is held to account,
+    /// and the hold counted, only from then, though the detection may come earlier. A fault that restarts
+    /// every rank on its way in (unplaceable-rank's new world size) stops the job at once, so its signals
+    /// fire while the ranks still come back one by one, which on Kubernetes takes longer than the
+    /// detection (each pod made again once the one below it is Ready); the snapshots of the injection
+    /// reach this tracker first, and "2/3 ranks Ready" there is the way in, not Kubernetes' view of the
+    /// fault.
+    #[must_use]
+    pub fn in_place_from(mut self, ms: u64) -> Self {
+        self.in_place_ms = ms.max(self.started_ms);
+        self
     }
 
     /// The lowest throughput seen, as a percentage of the pre-fault baseline.
@@ -315,6 +331,9 @@ impl ExpectTracker {
         let missing = self.missing();
         if missing.is_empty() {
             let at = *self.met_at.get_or_insert(s.at_ms);
+            if s.at_ms < self.in_place_ms {
+                return Outcome::Pending("detected; the fault is still going in".into());
+            }
             if let Some(want) = self.spec.ranks_ready {
                 let (ready, total) = s.status.ranks_ready();
                 if self.ready_min.is_none_or(|(r, _)| ready < r) {
@@ -328,7 +347,7 @@ impl ExpectTracker {
                     ));
                 }
             }
-            if s.at_ms.saturating_sub(at) >= self.spec.hold.as_millis() as u64 {
+            if s.at_ms.saturating_sub(at.max(self.in_place_ms)) >= self.spec.hold.as_millis() as u64 {
                 return Outcome::Done(self.detection(at));
             }
             return Outcome::Pending("detected; watching the fault's effect".into());
@@ -912,6 +931,43 @@ pub(crate) mod tests {
             why.contains("3/4 ranks") && why.contains("rank-1 Running, not Ready: CrashLoopBackOff"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn ready_is_held_to_account_once_the_fault_is_in_place() {
+        // The job stops as the injection starts (every rank restarted for a new world size), so the
+        // signals fire at +4 s while the ranks still come back one by one; the proof passes at +10 s.
+        let mut spec = expect(vec![GoldenSignal::Throughput], None, Some(4));
+        spec.hold = Duration::from_secs(2);
+        let mut e = ExpectTracker::new(spec, base(), T0).in_place_from(T0 + 10_000);
+        let mut s = snap(4, Some(0.0), None, 1);
+        alert(&mut s, GoldenSignal::Throughput, "LabTrainingThroughputLow");
+        s.status.pods.truncate(3);
+        s.status.pods[2].ready = false;
+        s.status.pods[2].reason = Some("ContainerCreating".into());
+        assert!(
+            matches!(e.push(&s), Outcome::Pending(m) if m.contains("still going in")),
+            "the way in is not judged"
+        );
+        let mut s = snap(11, Some(0.0), None, 1);
+        alert(&mut s, GoldenSignal::Throughput, "LabTrainingThroughputLow");
+        assert!(
+            matches!(e.push(&s), Outcome::Pending(_)),
+            "the hold counts from the fault in place, not from the detection"
+        );
+        let mut s = snap(12, Some(0.0), None, 1);
+        alert(&mut s, GoldenSignal::Throughput, "LabTrainingThroughputLow");
+        let Outcome::Done(d) = e.push(&s) else { panic!() };
+        assert_eq!(d.at_ms, T0 + 4_000, "detected when the signals fired");
+        assert_eq!(d.ranks_ready_min, Some((4, 4)));
+        // Once in place, a rank that drops is Kubernetes' view of the fault, and fails the expectation.
+        let mut spec = expect(vec![GoldenSignal::Throughput], None, Some(4));
+        spec.hold = Duration::from_secs(5);
+        let mut e = ExpectTracker::new(spec, base(), T0).in_place_from(T0 + 10_000);
+        let mut s = snap(11, Some(0.0), None, 1);
+        alert(&mut s, GoldenSignal::Throughput, "LabTrainingThroughputLow");
+        s.status.pods[3].ready = false;
+        assert!(matches!(e.push(&s), Outcome::Failed(why) if why.contains("3/4 ranks")));
     }
 
     fn verify(pct: f64, steps: u64, deadline: u64) -> Verify {

@@ -147,6 +147,18 @@ pub enum Command {
     ///   lab mcp --approve policy.yaml                  # classes earn autonomy one verified fix at a time
     #[command(verbatim_doc_comment)]
     Mcp(McpArgs),
+    /// Print the least RBAC a lab needs on a cluster you own (`lab up --kubeconfig`), to apply.
+    ///
+    /// A Role and RoleBinding in the lab's namespace and, unless --namespace-only, a ClusterRole and
+    /// ClusterRoleBinding for what lies outside it (making and deleting the lab's own namespace, the
+    /// nodes' GPUs, advertising GPUs). `lab up --kubeconfig` checks the same permissions first and lists
+    /// every one that is missing.
+    ///
+    /// Examples:
+    ///   lab rbac --user alice | kubectl apply -f -
+    ///   lab rbac --namespace team-a --namespace-only --service-account ci/runner > lab-rbac.yaml
+    #[command(verbatim_doc_comment)]
+    Rbac(RbacArgs),
     /// Runs a local lab's supervisor (started by `lab up`; not for direct use).
     #[command(name = "__supervise", hide = true)]
     Supervise { dir: PathBuf },
@@ -154,6 +166,27 @@ pub enum Command {
     /// `lab up`; not for direct use).
     #[command(name = "__watch", hide = true)]
     Watch,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("subject").required(true).args(["user", "group", "service_account"])))]
+pub struct RbacArgs {
+    /// The lab's namespace [default: straggler-lab-<name>, the one `lab up` makes].
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Grant it to this user (as the cluster's authentication names them).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Grant it to this group.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Grant it to this service account, NAMESPACE/NAME.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub service_account: Option<String>,
+    /// Only the Role and RoleBinding: the namespace exists (pass it to `lab up --namespace`) and the lab
+    /// needs nothing cluster-wide (no --advertise-gpus).
+    #[arg(long)]
+    pub namespace_only: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

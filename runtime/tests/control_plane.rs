@@ -53,6 +53,7 @@ fn record(ns: &str, wait: Duration) -> KubeRecord {
         wait_timeout: wait,
         request_timeout: Duration::from_secs(10),
         db_image: None,
+        control_token: None,
     }
 }
 

@@ -53,6 +53,8 @@ pub use lab_model::quantity::format_duration;
 pub use lab_model::status::LabStatus;
 pub use lab_model::{ChangeRecord, Fault, FaultKind, Millicores, Phase, Snapshot, parse_duration};
 pub use lab_runtime::kube::DelayChoice;
+/// The least RBAC a lab needs on a cluster a team owns (`lab rbac`).
+pub use lab_runtime::kube::rbac;
 pub use lab_runtime::{LogRequest, Progress, UpOptions};
 
 /// Checks a lab's name (lowercase letters, digits and dashes, starting with a letter, up to 40).

@@ -869,6 +869,7 @@ fn every_manifest_grants_added_capabilities_only_to_the_delay_container() {
         watchdog_seconds: 120,
         cpu: lab_model::Millicores(400),
         gpu_resource: "lab.dev/gpu".into(),
+        control_token: "0123abcd".into(),
     };
     let mut objects = s.namespace().unwrap();
     objects.extend(s.config().unwrap());

@@ -7,10 +7,17 @@ use std::sync::Mutex;
 
 use lab_model::checkpoint::{CheckpointState, SavedCheckpoint};
 
+/// The header that carries the lab's control token on a request that changes the job.
+pub const TOKEN_HEADER: &str = "x-lab-control-token";
+
 /// The shared state between the endpoint, the training loop and the checkpoint writer.
 #[derive(Debug)]
 pub struct CheckpointControl {
     state: Mutex<Inner>,
+    /// The lab's token: with one, a request that changes the job must carry it ([`TOKEN_HEADER`]). On
+    /// Kubernetes any pod that reaches the rank's port could otherwise ask it to checkpoint, and a
+    /// NetworkPolicy needs a network plugin that enforces it, which a kind node may not run.
+    token: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -31,6 +38,26 @@ impl CheckpointControl {
                 },
                 taken: 0,
             }),
+            token: None,
+        }
+    }
+
+    /// Requests that change the job must carry `token` (none, or an empty one: they need not).
+    #[must_use]
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
+    }
+
+    /// Whether a request that carries `given` (its [`TOKEN_HEADER`]) may change the job.
+    pub fn allows(&self, given: Option<&str>) -> bool {
+        match (&self.token, given) {
+            (None, _) => true,
+            // Compared in full whatever differs first, so the time taken says nothing about the token.
+            (Some(t), Some(g)) => {
+                t.len() == g.len() && t.bytes().zip(g.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+            }
+            (Some(_), None) => false,
         }
     }
 

@@ -40,6 +40,22 @@ impl DeviceFault {
         (steps, before)
     }
 
+    /// A process whose device does not fail (no setting) forgets the failures recorded before it: the
+    /// setting was removed and its container restarted (Kubernetes) without a new pod, and a later
+    /// setting in the same pod fails sooner first again, as it would in a new pod.
+    ///
+    /// # Errors
+    /// The record exists and cannot be removed.
+    pub fn forget_if_healthy(&self) -> std::io::Result<()> {
+        let Some(dir) = self.scratch.as_deref().filter(|_| self.after == 0) else {
+            return Ok(());
+        };
+        match std::fs::remove_file(dir.join(RECORD)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Counts one more failure in this pod's record (the folder is made if missing).
     ///
     /// # Errors
@@ -87,6 +103,13 @@ mod tests {
         // A new pod starts with an empty folder: its first failure comes sooner again.
         std::fs::remove_dir_all(&scratch).unwrap();
         assert_eq!(f.plan(), (25, Some(0)));
+        // So does the same pod once a process ran without the setting.
+        f.record().unwrap();
+        f.forget_if_healthy().unwrap();
+        assert_eq!(f.plan(), (150, Some(1)), "a failing device remembers");
+        fault(0, 25, Some(scratch.clone())).forget_if_healthy().unwrap();
+        assert_eq!(f.plan(), (25, Some(0)));
+        fault(0, 25, Some(scratch.clone())).forget_if_healthy().unwrap();
     }
 
     #[test]

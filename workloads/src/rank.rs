@@ -66,6 +66,8 @@ pub struct RankOptions {
     pub device_fault_first: u64,
     /// A folder that outlives the rank's restarts but not its pod (the pod's emptyDir on Kubernetes).
     pub scratch_dir: Option<std::path::PathBuf>,
+    /// The lab's control token: rank 0 takes a checkpoint request only with it (none: from anyone).
+    pub control_token: Option<String>,
 }
 
 /// How a rank that stopped by itself (`--max-steps`) ended, printed as one JSON line.
@@ -361,7 +363,8 @@ pub fn run(opts: &RankOptions) -> Result<RunSummary> {
     start_series(&registry, opts.world_size);
     refresh(&registry);
     // Rank 0 takes checkpoint requests on its endpoint from the start; it answers them once it trains.
-    let control = (rank == 0).then(|| Arc::new(CheckpointControl::new(unix_ms())));
+    let control = (rank == 0)
+        .then(|| Arc::new(CheckpointControl::new(unix_ms()).with_token(opts.control_token.clone())));
     // The endpoint comes first and answers /readyz from now on, whatever happens next.
     let metrics_addr = serve::spawn(
         &opts.metrics_listen,
@@ -832,6 +835,9 @@ impl Trainer<'_> {
         let sched_start = schedstat();
         let mut ran = 0u64;
         let device = self.device_fault();
+        if let Err(e) = device.forget_if_healthy() {
+            eprintln!("rank {rank}: cannot clear the device's failures in --scratch-dir: {e}");
+        }
         let (fault_after, faults_before) = device.plan();
         if fault_after > 0 {
             eprintln!(

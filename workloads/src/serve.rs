@@ -80,11 +80,17 @@ fn handle(
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut request_line = String::new();
     reader.by_ref().take(8192).read_line(&mut request_line)?;
+    let mut token = None;
     loop {
         let mut line = String::new();
         let n = reader.by_ref().take(8192).read_line(&mut line)?;
         if n == 0 || line == "\r\n" || line == "\n" {
             break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.trim().eq_ignore_ascii_case(crate::control::TOKEN_HEADER)
+        {
+            token = Some(value.trim().to_string());
         }
     }
     let mut parts = request_line.split_whitespace();
@@ -99,7 +105,7 @@ fn handle(
         ("GET" | "HEAD", "/readyz" | "/healthz") => {
             ("200 OK", "text/plain; charset=utf-8", "ok\n".to_string())
         }
-        (_, lab_model::checkpoint::PATH) => checkpoint(method, control),
+        (_, lab_model::checkpoint::PATH) => checkpoint(method, control, token.as_deref()),
         ("GET" | "HEAD", _) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
@@ -125,7 +131,11 @@ fn handle(
 
 /// `GET /checkpoint`: the state; `POST /checkpoint`: a request counted, answered with the state (202: the
 /// job saves it after the step it is in).
-fn checkpoint(method: &str, control: Option<&CheckpointControl>) -> (&'static str, &'static str, String) {
+fn checkpoint(
+    method: &str,
+    control: Option<&CheckpointControl>,
+    token: Option<&str>,
+) -> (&'static str, &'static str, String) {
     const JSON: &str = "application/json";
     let Some(c) = control else {
         return (
@@ -136,6 +146,16 @@ fn checkpoint(method: &str, control: Option<&CheckpointControl>) -> (&'static st
     };
     let (status, state) = match method {
         "GET" | "HEAD" => ("200 OK", c.state()),
+        "POST" if !c.allows(token) => {
+            return (
+                "403 Forbidden",
+                "text/plain; charset=utf-8",
+                format!(
+                    "a checkpoint request needs the lab's control token (header {}): ask through `lab checkpoint`\n",
+                    crate::control::TOKEN_HEADER
+                ),
+            );
+        }
         "POST" => ("202 Accepted", c.request()),
         _ => {
             return (
@@ -147,4 +167,51 @@ fn checkpoint(method: &str, control: Option<&CheckpointControl>) -> (&'static st
     };
     let body = serde_json::to_string(&state).unwrap_or_default() + "\n";
     (status, JSON, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::TOKEN_HEADER;
+
+    fn ask(addr: SocketAddr, request: &str) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_checkpoint_request_without_the_labs_token_is_refused_and_changes_nothing() {
+        let control = Arc::new(CheckpointControl::new(1).with_token(Some("s3cret".into())));
+        let addr = spawn(
+            "127.0.0.1:0",
+            Arc::new(Registry::new()),
+            Arc::new(|_: &Registry| {}),
+            Some(control.clone()),
+        )
+        .unwrap();
+        let post = |extra: &str| {
+            ask(
+                addr,
+                &format!("POST /checkpoint HTTP/1.1\r\nHost: x\r\n{extra}\r\n"),
+            )
+        };
+        let refused = post("");
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+        assert!(refused.contains("control token"), "{refused}");
+        let wrong = post(&format!("{TOKEN_HEADER}: s3creT\r\n"));
+        assert!(wrong.starts_with("HTTP/1.1 403"), "{wrong}");
+        assert_eq!(control.state().requested, 0, "a refused request is not counted");
+        // Reading the state needs no token; asking with it is counted.
+        let read = ask(addr, "GET /checkpoint HTTP/1.1\r\n\r\n");
+        assert!(read.starts_with("HTTP/1.1 200"), "{read}");
+        let ok = post("X-Lab-Control-Token: s3cret\r\n");
+        assert!(ok.starts_with("HTTP/1.1 202"), "{ok}");
+        assert_eq!(control.state().requested, 1);
+        // Without a token set (the local runtime), anyone on the port may ask.
+        let open = Arc::new(CheckpointControl::new(1).with_token(Some(String::new())));
+        assert!(open.allows(None));
+    }
 }

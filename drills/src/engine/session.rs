@@ -35,6 +35,8 @@ pub struct Session<'a, S: SnapshotSource> {
     pub(super) inject_ms: Option<u64>,
     /// When the latest injection started: a chained drill's later expect steps time their fault from it.
     pub(super) fault_ms: Option<u64>,
+    /// When the latest injection's proof passed: the fault is in place from then on.
+    pub(super) in_place_ms: Option<u64>,
     /// The remediations run so far, with who ran them: the change log of a later bundle tells their
     /// changes from the others'.
     pub(super) fixes: Vec<lab_incident::bundle::FixBy>,
@@ -99,6 +101,7 @@ impl<'a, S: SnapshotSource> Session<'a, S> {
             lost: StepsLost::default(),
             inject_ms: None,
             fault_ms: None,
+            in_place_ms: None,
             fixes: Vec::new(),
             detection: None,
             lowest_pct: None,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use lab_faults::Fault;
+use lab_runtime::state::now_ms;
 
 use super::evidence::evidence;
 use super::fit::{unknown_alerts, unsuitable};
@@ -219,6 +220,7 @@ impl<S: SnapshotSource> Session<'_, S> {
         }
         self.inject_ms.get_or_insert(started);
         self.fault_ms = Some(started);
+        self.in_place_ms = None;
         self.injected.push(fault.clone());
         let lab = self.lab.clone();
         let result = self
@@ -226,6 +228,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             .await;
         match result {
             Ok(done) => {
+                self.in_place_ms = Some(now_ms());
                 let summary = done.entry.proof.clone().unwrap_or(what);
                 let ev = done.changes.iter().map(lab_model::ChangeRecord::line).collect();
                 self.finish(StepName::Inject, started, true, summary, ev, Verdict::Error)
@@ -254,7 +257,8 @@ impl<S: SnapshotSource> Session<'_, S> {
                 Verdict::Error,
             );
         };
-        let mut tracker = ExpectTracker::new(spec.clone(), base, from);
+        let mut tracker =
+            ExpectTracker::new(spec.clone(), base, from).in_place_from(self.in_place_ms.unwrap_or(from));
         let mut last_progress = started;
         // In a chained drill the figures keep the lowest throughput of every fault.
         let lowest_before = self.lowest_pct;

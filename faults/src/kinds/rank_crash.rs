@@ -73,11 +73,18 @@ impl Injector for RankCrash {
     async fn prove(
         &self,
         cx: &Cx<'_>,
-        _status: &LabStatus,
+        status: &LabStatus,
         _applied: &mut Applied,
     ) -> Result<String, FaultError> {
         let rank = self.rank;
         let rt = cx.rt;
+        // What the rank's pod said before: on Kubernetes the setting takes effect with a restart of the
+        // rank's container in the same pod (exit 0, asked to stop), so neither a restart count nor an old
+        // exit the status still shows proves the crash; only a restart that ended in a failure since.
+        let before = status
+            .ranks()
+            .find(|p| p.index == Some(rank))
+            .map(|p| (p.restarts, p.last_exit_code));
         let look = move || async move {
             let st = rt
                 .status()
@@ -85,13 +92,16 @@ impl Injector for RankCrash {
                 .map_err(FaultError::runtime("reading the lab's status"))?;
             let own = i32::from(lab_model::actions::DEVICE_FAULT_EXIT);
             Ok(match st.ranks().find(|p| p.index == Some(rank)) {
-                // A pod on its way out (the one replaced to pick the setting up) proves nothing; nor does a
-                // restart after its peers' collective error, or one counted before the setting (on a lab
-                // just used, the pod being replaced still shows them): the rank's own device fault does.
+                // A pod on its way out (the one replaced to pick the setting up) proves nothing; nor does an
+                // exit 0 (stopped as asked), a restart after its peers' collective error, or one counted
+                // before the setting (on a lab just used, the pod still shows them): a restart since the
+                // inject that ended in the rank's own device fault does (its exit code, where the runtime
+                // still reports one).
                 Some(p)
                     if p.restarts >= 1
                         && p.reason.as_deref() != Some("Terminating")
-                        && p.last_exit_code == Some(own) =>
+                        && p.last_exit_code.is_none_or(|c| c == own)
+                        && before != Some((p.restarts, p.last_exit_code)) =>
                 {
                     Look::Done(format!(
                         "rank-{rank} crashed and was restarted {} time(s) (last exit: {})",

@@ -58,6 +58,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Demo(a) => demo::demo(&name, a).await,
         Command::Replay(a) => replay::replay(a).await,
         Command::Mcp(a) => mcp::mcp(&name, a).await,
+        Command::Rbac(a) => rbac(&name, a),
         Command::Watch => {
             let lab = lab_session::Lab::open(&name).await?;
             lab.serve_snapshots().await?;
@@ -65,4 +66,28 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         }
         Command::Supervise { .. } => unreachable!("handled in main before the async runtime starts"),
     }
+}
+
+/// `lab rbac`: the manifest on stdout.
+fn rbac(name: &str, a: crate::cli::RbacArgs) -> anyhow::Result<Exit> {
+    use lab_session::rbac::{Subject, manifest};
+    let who = match (a.user, a.group, a.service_account) {
+        (Some(u), _, _) => Subject::User(u),
+        (_, Some(g), _) => Subject::Group(g),
+        (_, _, Some(sa)) => {
+            let Some((ns, n)) = sa
+                .split_once('/')
+                .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
+            else {
+                anyhow::bail!(
+                    "--service-account {sa:?} is not NAMESPACE/NAME: e.g. --service-account ci/runner"
+                );
+            };
+            Subject::ServiceAccount(ns.to_string(), n.to_string())
+        }
+        _ => anyhow::bail!("say who gets it: --user, --group or --service-account"),
+    };
+    let namespace = a.namespace.unwrap_or_else(|| format!("straggler-lab-{name}"));
+    crate::out::write(format_args!("{}", manifest(&namespace, &who, !a.namespace_only)));
+    Ok(Exit::Passed)
 }

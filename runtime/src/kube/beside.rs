@@ -213,6 +213,41 @@ impl KubeRuntime {
             .any(|p| p.rank_itself && p.stopped()))
     }
 
+    /// Restarts rank `rank`'s container (not its pod): SIGTERM to the rank, the container's first process
+    /// (lab-rank stops on it, exit 0), through `exec`; the kubelet starts the container again in the same
+    /// pod, with the environment as lab-config says now. A pod that is not there, or whose rank container
+    /// is not running (waiting in its back-off, or still being made), needs nothing: its next start reads
+    /// the new value.
+    pub(super) async fn restart_container(&self, rank: u32) -> Result<()> {
+        let pod = match self.rank_pod(rank).await {
+            Ok(p) => p,
+            Err(RuntimeError::NoSuchInstance(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let running = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == obj::RANK_CONTAINER))
+            .and_then(|c| c.state.as_ref()?.running.as_ref())
+            .is_some();
+        if pod.metadata.deletion_timestamp.is_some() || !running {
+            return Ok(());
+        }
+        match self
+            .beside(rank, &["signal", "--pid", "1", "--signal", "term"])
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Gone or stopped between the look and the signal: the next start reads the new value.
+            Err(RuntimeError::NoSuchInstance(_)) => Ok(()),
+            Err(e) if e.to_string().contains("no such process") || e.to_string().contains("not running") => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// The rank container's restart count, from its pod's status.
     async fn restarts(&self, rank: u32) -> Result<i32> {
         let pod = self.rank_pod(rank).await?;

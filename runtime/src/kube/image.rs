@@ -1,6 +1,6 @@
 //! The project's offline image builder, for machines where the Dockerfile's base images cannot be pulled:
 //! an image made of files already on this machine (the workspace's release binaries, `weed`, `tc`,
-//! busybox, Debian's `prometheus`), each binary with the shared libraries it loads at the paths it loads
+//! busybox, `prometheus`), each binary with the shared libraries it loads at the paths it loads
 //! them from, written as one deterministic layer in a `docker save` archive that Docker loads and kind
 //! imports. Hand-written rather than a dependency: the whole format is a tar, two JSON files and their
 //! SHA-256 digests.
@@ -224,6 +224,89 @@ impl ImageSpec {
             "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{diff_id}")] },
             "history": [{ "created": "1970-01-01T00:00:00Z", "created_by": "straggler-lab offline image builder" }],
         })
+    }
+
+    /// What the image is made of, as a digest: every entry's path and mode, each copied file's source,
+    /// size and modification time (not its bytes: reading a few hundred MB of binaries to hash them
+    /// would cost what writing the archive does), each written file's bytes, and the run configuration.
+    /// Two specs with one key make the same archive.
+    ///
+    /// # Errors
+    /// When a copied file cannot be looked at.
+    pub fn key(&self) -> Result<String> {
+        let mut h = Sha256::new();
+        let mut put = |s: &[u8]| {
+            h.update((s.len() as u64).to_le_bytes());
+            h.update(s);
+        };
+        put(self.reference.as_bytes());
+        for (path, e) in &self.entries {
+            put(path.as_bytes());
+            match e {
+                Entry::File { src, mode } => {
+                    let m = std::fs::metadata(src)
+                        .map_err(|e| RuntimeError::io(format!("stat {}", src.display()), e))?;
+                    let mtime = m
+                        .modified()
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(0, |d| d.as_nanos());
+                    put(format!("file {} {mode:o} {} {mtime}", src.display(), m.len()).as_bytes());
+                }
+                Entry::Bytes { data, mode } => {
+                    put(format!("bytes {mode:o}").as_bytes());
+                    put(data);
+                }
+                Entry::Dir { mode, owner } => put(format!("dir {mode:o} {owner}").as_bytes()),
+                Entry::Symlink { target } => put(format!("symlink {target}").as_bytes()),
+            }
+        }
+        put(&serde_json::to_vec(&self.config("")).map_err(|e| RuntimeError::Other(e.to_string()))?);
+        Ok(hex(&h.finalize()))
+    }
+
+    /// The archive of this image in `cache` (a folder of the machine's cache, kept across labs), written
+    /// only when no archive of the same [`key`](Self::key) is there yet: a warm `lab up` reuses the one
+    /// an earlier `lab up` wrote. Older archives of the same image name are removed when a new one is
+    /// written, so the folder holds one per image. Returns the archive's path.
+    ///
+    /// # Errors
+    /// When the cache folder or the archive cannot be written.
+    pub fn cached_archive(&self, cache: &Path) -> Result<PathBuf> {
+        let stem: String = self
+            .reference
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let key = self.key()?;
+        let out = cache.join(format!("{stem}-{}.tar", &key[..16]));
+        if out.is_file() {
+            return Ok(out);
+        }
+        std::fs::create_dir_all(cache)
+            .map_err(|e| RuntimeError::io(format!("create {}", cache.display()), e))?;
+        let tmp = cache.join(format!(".{stem}-{}.{}.tar", &key[..16], std::process::id()));
+        let written = self.write_archive(&tmp);
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        if let Ok(old) = std::fs::read_dir(cache) {
+            for e in old.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with(&format!("{stem}-")) && name.ends_with(".tar") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        std::fs::rename(&tmp, &out).map_err(|e| RuntimeError::io(format!("write {}", out.display()), e))?;
+        Ok(out)
     }
 
     /// Writes the image as a `docker save` archive at `out` (`docker load` and `kind load image-archive`
@@ -560,7 +643,8 @@ pub fn db_image(reference: &str, bin_dir: &Path, pg_bin: &Path) -> Result<ImageS
     Ok(spec)
 }
 
-/// Prometheus from Debian's `prometheus` package, for clusters that cannot pull its image.
+/// Prometheus from the `prometheus` on PATH, for clusters that cannot pull its image: Debian's package
+/// (2.42), or the Prometheus 3 that `scripts/prometheus/build.sh` builds from its Go module.
 ///
 /// # Errors
 /// When the package is not installed.
@@ -589,12 +673,12 @@ pub fn prometheus_image(reference: &str) -> Result<ImageSpec> {
     spec.user = Some("65534".into());
     spec.labels.insert(
         "org.opencontainers.image.description".into(),
-        "Prometheus from Debian's package, built offline".into(),
+        "Prometheus from this machine's build, made into an image offline".into(),
     );
     Ok(spec)
 }
 
-/// The version Debian's `prometheus` prints (`prometheus, version 2.42.0+ds (branch: …)` → `2.42.0`).
+/// The version the `prometheus` on PATH prints (`prometheus, version 2.42.0+ds (branch: …)` → `2.42.0`; 3.5.0 from its module).
 pub fn prometheus_version() -> Option<String> {
     let bin = which("prometheus")?;
     let out = std::process::Command::new(bin).arg("--version").output().ok()?;
@@ -633,6 +717,40 @@ mod tests {
                 (name, data)
             })
             .collect()
+    }
+
+    #[test]
+    fn a_cached_archive_is_written_once_per_content() {
+        let d = tempfile::tempdir().unwrap();
+        let bin = d.path().join("tool");
+        std::fs::write(&bin, b"one").unwrap();
+        let cache = d.path().join("cache");
+        let spec = |r: &str| {
+            let mut s = ImageSpec::new(r);
+            s.file("/bin/tool", &bin, 0o755).bytes("/etc/x", "x", 0o644);
+            s
+        };
+        let a = spec("lab/t:1").cached_archive(&cache).unwrap();
+        let written = std::fs::metadata(&a).unwrap().modified().unwrap();
+        // The same content: the same archive, not written again.
+        let b = spec("lab/t:1").cached_archive(&cache).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(std::fs::metadata(&b).unwrap().modified().unwrap(), written);
+        // A changed binary (size and time): a new archive, and the old one of that name is gone.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&bin, b"two!").unwrap();
+        let c = spec("lab/t:1").cached_archive(&cache).unwrap();
+        assert_ne!(a, c);
+        assert!(!a.exists() && c.exists());
+        // Another image keeps its own.
+        let other = spec("lab/u:1").cached_archive(&cache).unwrap();
+        assert!(other.exists() && c.exists());
+        let entries = archive_entries(&c);
+        assert!(
+            entries.keys().any(|k| k.ends_with("layer.tar")),
+            "{:?}",
+            entries.keys()
+        );
     }
 
     #[test]

@@ -72,6 +72,7 @@ pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) 
         wait_timeout: kopts.wait_timeout,
         request_timeout: kopts.request_timeout,
         db_image: opts.database.then(|| super::DEFAULT_DB_IMAGE.to_string()),
+        control_token: Some(super::new_control_token()?),
     };
     if kopts.mode == ClusterMode::Kind {
         rec.kubeconfig = Some(dir.join(KIND_KUBECONFIG));
@@ -182,40 +183,38 @@ async fn run_up(
             rec.created_cluster = true;
             save(dir, &opts.name, rec)?;
             let nodes = rec.nodes;
-            step(
-                progress,
-                "create cluster",
-                kind::create_cluster(
-                    dir,
-                    &cluster,
-                    &rec.node_image,
-                    nodes,
-                    &kubeconfig,
-                    kopts.wait_timeout,
+            let node_image = rec.node_image.clone();
+            // The images are built (or found in the cache) while kind makes the cluster: neither needs
+            // the other, and the cluster takes the longer.
+            let (created, images) = tokio::join!(
+                step(
+                    progress,
+                    "create cluster",
+                    kind::create_cluster(dir, &cluster, &node_image, nodes, &kubeconfig, kopts.wait_timeout),
                 ),
-            )
-            .await?;
-            let images = step(
-                progress,
-                "build images",
-                build_images(&docker, kopts, rec, dir, progress),
-            )
-            .await?;
+                step(
+                    progress,
+                    "build images",
+                    build_images(&docker, kopts, rec, progress)
+                ),
+            );
+            created?;
+            let images = images?;
             save(dir, &opts.name, rec)?;
+            // Each image into every node at once (kind loads one image into its nodes in turn).
             step(progress, "load images", async {
-                for image in &images {
+                futures::future::try_join_all(images.iter().map(|image| async {
                     match image {
                         LabImage::InDocker(name) => {
-                            kind::load_image(&cluster, name, kopts.wait_timeout).await?
+                            kind::load_image(&cluster, name, kopts.wait_timeout).await
                         }
                         LabImage::Archive(path) => {
-                            let loaded = kind::load_archive(&cluster, path, kopts.wait_timeout).await;
-                            let _ = std::fs::remove_file(path);
-                            loaded?;
+                            kind::load_archive(&cluster, path, kopts.wait_timeout).await
                         }
                     }
-                }
-                Ok::<_, RuntimeError>(())
+                }))
+                .await
+                .map(drop)
             })
             .await?;
             connect(Some(&kubeconfig), None, rec.request_timeout).await?
@@ -229,6 +228,7 @@ async fn run_up(
                 )
                 .await?;
                 check_server(&client, rec.request_timeout).await?;
+                check_permissions(&client, kopts, rec).await?;
                 if !kopts.advertise_gpus {
                     check_gpus(
                         &client,
@@ -262,136 +262,164 @@ pub async fn deploy(
     let client = client.clone();
     let rt = KubeRuntime::with_client(opts.name.clone(), client.clone(), rec.clone());
 
-    if kopts.advertise_gpus {
-        // A lab's own multi-node kind cluster: every node runs ranks, and the GPUs are split across them.
-        let split = rec.mode == ClusterMode::Kind && rec.nodes > 1;
-        let nodes = step(
-            progress,
-            "advertise GPUs",
-            advertise_gpus(&client, &rec.gpu_resource, opts.gpus, split, rec.wait_timeout),
-        )
-        .await?;
-        rec.advertised_on = nodes;
-        save(dir, &opts.name, rec)?;
-    }
     let settings = rec.settings(&opts.name, opts.ranks, opts.ranks, opts.cpu);
-    step(progress, "deploy storage", async {
-        rec.created_namespace = ensure_namespace(&client, &settings, rec.request_timeout).await?;
-        save(dir, &opts.name, rec)?;
-        api::apply_all(&client, &rec.namespace, &settings.config()?).await?;
-        api::apply_all(&client, &rec.namespace, &settings.storage()?).await?;
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &rec.namespace);
-        let mut names = vec![obj::STORAGE_MASTER.to_string()];
-        names.extend((0..rec.storage_servers).map(|i| format!("storage-{i}")));
-        for n in names {
-            api::wait_for(
-                deployments.clone(),
-                &n,
-                &format!("deployment {n} to be available"),
-                rec.wait_timeout,
-                deployment_available,
-            )
-            .await?;
-        }
-        Ok::<_, RuntimeError>(())
-    })
-    .await?;
-    step(progress, "seed dataset", async {
-        api::apply_all(&client, &rec.namespace, &settings.seeder()?).await?;
-        let jobs: Api<Job> = Api::namespaced(client.clone(), &rec.namespace);
-        let job = api::wait_for(
-            jobs,
-            obj::SEEDER,
-            "the seeding job to finish",
-            rec.wait_timeout,
-            job_finished,
-        )
-        .await?;
-        if job_failed(job.as_ref()) {
-            return Err(RuntimeError::Step {
-                step: "seed dataset".into(),
-                message: format!(
-                    "the seeding job failed: see `kubectl -n {} logs job/seeder`",
-                    rec.namespace
-                ),
-            });
-        }
-        Ok(())
-    })
-    .await?;
-    step(progress, "deploy ranks", async {
-        api::apply_all(&client, &rec.namespace, &settings.ranks()?).await?;
-        let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &rec.namespace);
-        let want = i32::try_from(opts.ranks).unwrap_or(i32::MAX);
-        let ready = move |s: Option<&StatefulSet>| {
-            s.and_then(|s| s.status.as_ref()?.ready_replicas).unwrap_or(0) >= want
+    rec.created_namespace = ensure_namespace(&client, &settings, rec.request_timeout).await?;
+    save(dir, &opts.name, rec)?;
+    api::apply_all(&client, &rec.namespace, &settings.config()?).await?;
+    // What does not wait on the job runs beside it: the database and Prometheus are applied now and
+    // awaited while storage, the dataset and the ranks come up; the GPUs are advertised while storage
+    // comes up (only the ranks ask for them).
+    let fixed = rec.clone();
+    let database = async {
+        let Some(db_image) = fixed.db_image.clone() else {
+            return Ok(());
         };
-        api::wait_for(
-            sts,
-            obj::RANKS,
-            &format!("{} ranks to be Ready", opts.ranks),
-            rec.wait_timeout,
-            ready,
-        )
-        .await?;
-        Ok::<_, RuntimeError>(())
-    })
-    .await?;
-    if let Some(db_image) = rec.db_image.clone() {
         step(progress, "deploy database", async {
             api::apply_all(
                 &client,
-                &rec.namespace,
+                &fixed.namespace,
                 &settings.database(&db_image, kind::POD_SUBNET)?,
             )
             .await?;
-            let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &rec.namespace);
+            let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &fixed.namespace);
             api::wait_for(
                 sts,
                 obj::DATABASE,
                 "the database's primary and standby to be Ready",
-                rec.wait_timeout,
+                fixed.wait_timeout,
                 |s: Option<&StatefulSet>| s.and_then(|s| s.status.as_ref()?.ready_replicas).unwrap_or(0) >= 2,
             )
             .await?;
-            let deployments: Api<Deployment> = Api::namespaced(client.clone(), &rec.namespace);
+            let deployments: Api<Deployment> = Api::namespaced(client.clone(), &fixed.namespace);
             api::wait_for(
                 deployments,
                 db::WRITER,
                 "the writer to be available",
-                rec.wait_timeout,
+                fixed.wait_timeout,
                 deployment_available,
             )
             .await?;
             Ok::<_, RuntimeError>(())
         })
-        .await?;
-    }
-    if rec.monitoring {
+        .await
+    };
+    let monitoring = async {
+        if !fixed.monitoring {
+            return Ok(());
+        }
         step(progress, "deploy monitoring", async {
             api::apply_all(
                 &client,
-                &rec.namespace,
-                &if rec.prometheus_image.starts_with(OFFLINE_PROMETHEUS) {
+                &fixed.namespace,
+                &if fixed.prometheus_image.starts_with(OFFLINE_PROMETHEUS) {
                     settings.prometheus_static(super::manifests::RULES, opts.ranks + 1)?
                 } else {
                     settings.prometheus(super::manifests::RULES)?
                 },
             )
             .await?;
-            let deployments: Api<Deployment> = Api::namespaced(client.clone(), &rec.namespace);
+            let deployments: Api<Deployment> = Api::namespaced(client.clone(), &fixed.namespace);
             api::wait_for(
                 deployments,
                 "prometheus",
                 "Prometheus to be available",
-                rec.wait_timeout,
+                fixed.wait_timeout,
                 deployment_available,
             )
             .await?;
             Ok::<_, RuntimeError>(())
         })
+        .await
+    };
+    // The nodes patched, kept even when another step fails: `lab down` withdraws what was advertised.
+    let advertised = std::sync::Mutex::new(Vec::new());
+    let gpus = async {
+        if !kopts.advertise_gpus {
+            return Ok(());
+        }
+        // A lab's own multi-node kind cluster: every node runs ranks, and the GPUs are split across them.
+        let split = fixed.mode == ClusterMode::Kind && fixed.nodes > 1;
+        let nodes = step(
+            progress,
+            "advertise GPUs",
+            advertise_gpus(&client, &fixed.gpu_resource, opts.gpus, split, fixed.wait_timeout),
+        )
         .await?;
-    }
+        *advertised.lock().unwrap_or_else(|p| p.into_inner()) = nodes;
+        Ok::<_, RuntimeError>(())
+    };
+    let storage_and_data = async {
+        step(progress, "deploy storage", async {
+            api::apply_all(&client, &fixed.namespace, &settings.storage()?).await?;
+            let deployments: Api<Deployment> = Api::namespaced(client.clone(), &fixed.namespace);
+            let mut names = vec![obj::STORAGE_MASTER.to_string()];
+            names.extend((0..fixed.storage_servers).map(|i| format!("storage-{i}")));
+            for n in names {
+                api::wait_for(
+                    deployments.clone(),
+                    &n,
+                    &format!("deployment {n} to be available"),
+                    fixed.wait_timeout,
+                    deployment_available,
+                )
+                .await?;
+            }
+            Ok::<_, RuntimeError>(())
+        })
+        .await?;
+        step(progress, "seed dataset", async {
+            api::apply_all(&client, &fixed.namespace, &settings.seeder()?).await?;
+            let jobs: Api<Job> = Api::namespaced(client.clone(), &fixed.namespace);
+            let job = api::wait_for(
+                jobs,
+                obj::SEEDER,
+                "the seeding job to finish",
+                fixed.wait_timeout,
+                job_finished,
+            )
+            .await?;
+            if job_failed(job.as_ref()) {
+                return Err(RuntimeError::Step {
+                    step: "seed dataset".into(),
+                    message: format!(
+                        "the seeding job failed: see `kubectl -n {} logs job/seeder`",
+                        fixed.namespace
+                    ),
+                });
+            }
+            Ok(())
+        })
+        .await
+    };
+    let job = async {
+        tokio::try_join!(gpus, storage_and_data)?;
+        step(progress, "deploy ranks", async {
+            api::apply_all(&client, &fixed.namespace, &settings.ranks()?).await?;
+            let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &fixed.namespace);
+            let want = i32::try_from(opts.ranks).unwrap_or(i32::MAX);
+            let ready = move |s: Option<&StatefulSet>| {
+                s.and_then(|s| s.status.as_ref()?.ready_replicas).unwrap_or(0) >= want
+            };
+            api::wait_for(
+                sts,
+                obj::RANKS,
+                &format!("{} ranks to be Ready", opts.ranks),
+                fixed.wait_timeout,
+                ready,
+            )
+            .await?;
+            Ok::<_, RuntimeError>(())
+        })
+        .await
+    };
+    // Boxed: the three together make a future too large for a test thread's stack in a debug build.
+    let (job, database, monitoring) = tokio::join!(Box::pin(job), Box::pin(database), Box::pin(monitoring));
+    // Recorded before any error is returned: `lab down` withdraws what was advertised.
+    rec.advertised_on = advertised.into_inner().unwrap_or_else(|p| p.into_inner());
+    save(dir, &opts.name, rec)?;
+    job?;
+    database?;
+    monitoring?;
     let rt = KubeRuntime {
         rec: rec.clone(),
         ..rt
@@ -422,6 +450,32 @@ async fn check_server(client: &Client, deadline: Duration) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The kubeconfig's user may do everything this `lab up` will do: every missing permission is named at
+/// once, with the manifest that grants them, before anything is created.
+async fn check_permissions(client: &Client, kopts: &KubeOptions, rec: &KubeRecord) -> Result<()> {
+    let own_namespace = kopts.namespace.is_none();
+    let missing = super::rbac::missing(
+        client,
+        &rec.namespace,
+        super::rbac::needed(own_namespace, kopts.advertise_gpus),
+        rec.request_timeout,
+    )
+    .await?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let ns_flag = if own_namespace {
+        String::new()
+    } else {
+        format!(" --namespace {}", rec.namespace)
+    };
+    Err(RuntimeError::InvalidInput(format!(
+        "the kubeconfig's user lacks {} permission(s) the lab needs, nothing was created:\n  {}\n         have a cluster admin grant them: `lab rbac{ns_flag} --user <you> | kubectl apply -f -` (or          --service-account NS/NAME, --group G)",
+        missing.len(),
+        missing.join("\n  ")
+    )))
 }
 
 /// The nodes offer enough of the GPU resource for every rank (when the lab does not advertise it itself).
@@ -679,6 +733,7 @@ fn lab_kinds() -> Vec<ApiResource> {
         k("batch", "v1", "Job", "jobs"),
         k("", "v1", "Service", "services"),
         k("", "v1", "ConfigMap", "configmaps"),
+        k("", "v1", "Secret", "secrets"),
         k("", "v1", "ServiceAccount", "serviceaccounts"),
         k("rbac.authorization.k8s.io", "v1", "Role", "roles"),
         k("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings"),
@@ -790,7 +845,7 @@ fn or_use_local(e: RuntimeError) -> RuntimeError {
 /// The offline kind node image the project builds (`scripts/kind/node-image.sh`), used when the pinned
 /// default cannot be pulled.
 pub const OFFLINE_NODE_IMAGE: &str = "straggler-lab/kind-node:v1.34.4";
-/// The offline Prometheus image (from Debian's package) is tagged `<this><Debian's version>`.
+/// The offline Prometheus image (from the `prometheus` on PATH) is tagged `<this><its version>`.
 const OFFLINE_PROMETHEUS: &str = "straggler-lab/prometheus:";
 /// How long pulling one image may take before the lab gives up on it (a real pull of the Rust base
 /// image on a slow line takes minutes; a machine without a registry fails at once).
@@ -801,7 +856,8 @@ const PULL_DEADLINE: Duration = Duration::from_secs(900);
 enum LabImage {
     /// In the Docker engine: `kind load docker-image`.
     InDocker(String),
-    /// An archive the offline builder wrote: `kind load image-archive`, then removed.
+    /// An archive the offline builder wrote (kept in the machine's cache for the next lab): `kind load
+    /// image-archive`.
     Archive(PathBuf),
 }
 
@@ -868,9 +924,9 @@ async fn build_images(
     docker: &bollard::Docker,
     kopts: &KubeOptions,
     rec: &mut KubeRecord,
-    dir: &Path,
     progress: &dyn Progress,
 ) -> Result<Vec<LabImage>> {
+    let cache = image_cache()?;
     let mut images = Vec::new();
     if !kopts.build_image {
         docker.inspect_image(&rec.image).await.map_err(|e| {
@@ -920,12 +976,7 @@ async fn build_images(
                     weed.display()
                 ));
                 let spec = super::image::lab_image(&rec.image, &bin_dir, &weed)?;
-                let archive = dir.join("images").join("lab.tar");
-                let (spec, out) = (spec, archive.clone());
-                tokio::task::spawn_blocking(move || spec.write_archive(&out))
-                    .await
-                    .map_err(|e| RuntimeError::Other(e.to_string()))??;
-                images.push(LabImage::Archive(archive));
+                images.push(LabImage::Archive(cached_archive(spec, &cache).await?));
             }
         }
     }
@@ -940,12 +991,7 @@ async fn build_images(
                 pg_bin.display()
             ));
             let spec = super::image::db_image(&db_image, &bin_dir, &pg_bin)?;
-            let archive = dir.join("images").join("db.tar");
-            let out = archive.clone();
-            tokio::task::spawn_blocking(move || spec.write_archive(&out))
-                .await
-                .map_err(|e| RuntimeError::Other(e.to_string()))??;
-            images.push(LabImage::Archive(archive));
+            images.push(LabImage::Archive(cached_archive(spec, &cache).await?));
         } else {
             docker.inspect_image(&db_image).await.map_err(|e| {
                 RuntimeError::InvalidInput(format!(
@@ -962,21 +1008,44 @@ async fn build_images(
                 let version = super::image::prometheus_version().unwrap_or_else(|| "debian".into());
                 let reference = format!("{OFFLINE_PROMETHEUS}{version}");
                 progress.note(&format!(
-                    "Prometheus image {} cannot be pulled ({e}): building {reference} from Debian's package",
+                    "Prometheus image {} cannot be pulled ({e}): building {reference} from the prometheus on PATH",
                     rec.prometheus_image
                 ));
                 let spec = super::image::prometheus_image(&reference)?;
-                let archive = dir.join("images").join("prometheus.tar");
-                let out = archive.clone();
-                tokio::task::spawn_blocking(move || spec.write_archive(&out))
-                    .await
-                    .map_err(|e| RuntimeError::Other(e.to_string()))??;
                 rec.prometheus_image = reference;
-                images.push(LabImage::Archive(archive));
+                images.push(LabImage::Archive(cached_archive(spec, &cache).await?));
             }
         }
     }
     Ok(images)
+}
+
+/// Where the offline images' archives are kept between labs: `LAB_CACHE` (the scripts' cache folder,
+/// `~/.cache/straggler-lab` by default) `/images`.
+fn image_cache() -> Result<PathBuf> {
+    let base = std::env::var_os("LAB_CACHE")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache/straggler-lab"))
+        })
+        .ok_or_else(|| {
+            RuntimeError::InvalidInput(
+                "neither LAB_CACHE nor HOME is set: set LAB_CACHE to a folder for the lab's image archives"
+                    .into(),
+            )
+        })?;
+    Ok(base.join("images"))
+}
+
+/// [`super::image::ImageSpec::cached_archive`] off the async threads (it may write hundreds of MB).
+async fn cached_archive(spec: super::image::ImageSpec, cache: &Path) -> Result<PathBuf> {
+    let cache = cache.to_path_buf();
+    tokio::task::spawn_blocking(move || spec.cached_archive(&cache))
+        .await
+        .map_err(|e| RuntimeError::Other(e.to_string()))?
 }
 
 /// The folder of the running `lab` binary: the workspace's other binaries, which the offline images are

@@ -25,6 +25,7 @@ fn settings() -> Settings {
         watchdog_seconds: 120,
         cpu: Millicores(400),
         gpu_resource: "lab.dev/gpu".into(),
+        control_token: "0123abcd".into(),
     }
 }
 
@@ -73,9 +74,10 @@ fn workloads(objs: &[DynamicObject]) -> Vec<&DynamicObject> {
 #[test]
 fn every_file_renders_and_parses() {
     let objs = all_objects(&settings());
-    // namespace, config, master (2) and the servers' headless Service, 3 servers, seeder, ranks (3),
-    // prometheus (6 + rules), the database (its Service, its StatefulSet, the writer)
-    assert_eq!(objs.len(), 1 + 1 + 3 + 3 + 1 + 3 + 7 + 3);
+    // namespace, config and the control token's Secret, master (2) and the servers' headless Service, 3
+    // servers, seeder, ranks (3), prometheus (6 + rules), the database (its Service, its StatefulSet, the
+    // writer)
+    assert_eq!(objs.len(), 1 + 2 + 3 + 3 + 1 + 3 + 7 + 3);
     for o in &objs {
         manifests::api_resource(o).unwrap();
         let labels = o.metadata.labels.as_ref().unwrap();
@@ -144,6 +146,8 @@ fn selectors_match_their_pod_labels_and_services_find_pods() {
         rdv.data["spec"]["selector"]["statefulset.kubernetes.io/pod-name"],
         "rank-0"
     );
+    // rank-0 stays reachable while its restarted container waits for its next readiness probe.
+    assert_eq!(rdv.data["spec"]["publishNotReadyAddresses"], true);
 }
 
 #[test]
@@ -408,6 +412,55 @@ fn a_ranks_scratch_folder_is_an_emptydir_of_its_pod() {
         .find(|v| v["name"] == mount["name"])
         .unwrap();
     assert!(volume["emptyDir"].is_object(), "{volume}");
+}
+
+#[test]
+fn a_ranks_own_settings_come_from_lab_config_in_its_environment() {
+    // Read at each start of the container, so restarting the container is enough for a new value.
+    let objs = all_objects(&settings());
+    let sts = find(&objs, "StatefulSet", names::RANKS);
+    let rank = containers(sts)[0];
+    assert!(
+        rank["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "--rank-settings-from-env"),
+        "{}",
+        rank["args"]
+    );
+    assert_eq!(rank["envFrom"][0]["configMapRef"]["name"], names::CONFIG);
+    // No mounted copy of it, whose refresh would lag the ConfigMap.
+    let volumes = pod_template(sts)["spec"]["volumes"].as_array().unwrap();
+    assert!(volumes.iter().all(|v| v["configMap"].is_null()), "{volumes:?}");
+    assert_eq!(
+        sts.data["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        0
+    );
+}
+
+#[test]
+fn the_control_token_is_a_secret_the_ranks_read_and_nothing_else_shows() {
+    let objs = all_objects(&settings());
+    let secret = find(&objs, "Secret", "lab-control");
+    assert_eq!(secret.data["stringData"]["token"], "0123abcd");
+    let cm = find(&objs, "ConfigMap", names::CONFIG);
+    assert!(
+        !cm.data.to_string().contains("0123abcd"),
+        "the token is not in lab-config"
+    );
+    let sts = find(&objs, "StatefulSet", names::RANKS);
+    let rank = containers(sts)[0];
+    let env = rank["env"].as_array().unwrap();
+    let token = env
+        .iter()
+        .find(|e| e["name"] == "LAB_CONTROL_TOKEN")
+        .expect("LAB_CONTROL_TOKEN");
+    assert_eq!(token["valueFrom"]["secretKeyRef"]["name"], "lab-control");
+    assert!(
+        !sts.data.to_string().contains("0123abcd"),
+        "the token is not in the template"
+    );
 }
 
 #[test]

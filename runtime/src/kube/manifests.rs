@@ -188,6 +188,7 @@ pub fn api_resource(obj: &DynamicObject) -> Result<(ApiResource, bool)> {
     let (plural, namespaced) = match types.kind.as_str() {
         "Namespace" => ("namespaces", false),
         "ConfigMap" => ("configmaps", true),
+        "Secret" => ("secrets", true),
         "Service" => ("services", true),
         "ServiceAccount" => ("serviceaccounts", true),
         "Deployment" => ("deployments", true),
@@ -230,6 +231,8 @@ pub struct Settings {
     pub watchdog_seconds: u64,
     pub cpu: lab_model::Millicores,
     pub gpu_resource: String,
+    /// The lab's control token (the `lab-control` Secret): rank 0 takes a checkpoint request only with it.
+    pub control_token: String,
 }
 
 impl Settings {
@@ -250,6 +253,7 @@ impl Settings {
             .with("CPU", self.cpu)
             .with("CPU_REQUEST", cpu_request(self.cpu))
             .with("GPU_RESOURCE", &self.gpu_resource)
+            .with("CONTROL_TOKEN", &self.control_token)
     }
 
     /// The namespace object.

@@ -88,6 +88,7 @@ pub(super) fn record(delay: DelayChoice) -> KubeRecord {
         wait_timeout: Duration::from_secs(5),
         request_timeout: Duration::from_millis(300),
         db_image: None,
+        control_token: None,
     }
 }
 
@@ -1034,40 +1035,42 @@ async fn restart_rank_deletes_its_pod_and_names_a_missing_one() {
 }
 
 #[tokio::test]
-async fn a_ranks_own_setting_is_a_config_key_and_a_change_replaces_its_pod() {
+async fn a_ranks_own_setting_is_a_config_key_and_a_change_restarts_its_container() {
     let (rt, h) = runtime(DelayChoice::Auto);
     let mut with_key = config(4);
     with_key["data"]["rank-1.LAB_DEVICE_FAULT_AFTER"] = json!("150");
     with_key["data"]["rank-12.LAB_DEVICE_FAULT_AFTER"] = json!("7");
     let cm = format!("/api/v1/namespaces/{NS}/configmaps/lab-config");
     let sts_path = format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank");
+    let mut waiting = rank_pod(1, "Running", "400m", "400m");
+    waiting["status"]["containerStatuses"] = json!([{ "name": "rank", "ready": false, "restartCount": 3,
+        "image": "i", "imageID": "", "state": { "waiting": { "reason": "CrashLoopBackOff" } } }]);
     let server = serve(
         h,
         vec![
             // Read: rank-1's own keys only (not rank-12's).
             ex("GET", cm.clone(), Reply::Json(200, with_key.clone())),
-            // Set: the key patched, then rank-1's pod replaced.
+            // Set: the key patched, then rank-1's container looked at: waiting in its back-off, so its
+            // next start reads the new value and nothing is signalled (a running one is signalled through
+            // exec, which the kind tier checks). No pod is deleted.
             ex("GET", sts_path.clone(), Reply::Json(200, sts(4, "400m"))),
             ex("GET", cm.clone(), Reply::Json(200, config(4))),
             ex("PATCH", cm.clone(), Reply::Json(200, with_key.clone())).body(|b| {
                 assert_eq!(b["data"]["rank-1.LAB_DEVICE_FAULT_AFTER"], "150");
             }),
-            ex(
-                "DELETE",
-                pod_path("rank-1"),
-                Reply::Json(200, rank_pod(1, "Running", "400m", "400m")),
-            ),
+            ex("GET", pod_path("rank-1"), Reply::Json(200, waiting)),
             // The same value again: nothing patched, no pod replaced.
             ex("GET", sts_path.clone(), Reply::Json(200, sts(4, "400m"))),
             ex("GET", cm.clone(), Reply::Json(200, with_key.clone())),
-            // Unset: the key removed (null in a merge patch), the pod replaced.
+            // Unset: the key removed (null in a merge patch); the pod is not there (being replaced), so
+            // its next one reads the new value.
             ex("GET", sts_path.clone(), Reply::Json(200, sts(4, "400m"))),
             ex("GET", cm.clone(), Reply::Json(200, with_key.clone())),
             ex("PATCH", cm.clone(), Reply::Json(200, config(4))).body(|b| {
                 assert!(b["data"]["rank-1.LAB_DEVICE_FAULT_AFTER"].is_null(), "{b}");
             }),
             ex(
-                "DELETE",
+                "GET",
                 pod_path("rank-1"),
                 Reply::Json(404, api_status(404, "NotFound", "pods \"rank-1\" not found")),
             ),
@@ -1245,6 +1248,12 @@ async fn down_in_a_namespace_it_did_not_create_deletes_only_labelled_objects() {
             ),
             ex(
                 "GET",
+                format!("/api/v1/namespaces/{NS}/secrets"),
+                empty("SecretList"),
+            )
+            .query(sel),
+            ex(
+                "GET",
                 format!("/api/v1/namespaces/{NS}/serviceaccounts"),
                 empty("ServiceAccountList"),
             )
@@ -1296,6 +1305,14 @@ async fn the_manifests_are_applied_in_order_with_server_side_apply() {
                 assert_eq!(b["kind"], "ConfigMap");
                 assert_eq!(b["data"]["world-size"], "4");
             }),
+            ex(
+                "PATCH",
+                format!("/api/v1/namespaces/{NS}/secrets/lab-control"),
+                Reply::Json(200, applied("Secret", "lab-control")),
+            )
+            .query("fieldManager=straggler-lab")
+            .query("force=true")
+            .body(|b| assert_eq!(b["kind"], "Secret")),
         ],
     );
     super::api::apply_all(&client, NS, &objs).await.unwrap();
@@ -1339,6 +1356,7 @@ fn storage_and_seed(seed_outcome: &str) -> Vec<Exchange> {
         ),
         apply(format!("/api/v1/namespaces/{NS}"), "Namespace", NS),
         apply(core("configmaps/lab-config"), "ConfigMap", "lab-config"),
+        apply(core("secrets/lab-control"), "Secret", "lab-control"),
         apply(core("services/storage"), "Service", "storage"),
         apply(core("services/storage-master"), "Service", "storage-master"),
         apply(apps("deployments/storage-master"), "Deployment", "storage-master"),

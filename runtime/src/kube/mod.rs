@@ -14,6 +14,7 @@ pub mod kind;
 pub mod lifecycle;
 mod logs;
 pub mod manifests;
+pub mod rbac;
 pub mod status;
 pub mod storage;
 
@@ -190,6 +191,24 @@ pub struct KubeRecord {
     /// The lab runs the database (`lab up --database`), from this image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub db_image: Option<String>,
+    /// The lab's control token, sent with every request that changes the job (the ranks have it from the
+    /// `lab-control` Secret). Absent in records written before it was kept: no token, as the ranks of
+    /// such a lab have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_token: Option<String>,
+}
+
+/// A new control token: 32 bytes from the kernel's random source, as hex.
+///
+/// # Errors
+/// When the random source cannot be read.
+pub fn new_control_token() -> Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| RuntimeError::io("read /dev/urandom for the lab's control token", e))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The database image's reference for this version of the lab.
@@ -220,6 +239,7 @@ impl KubeRecord {
             watchdog_seconds: self.watchdog_seconds,
             cpu,
             gpu_resource: self.gpu_resource.clone(),
+            control_token: self.control_token.clone().unwrap_or_default(),
         }
     }
 

@@ -141,6 +141,34 @@ struct Cli {
     /// setting of its own.
     #[arg(long, env = "LAB_RANK_SETTINGS")]
     rank_settings: Option<std::path::PathBuf>,
+
+    /// Settings for single ranks from the environment, read once at start: a variable `rank-<N>.<NAME>`
+    /// sets NAME for rank N alone, as a `--rank-settings` file would. On Kubernetes the job's ConfigMap
+    /// as the container's environment (`envFrom`), which the kubelet reads afresh at each start of the
+    /// container, so a restarted container has the setting as it is now (a mounted ConfigMap is
+    /// refreshed later, on the kubelet's own schedule).
+    #[arg(long, env = "LAB_RANK_SETTINGS_FROM_ENV", conflicts_with = "rank_settings")]
+    rank_settings_from_env: bool,
+
+    /// The lab's control token (environment only, so it is not in the process's arguments): rank 0
+    /// takes a checkpoint request (POST /checkpoint) only with it in the X-Lab-Control-Token header.
+    /// Unset: from anyone who reaches the port (the local runtime's loopback).
+    #[arg(long, hide = true, env = "LAB_CONTROL_TOKEN", hide_env_values = true)]
+    control_token: Option<String>,
+}
+
+/// The settings of rank `rank` alone among `vars` (`rank-<N>.<NAME>` names), by name.
+fn rank_settings_in(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    rank: u32,
+) -> std::collections::BTreeMap<String, String> {
+    let prefix = format!("rank-{rank}.");
+    vars.into_iter()
+        .filter_map(|(k, v)| {
+            let name = k.to_str()?.strip_prefix(&prefix)?.to_string();
+            Some((name, v.to_string_lossy().trim().to_string()))
+        })
+        .collect()
 }
 
 /// The settings of rank `rank` alone in `dir` (`rank-<N>.<NAME>` files), by name; a missing folder has none.
@@ -202,10 +230,11 @@ fn rank_from_hostname(name: &str) -> Option<u32> {
 /// The parsed command line, with this rank's own settings from --rank-settings applied.
 fn parse(args: Vec<std::ffi::OsString>) -> anyhow::Result<Cli> {
     let cli = Cli::try_parse_from(args.clone())?;
-    let Some(dir) = cli.rank_settings.clone() else {
-        return Ok(cli);
+    let settings = match (&cli.rank_settings, cli.rank_settings_from_env) {
+        (Some(dir), _) => rank_settings(dir, rank_of(&cli)?)?,
+        (None, true) => rank_settings_in(std::env::vars_os(), rank_of(&cli)?),
+        (None, false) => return Ok(cli),
     };
-    let settings = rank_settings(&dir, rank_of(&cli)?)?;
     if settings.is_empty() {
         return Ok(cli);
     }
@@ -256,10 +285,39 @@ fn options(cli: Cli) -> anyhow::Result<RankOptions> {
         device_fault_after: cli.device_fault_after,
         device_fault_first: cli.device_fault_first,
         scratch_dir: cli.scratch_dir,
+        control_token: cli.control_token,
     })
 }
 
+/// Stops the process when it is asked to (SIGTERM), before any other thread starts.
+///
+/// In a container the rank is PID 1, and the kernel delivers to a PID namespace's init only the signals it
+/// has a handler for: without one, SIGTERM does nothing and every deletion of a rank pod waited out the
+/// whole grace period (5 s) for the SIGKILL, while the rank went on training with its peers. SIGTERM is
+/// blocked in every thread (they inherit the mask) and one thread waits for it, so no signal handler runs
+/// in the middle of the training loop. Exit 0: the rank stopped as asked, which no crash rule counts.
+fn stop_on_sigterm() -> anyhow::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut term = SigSet::empty();
+    term.add(Signal::SIGTERM);
+    term.thread_block().context("blocking SIGTERM")?;
+    std::thread::Builder::new()
+        .name("sigterm".into())
+        .spawn(move || {
+            if term.wait().is_ok() {
+                eprintln!("lab-rank: SIGTERM: stopping");
+                std::process::exit(0);
+            }
+        })
+        .context("starting the SIGTERM thread")?;
+    Ok(())
+}
+
 fn main() -> ExitCode {
+    if let Err(e) = stop_on_sigterm() {
+        eprintln!("lab-rank: {e:#}");
+        return ExitCode::from(2);
+    }
     let cli = match parse(std::env::args_os().collect()) {
         Ok(c) => c,
         Err(e) => match e.downcast::<clap::Error>() {
@@ -344,6 +402,22 @@ mod tests {
         a.pop();
         a.push("--rank-settings=/nonexistent-lab-rank-settings".into());
         assert_eq!(parse(a).unwrap().device_fault_after, 0);
+    }
+
+    #[test]
+    fn rank_settings_from_the_environment_are_this_ranks_own() {
+        let vars = [
+            ("rank-1.LAB_DEVICE_FAULT_AFTER", "150\n"),
+            ("rank-12.LAB_DEVICE_FAULT_AFTER", "7"),
+            ("world-size", "4"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let one = rank_settings_in(vars.clone(), 1);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one["LAB_DEVICE_FAULT_AFTER"], "150");
+        assert_eq!(rank_settings_in(vars.clone(), 12)["LAB_DEVICE_FAULT_AFTER"], "7");
+        assert!(rank_settings_in(vars, 2).is_empty());
     }
 
     #[test]

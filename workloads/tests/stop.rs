@@ -1,0 +1,59 @@
+//! A rank asked to stop (SIGTERM) stops at once, with exit code 0, whatever it is doing: it handles the
+//! signal itself. In a container the rank is PID 1, which the kernel spares every signal it has no handler
+//! for, so without the handler a pod's deletion waited its whole grace period for the SIGKILL.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use nix::sys::signal::Signal;
+
+#[test]
+fn a_rank_waiting_for_its_peers_stops_on_sigterm_with_exit_code_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let [rendezvous, metrics] = free_ports::<2>();
+    let mut rank = Proc::spawn(
+        "rank-0",
+        Command::new(env!("CARGO_BIN_EXE_lab-rank")).args([
+            "--rank=0",
+            "--world-size=2",
+            "--master=127.0.0.1:1",
+            &format!("--rendezvous=127.0.0.1:{rendezvous}"),
+            &format!("--metrics-listen=127.0.0.1:{metrics}"),
+            "--watchdog-timeout=60s",
+        ]),
+        dir.path(),
+    );
+    // The metrics endpoint answers from the start, while rank 0 waits at rendezvous for rank 1.
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            http_get(&format!("127.0.0.1:{metrics}"), "/readyz").is_some()
+        }),
+        "rank 0 never answered /readyz: {}",
+        rank.stderr_text()
+    );
+    assert!(
+        rank.child.try_wait().unwrap().is_none(),
+        "rank 0 ended before it was asked to: {}",
+        rank.stderr_text()
+    );
+    let asked = Instant::now();
+    rank.signal(Signal::SIGTERM);
+    let status = rank
+        .wait_timeout(Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("rank 0 still runs 5 s after SIGTERM: {}", rank.stderr_text()));
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "rank 0 did not stop by itself (killed by the signal, or another exit): {status:?} {}",
+        rank.stderr_text()
+    );
+    assert!(asked.elapsed() < Duration::from_secs(2), "{:?}", asked.elapsed());
+    assert!(
+        rank.stderr_text().contains("SIGTERM: stopping"),
+        "{}",
+        rank.stderr_text()
+    );
+}
