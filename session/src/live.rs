@@ -38,6 +38,75 @@ pub fn history_path(name: &str) -> PathBuf {
     state::lab_dir(name).join(HISTORY_FILE)
 }
 
+/// Where the watcher of lab `name` answers PromQL queries over the series it holds (`lab mcp`'s `query`
+/// tool): a Unix socket in the lab's folder, one JSON query per connection, one JSON answer back.
+pub fn query_socket(name: &str) -> PathBuf {
+    state::lab_dir(name).join(QUERY_SOCKET)
+}
+
+const QUERY_SOCKET: &str = "query.sock";
+
+/// The longest query line the watcher reads.
+const MAX_QUERY_BYTES: u64 = 64 * 1024;
+
+/// Answers queries on `path` until the task is dropped; a socket that cannot be made leaves the lab
+/// without live queries and says so in the watcher's log.
+async fn serve_queries(path: PathBuf, tx: tokio::sync::mpsc::Sender<lab_telemetry::Query>) {
+    let _ = std::fs::remove_file(&path);
+    let listener = match tokio::net::UnixListener::bind(&path) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "the watcher answers no queries: cannot listen on {}: {e}",
+                path.display()
+            );
+            return;
+        }
+    };
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let _ = answer_query(stream, tx).await;
+        });
+    }
+}
+
+/// One connection: a query line in, an answer line out (`{"status":"success","data":…}` as Prometheus'
+/// HTTP API writes it, or `{"status":"error","error":…}`).
+async fn answer_query(
+    stream: tokio::net::UnixStream,
+    tx: tokio::sync::mpsc::Sender<lab_telemetry::Query>,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+    let (r, mut w) = stream.into_split();
+    let mut line = String::new();
+    BufReader::new(r.take(MAX_QUERY_BYTES))
+        .read_line(&mut line)
+        .await?;
+    let stopped = || "the lab's watcher is stopping".to_string();
+    let reply = match serde_json::from_str::<lab_telemetry::QueryAsk>(&line) {
+        Err(e) => Err(format!("not a query: {e}")),
+        Ok(ask) => {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            match tx.send(lab_telemetry::Query { ask, reply }).await {
+                Err(_) => Err(stopped()),
+                Ok(()) => answer.await.unwrap_or_else(|_| Err(stopped())),
+            }
+        }
+    };
+    let body = match reply {
+        Ok(data) => serde_json::json!({"status": "success", "data": data}),
+        Err(e) => serde_json::json!({"status": "error", "error": e}),
+    };
+    let mut out = serde_json::to_vec(&body).unwrap_or_default();
+    out.push(b'\n');
+    w.write_all(&out).await?;
+    w.shutdown().await
+}
+
 fn watcher_path(name: &str) -> PathBuf {
     state::lab_dir(name).join(WATCHER_FILE)
 }
@@ -196,7 +265,9 @@ impl Lab {
             tokio::spawn(async move { lab.expire_faults().await })
         };
         let _stop_expiry = AbortOnDrop(expiry);
-        let watch = self.watch();
+        let (queries, asked) = tokio::sync::mpsc::channel(8);
+        let _stop_queries = AbortOnDrop(tokio::spawn(serve_queries(query_socket(&self.name), queries)));
+        let watch = crate::Watch::start_answering(self.driver(), asked);
         let mut rx = watch.subscribe();
         loop {
             let changed = tokio::time::timeout(Duration::from_secs(5), rx.changed()).await;

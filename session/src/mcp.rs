@@ -167,6 +167,9 @@ pub fn approval(
     Ok(Approval { mode, answers })
 }
 
+/// How long a query may take the watcher (it answers between its ticks).
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+
 impl LiveEvidence {
     async fn bundle_now(&self) -> std::result::Result<Value, String> {
         let now = lab_model::clock::now_ms();
@@ -220,12 +223,48 @@ impl Evidence for LiveEvidence {
             .cloned()
     }
 
-    async fn query(&self, _q: &QueryArgs) -> std::result::Result<Value, String> {
-        Err("this lab answers no queries yet".into())
+    async fn query(&self, q: &QueryArgs) -> std::result::Result<Value, String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let path = crate::live::query_socket(self.lab.name());
+        let ask = lab_telemetry::QueryAsk {
+            expr: q.expr.clone(),
+            range_s: q.range_s,
+            step_s: q.step_s,
+        };
+        let asked = async {
+            let mut s = tokio::net::UnixStream::connect(&path)
+                .await
+                .map_err(|e| format!("the lab's watcher answers no queries ({e}): is the lab up?"))?;
+            let mut line = serde_json::to_vec(&ask).map_err(|e| e.to_string())?;
+            line.push(b'\n');
+            s.write_all(&line).await.map_err(|e| e.to_string())?;
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).await.map_err(|e| e.to_string())?;
+            serde_json::from_str::<Value>(&answer).map_err(|e| format!("the watcher's answer: {e}"))
+        };
+        let answer = tokio::time::timeout(QUERY_TIMEOUT, asked).await.map_err(|_| {
+            format!(
+                "the lab's watcher did not answer within {} s",
+                QUERY_TIMEOUT.as_secs()
+            )
+        })??;
+        match answer.get("status").and_then(Value::as_str) {
+            Some("success") => Ok(serde_json::json!({
+                "expr": q.expr,
+                "range_s": q.range_s,
+                "data": answer.get("data").cloned().unwrap_or(Value::Null),
+            })),
+            _ => Err(answer
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("the watcher could not answer")
+                .to_string()),
+        }
     }
 
     fn answers(&self, tool: &str) -> bool {
-        tool != "query"
+        // The watcher answers queries from the series it holds; without it there are none.
+        tool != "query" || crate::live::query_socket(self.lab.name()).exists()
     }
 
     async fn processes(&self, rank: u32) -> std::result::Result<Value, String> {

@@ -22,6 +22,17 @@ impl Watch {
         Watch { snapshots: rx, task }
     }
 
+    /// As [`Watch::start`], the driver also answering the PromQL queries sent on `queries` between its
+    /// ticks (the watcher's query socket, for `lab mcp`'s `query` tool).
+    pub fn start_answering(
+        driver: Driver,
+        queries: tokio::sync::mpsc::Receiver<lab_telemetry::Query>,
+    ) -> Watch {
+        let (tx, rx) = watch::channel(None);
+        let task = tokio::spawn(driver.run_answering(tx, queries));
+        Watch { snapshots: rx, task }
+    }
+
     /// Follows the snapshots the watcher of lab `name` writes (`lab up` starts it), each read as soon as
     /// it is written: a reader that follows the lab live (the console) then neither scrapes nor evaluates
     /// anything itself. Where no watcher runs, or its snapshot stays older than [`crate::live::FRESH`],

@@ -14,7 +14,7 @@ use lab_model::clock::now_ms;
 use lab_model::scrape::ScrapeTarget;
 use lab_model::snapshot::{ActiveFault, Snapshot};
 use lab_model::status::{LabStatus, RuntimeKind};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{MissedTickBehavior, timeout};
 
 use crate::error::ScrapeError;
@@ -55,6 +55,49 @@ where
     fn read(&self) -> (Vec<ChangeRecord>, Vec<ActiveFault>) {
         self()
     }
+}
+
+/// A PromQL query asked of a running driver: an instant query now, or a range query over the last
+/// `range_s` seconds at every `step_s`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QueryAsk {
+    pub expr: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_s: Option<f64>,
+}
+
+impl QueryAsk {
+    /// The answer at `now_ms` over `store`: Prometheus' HTTP API `data` (`resultType`, `result`), or the
+    /// error as the evaluator words it (with its line and column).
+    ///
+    /// # Errors
+    /// The evaluator's message for an expression it cannot parse or evaluate.
+    pub fn answer(&self, store: &crate::store::Store, now_ms: i64) -> Result<serde_json::Value, String> {
+        let result = match self.range_s {
+            None => crate::query::instant(store, &self.expr, now_ms),
+            Some(r) => {
+                let step = (self.step_s.unwrap_or(5.0) * 1000.0).round() as i64;
+                crate::query::range(
+                    store,
+                    &self.expr,
+                    now_ms - (r * 1000.0).round() as i64,
+                    now_ms,
+                    step,
+                )
+            }
+        }
+        .map_err(|e| e.to_string())?;
+        serde_json::to_value(&result).map_err(|e| e.to_string())
+    }
+}
+
+/// A [`QueryAsk`] and where its answer goes.
+#[derive(Debug)]
+pub struct Query {
+    pub ask: QueryAsk,
+    pub reply: oneshot::Sender<Result<serde_json::Value, String>>,
 }
 
 /// A ledger with nothing in it.
@@ -205,13 +248,30 @@ impl Driver {
     }
 
     /// Ticks every interval and publishes each snapshot, until every receiver is gone.
-    pub async fn run(mut self, snapshots: watch::Sender<Option<Snapshot>>) {
+    pub async fn run(self, snapshots: watch::Sender<Option<Snapshot>>) {
+        // A sender kept here, so the channel never closes and the loop only ticks.
+        let (_keep, queries) = mpsc::channel(1);
+        self.run_answering(snapshots, queries).await;
+    }
+
+    /// As [`Driver::run`], answering each [`Query`] from `queries` between ticks, over the series the
+    /// collector holds at that moment.
+    pub async fn run_answering(
+        mut self,
+        snapshots: watch::Sender<Option<Snapshot>>,
+        mut queries: mpsc::Receiver<Query>,
+    ) {
         let mut every = tokio::time::interval(self.config.interval);
         every.set_missed_tick_behavior(MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 _ = every.tick() => {}
                 () = snapshots.closed() => return,
+                Some(q) = queries.recv() => {
+                    let at = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+                    let _ = q.reply.send(q.ask.answer(self.collector.store(), at));
+                    continue;
+                }
             }
             let snapshot = self.tick().await;
             if snapshots.send(Some(snapshot)).is_err() {

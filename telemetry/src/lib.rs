@@ -27,7 +27,7 @@ pub mod views;
 
 pub use baseline::LearnedBaseline;
 pub use collector::{Collector, CollectorConfig};
-pub use driver::{Driver, DriverConfig, Ledger, NoLedger, Source, SourceError, Unsettled};
+pub use driver::{Driver, DriverConfig, Ledger, NoLedger, Query, QueryAsk, Source, SourceError, Unsettled};
 pub use error::{ParseError, Position, QueryError, RuleError, ScrapeError};
 pub use query::QueryResult;
 pub use rules::RuleSet;
