@@ -4,7 +4,7 @@
 #   bad input refused (no record, no cluster left) → lab up --runtime kind --database --nodes 2 (GPUs split
 #   2 + 2, ranks on both nodes) → status, incident, console (in tmux) → Prometheus 3 in the cluster agrees
 #   with the lab's alerts on a throttled rank → a checkpoint request from another pod without the lab's
-#   token refused, nothing changed → all eleven built-in drills: stuck-rollout with its right fix
+#   token refused, nothing changed → slow-storage with the reference MCP agent → all eleven built-in drills: stuck-rollout with its right fix
 #   and, as a drill of its own, its trap (which must fail); the ten others each with its trap first (which
 #   must fail) and then its right fix (which must pass), through `exec` in the rank, storage and database
 #   containers, unplaceable-rank last (its clear rolls every rank) → lab down → nothing left (cluster and
@@ -110,7 +110,7 @@ if [ -z "${LAB_BIN:-}" ]; then
   LAB_BIN="$root/target/release/lab"
 fi
 env_file=$(mktemp)
-"$root/scripts/tools.sh" weed promtool tmux busybox postgres > "$env_file" || die "installing weed, promtool, tmux, busybox and PostgreSQL (the database image is made from it) failed"
+"$root/scripts/tools.sh" weed promtool tmux busybox postgres mcp > "$env_file" || die "installing weed, promtool, tmux, busybox, PostgreSQL (the database image is made from it) and the MCP Python SDK failed"
 # shellcheck source=/dev/null
 . "$env_file"
 rm -f "$env_file"
@@ -376,6 +376,26 @@ else
 fi
 figure "drill stuck-rollout with the trap (s)" "$(since "$t")"
 expect_all_ready "after the stuck-rollout trap"
+
+# An agent that investigates through the lab's MCP tools, on the cluster: the reference MCP agent (the
+# official Python SDK) started by the drill with `lab mcp` as its server, the built-in slow-storage at the
+# full evidence level. It must pass, with the agent detecting, localizing and naming the cause, and its
+# calls on record.
+t=$(now)
+mcp_report=$REPORTS/mcp-slow-storage.json
+if ! (cd "$root" && lab drill run slow-storage --mcp-agent "$LAB_MCP_PYTHON examples/agents/mcp_reference.py" \
+    --evidence full --report "$mcp_report" >&2); then
+  say "drill slow-storage with the MCP agent did not pass (report: $mcp_report)"
+  FAILED+=("slow-storage with the MCP agent")
+elif ! jq -e '.drills[0].agent | .protocol == "mcp" and .detected and .localized and .cause and .mitigated' "$mcp_report" >/dev/null; then
+  say "slow-storage with the MCP agent passed, but its score is not all right: $(jq -c '.drills[0].agent' "$mcp_report")"
+  FAILED+=("slow-storage MCP agent score")
+else
+  say "slow-storage with the MCP agent: $(jq -r '.drills[0].agent | "\(.attempts) attempt(s), \(.tool_calls) tool calls, fixed \(.incident_to_fix_s) s after the incident opened"' "$mcp_report")"
+fi
+figure "drill slow-storage with the MCP agent (s)" "$(since "$t")"
+drill_figures mcp-slow-storage
+expect_all_ready "after the MCP agent's drill"
 
 # One rank's faults through `exec` in the rank containers, with the right fixes a person would make: the
 # hogs beside rank-1 and rank-2 found with `lab rank procs` and stopped with `lab rank stop` (the template

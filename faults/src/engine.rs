@@ -1,12 +1,13 @@
 //! Inject, prove, clear: the fault engine over the runtime's actions. It owns the ledger and the order of
 //! things (record, apply, prove, roll back or keep; clear and restore); what each fault does to the lab is
-//! its own file under `crate::kinds`.
+//! its own file in the kinds module.
 
 use lab_model::status::LabStatus;
 use lab_model::{ChangeRecord, Millicores};
 use lab_runtime::{DelayPath, Runtime, state::now_ms};
 
 use crate::kinds::{Cx, Injector, injector};
+use crate::ledger::entry_mut;
 use crate::ledger::{Before, Entry, FaultPhase, Ledger};
 use crate::{Fault, FaultError, FaultKind};
 
@@ -123,16 +124,6 @@ pub async fn inject_for(
             }
         }
     }
-}
-
-pub(crate) fn entry_mut<'a>(
-    d: &'a mut crate::ledger::LedgerData,
-    id: &str,
-) -> Result<&'a mut Entry, FaultError> {
-    d.faults
-        .iter_mut()
-        .find(|e| e.id == id)
-        .ok_or_else(|| FaultError::NotFound(id.to_string()))
 }
 
 type Proven = (Option<DelayPath>, String, Vec<ChangeRecord>);

@@ -270,6 +270,17 @@ impl Ledger {
     }
 }
 
+/// The entry of fault `id` in `d`.
+///
+/// # Errors
+/// [`FaultError::NotFound`] when no fault has that id.
+pub(crate) fn entry_mut<'a>(d: &'a mut LedgerData, id: &str) -> Result<&'a mut Entry, FaultError> {
+    d.faults
+        .iter_mut()
+        .find(|e| e.id == id)
+        .ok_or_else(|| FaultError::NotFound(id.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use lab_drills::agent::replay::{McpReplayed, ReplayReport, replay, replay_mcp};
+use lab_drills::agent::mcp::replay::{McpReplayed, replay_mcp};
+use lab_drills::agent::replay::{ReplayReport, replay};
 use serde::Serialize;
 
 use crate::error::{Result, SessionError};

@@ -23,7 +23,7 @@ use lab_model::format::error_chain;
 use crate::Collector;
 
 /// A failure of a [`Source`] call, as the source's own error.
-pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::error::SourceError;
 
 /// What the driver reads a lab through: its status, its scrape targets and their metrics. Every runtime is
 /// one (the façade adapts `lab_runtime::Runtime`); the telemetry core never names a runtime.

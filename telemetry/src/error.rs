@@ -62,7 +62,7 @@ pub enum ScrapeError {
     Timeout(Duration),
     /// The runtime could not fetch the endpoint.
     #[error("fetch failed")]
-    Fetch(#[source] crate::driver::SourceError),
+    Fetch(#[source] SourceError),
     /// The endpoint answered with text that is not Prometheus text exposition.
     #[error("garbage metrics")]
     Parse(#[source] ParseError),
@@ -170,3 +170,6 @@ pub enum RuleError {
         source: QueryError,
     },
 }
+
+/// What a runtime behind the telemetry says when it cannot answer (its own error, boxed).
+pub type SourceError = Box<dyn std::error::Error + Send + Sync>;

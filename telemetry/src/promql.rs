@@ -1,6 +1,6 @@
 //! PromQL in the lab: a parser ([`parse`]) into a positioned syntax tree ([`ast`]), and an evaluator
 //! ([`eval`]) over the lab's store with Prometheus 2.x's semantics, for the subset the rule files use
-//! (listed in `docs/telemetry.md`). The rules, the views and [`crate::query`] all run on it.
+//! (listed in `docs/telemetry.md`). The rules, the views and the query module all run on it.
 //!
 //! Written here, not taken from a crate: no crate evaluates PromQL over a caller's own store, and the
 //! parser is the small half of the work. The field's parser (`promql-parser`) reads all of PromQL through

@@ -1,5 +1,5 @@
 //! One file per fault: how it is checked against the lab, applied, proven and recovered. The engine
-//! (`crate::engine`) owns the ledger and the order of things; a kind owns only what it does to the lab.
+//! (the engine module) owns the ledger and the order of things; a kind owns only what it does to the lab.
 //! Adding a fault is a file here and a line in [`injector`].
 
 mod competing_job;
@@ -58,7 +58,7 @@ impl Cx<'_> {
     /// [`FaultError::Ledger`] when the ledger cannot be written.
     pub async fn set_before(&self, before: Before) -> Result<(), FaultError> {
         self.ledger.update(|d| {
-            crate::engine::entry_mut(d, self.id)?.before = before;
+            crate::ledger::entry_mut(d, self.id)?.before = before;
             Ok(())
         })
     }

@@ -22,10 +22,7 @@ use crate::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTa
 
 /// Pod annotation: the delay the lab put on this storage pod's path (`300ms±0ms`).
 pub const DELAY_ANNOTATION: &str = "lab.dev/delay";
-/// Pod annotation: how that delay was applied (`netem` or `proxy`).
-pub const PATH_ANNOTATION: &str = "lab.dev/delay-path";
-/// Pod annotation: whether this pod's node kernel has `sch_netem` (`supported` or `unsupported`).
-pub const NETEM_ANNOTATION: &str = "lab.dev/netem";
+pub use super::status::{NETEM_ANNOTATION, PATH_ANNOTATION};
 /// The line a delay container prints once its `tc` command succeeded.
 const TC_OK: &str = "lab: tc ok";
 

@@ -15,6 +15,11 @@ use super::manifests::names as obj;
 use super::{KubeRuntime, api};
 use crate::{Result, ScrapeTarget, TargetKind};
 
+/// Pod annotation: how that delay was applied (`netem` or `proxy`).
+pub const PATH_ANNOTATION: &str = "lab.dev/delay-path";
+/// Pod annotation: whether this pod's node kernel has `sch_netem` (`supported` or `unsupported`).
+pub const NETEM_ANNOTATION: &str = "lab.dev/netem";
+
 /// A CPU quantity (`150m`, `0.4`, `1`) in millicores.
 pub fn cpu_of(q: &Quantity) -> Option<Millicores> {
     q.0.parse().ok()
@@ -510,8 +515,8 @@ fn delay_path_of(pods: &[Pod], choice: super::DelayChoice) -> (String, bool) {
     let ann = |p: &Pod, k: &str| p.metadata.annotations.as_ref().and_then(|a| a.get(k)).cloned();
     let no_netem = pods
         .iter()
-        .any(|p| ann(p, super::actions::NETEM_ANNOTATION).as_deref() == Some("unsupported"));
-    let used = pods.iter().find_map(|p| ann(p, super::actions::PATH_ANNOTATION));
+        .any(|p| ann(p, NETEM_ANNOTATION).as_deref() == Some("unsupported"));
+    let used = pods.iter().find_map(|p| ann(p, PATH_ANNOTATION));
     let path = match (used, choice) {
         (Some(u), _) => u,
         (None, super::DelayChoice::Proxy) => "proxy".to_string(),

@@ -10,6 +10,16 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
+/// The environment variable every process of a lab carries, naming the lab and its folder
+/// (`<name>@<folder>`, see [`lab_env_value`]): `lab down` and leak checks look for it, and two labs of the
+/// same name in different state folders never mistake each other's processes.
+pub const LAB_ENV: &str = "STRAGGLER_LAB";
+
+/// The value of [`LAB_ENV`] for the lab whose folder is `dir`.
+pub fn lab_env_value(name: &str, dir: &std::path::Path) -> String {
+    format!("{name}@{}", dir.display())
+}
+
 /// One process the lab started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcRecord {
@@ -110,8 +120,8 @@ pub fn write_table(path: &Path, records: &[ProcRecord]) -> crate::Result<()> {
 /// Every live process that carries `STRAGGLER_LAB=<lab>@<its folder>` in its environment: everything a lab started,
 /// found without trusting any record (the supervisor may have died before writing one).
 pub fn lab_processes(lab: &str) -> Vec<ProcRecord> {
-    let value = super::supervisor::lab_env_value(lab, &crate::state::lab_dir(lab));
-    let needle = format!("{}={value}", super::supervisor::LAB_ENV);
+    let value = lab_env_value(lab, &crate::state::lab_dir(lab));
+    let needle = format!("{}={value}", LAB_ENV);
     let me = std::process::id();
     let Ok(rd) = fs::read_dir("/proc") else {
         return Vec::new();

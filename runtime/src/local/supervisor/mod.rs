@@ -38,15 +38,7 @@ use super::procs::ProcRecord;
 use super::spec::{LocalConfig, LocalSpec, Paths};
 use crate::{Result, RuntimeError, state};
 
-/// The environment variable every process of a lab carries, naming the lab and its folder
-/// (`<name>@<folder>`, see [`lab_env_value`]): `lab down` and leak checks look for it, and two labs of the
-/// same name in different state folders never mistake each other's processes.
-pub const LAB_ENV: &str = "STRAGGLER_LAB";
-
-/// The value of [`LAB_ENV`] for the lab whose folder is `dir`.
-pub fn lab_env_value(name: &str, dir: &Path) -> String {
-    format!("{name}@{}", dir.display())
-}
+pub use super::procs::{LAB_ENV, lab_env_value};
 /// The cgroup that holds the lab's processes other than ranks (no limit; used to find them all).
 pub(crate) const SVC_GROUP: &str = "svc";
 
