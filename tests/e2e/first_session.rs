@@ -75,9 +75,9 @@ fn the_readme_first_session_runs_as_written() {
     // `Lab` gives the name and the state folder, and takes the lab down when dropped, also when a command
     // below fails.
     let lab = Lab::new("e2e-first-session");
-    let path = std::env::join_paths(
-        std::iter::once(bin_dir()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
-    )
+    let path = std::env::join_paths(std::iter::once(bin_dir()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
     .expect("PATH");
     let mut ports = BTreeSet::new();
     let all = Instant::now();
@@ -92,7 +92,11 @@ fn the_readme_first_session_runs_as_written() {
             .env("LAB_NAME", &lab.name)
             .output()
             .expect("run sh");
-        eprintln!("{:6.1} s  exit {:?}  {c}", t.elapsed().as_secs_f64(), out.status.code());
+        eprintln!(
+            "{:6.1} s  exit {:?}  {c}",
+            t.elapsed().as_secs_f64(),
+            out.status.code()
+        );
         assert!(out.status.success(), "`{c}` failed:\n{}", text(&out));
         ports.extend(lab.ports());
     }
