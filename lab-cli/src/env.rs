@@ -76,7 +76,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_docs_table_has_every_variable_and_the_help_too() {
+    fn the_readme_table_has_every_variable_and_the_help_too() {
         let doc = include_str!("../../README.md");
         let h = help();
         for (name, _) in VARS {
