@@ -151,7 +151,8 @@ for runtime in $RUNTIMES; do
   [ "$runtime" = "${RUNTIMES##* }" ] || watched_lab_cleanup
 done
 
-echo
+# The table is also kept as docs/figures/alerts.md (scripts/figures-write.sh), with the settings that made it.
+{
 echo "Inject → first alert, median (min–max) of $RUNS runs per runtime (ms; goal ≤ 5000; the seed took about 3 minutes)"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 header=$(printf '%-18s %-19s' fault signal)
@@ -175,6 +176,7 @@ for fault in $FAULTS; do
   done
   printf '%s %9s  %s\n' "$line" "${previous[$fault]}" "${others:- none}"
 done
+} | { echo; scripts/figures-write.sh alerts "RUNS=$RUNS RUNTIMES=\"$RUNTIMES\" PROFILE=$PROFILE FAULTS=\"$FAULTS\" scripts/bench-alerts.sh"; }
 rm -f "$results"
 
 # The console, live, for CONSOLE_SECONDS (0: not measured): CPU share and memory of its process.

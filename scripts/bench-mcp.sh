@@ -7,7 +7,7 @@
 #      runs of each, alternating: the medians and ranges of the drill's wall time);
 #   4. with VARY=K: K variants of every built-in drill with both reference agents at the full evidence level,
 #      and the pass rate per drill and protocol (long: about a minute a run).
-# It prints a table and writes it to docs/figures/mcp.md (the README quotes it).
+# It prints a table and keeps it as docs/figures/mcp.md (scripts/figures-write.sh; docs/figures.md indexes it).
 #
 #   scripts/bench-mcp.sh
 #   CALLS=100 RUNS=5 DRILL=throttled-rank scripts/bench-mcp.sh
@@ -25,7 +25,6 @@ VARY=${VARY:-0}
 SEED=${SEED:-1}
 NAME=${NAME:-bench-mcp}
 PY=${LAB_MCP_PYTHON:-.tools/mcp-venv/bin/python}
-OUT=${OUT:-docs/figures/mcp.md}
 say() { printf '[bench-mcp %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 [ -x "$LAB" ] || { say "$LAB is not built: cargo build --workspace --bins"; exit 1; }
 [ -x "$PY" ] || { say "the MCP Python SDK is missing: eval \"\$(scripts/tools.sh mcp)\""; exit 1; }
@@ -130,12 +129,6 @@ if [ "$VARY" -gt 0 ]; then
   done
 fi
 
-mkdir -p "$(dirname "$OUT")"
-{
-  echo "# MCP figures"
-  echo
-  echo "Written by \`scripts/bench-mcp.sh\` on $(date -u +%Y-%m-%d) ($(nproc) cores, load average $(load) at the end)."
-  echo
-  printf '%s\n' "${lines[@]}"
-} > "$OUT"
-say "written to $OUT"
+# The table is kept as docs/figures/mcp.md, with the date, the machine and the settings that made it.
+printf '%s\n' "${lines[@]}" | FIGURES_FORMAT=markdown scripts/figures-write.sh mcp \
+  "CALLS=$CALLS RUNS=$RUNS DRILL=$DRILL VARY=$VARY SEED=$SEED scripts/bench-mcp.sh" >/dev/null

@@ -31,6 +31,7 @@
 # its baseline's trustworthiness, status and lab down, about 40 s a run),
 # COMPONENTS (full run: the bench-*.sh to call, default "step alerts allreduce storage scale").
 #
+# The summary is also written to docs/figures/ (scripts/figures-write.sh), which docs/figures.md indexes.
 # Each figure is printed beside its previous median (README.md's figures table before this script's
 # latest changes) and the goal where the lab has one.
 set -euo pipefail
@@ -188,8 +189,12 @@ for ((run = 1; run <= RUNS; run++)); do
 done
 
 for fault in $FAULTS; do printf '%s\t%s\n' "$fault" "${FAULT_WHAT[$fault]}"; done >"$STATE/faults.tsv"
+# The summary is also kept as docs/figures/bench[-quick].md, with the settings that made it.
+fig_name=bench
+[ "$quick" = 1 ] && fig_name=bench-quick
+fig_cmd="RUNS=$RUNS READS=$READS PROFILE=$PROFILE DRILL=$DRILL FAULTS=\"$FAULTS\" scripts/bench.sh${1:+ $1}"
 python3 - "$DATA" "$START_DATE" "$START_MACHINE" "$(machine)" "$PROFILE" "$RUNS" "$READS" "$RECOVER_PCT" \
-  "$STATE/faults.tsv" <<'EOF'
+  "$STATE/faults.tsv" <<'EOF' | "$root/scripts/figures-write.sh" "$fig_name" "$fig_cmd"
 import collections, statistics, sys
 data, date, m0, m1, profile, runs, reads, back, faults_file = sys.argv[1:]
 measured = [line.rstrip("\n").split("\t") for line in open(faults_file) if line.strip()]

@@ -510,5 +510,7 @@ if [ "$(kind get clusters 2>/dev/null | wc -l)" -eq 0 ] && docker network inspec
 fi
 
 say "figures:"
-column -t -s "$(printf '\t')" "$FIGURES" >&2 || cat "$FIGURES" >&2
+# Also kept as docs/figures/kind-e2e.md (scripts/figures-write.sh), which docs/figures.md indexes.
+{ column -t -s "$(printf '\t')" "$FIGURES" || cat "$FIGURES"; } |
+  "$root/scripts/figures-write.sh" kind-e2e "scripts/kind-e2e.sh (profile ${PROFILE:-release})" >&2
 finish

@@ -48,10 +48,13 @@ jq -c --argjson from "$from" 'select(.at_ms >= $from) | .alerts[] | {rule, targe
   jq -s -c 'unique_by([.rule, .target, .since_ms]) | .[]' >"$work/fired"
 ticks_seen=$(jq -c --argjson from "$from" 'select(.at_ms >= $from)' "$ticks" | wc -l)
 n=$(wc -l <"$work/fired")
-while read -r a; do
-  echo "$a" | jq -r '"  \(.rule) on \(.target) from \(.since_ms): \(.summary)"'
-done <"$work/fired"
 min_pct=$(jq -s --argjson from "$from" '[.[] | select(.at_ms >= $from) | .pct // empty] | min // "-"' "$ticks")
-echo "ticks watched: $ticks_seen; lowest throughput: ${min_pct}% of baseline"
-echo "false alerts: $n in $MINUTES minutes (load average at start $load_start, at end $load_end)"
+# Also kept as docs/figures/quiet-alerts.md (scripts/figures-write.sh).
+{
+  while read -r a; do
+    echo "$a" | jq -r '"  \(.rule) on \(.target) from \(.since_ms): \(.summary)"'
+  done <"$work/fired"
+  echo "ticks watched: $ticks_seen; lowest throughput: ${min_pct}% of baseline"
+  echo "false alerts: $n in $MINUTES minutes (load average at start $load_start, at end $load_end)"
+} | scripts/figures-write.sh quiet-alerts "MINUTES=$MINUTES PROFILE=${PROFILE:-release} scripts/quiet-alerts.sh"
 [ "$n" -eq 0 ]

@@ -161,8 +161,14 @@ for load in $LOADS; do
   stop_busy
 done
 
-printf '\n%s runtime; load average at the end %s, %s CPUs\n' "$RUNTIME" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"
-printf '%-7s %-18s %-6s %-7s %-8s %-22s %s\n' load drill fix runs expected "detected (s)" "back at baseline (s)"
-printf '%s\n' "${results[@]}"
+# The table is also kept as docs/figures/verdict-rates[-RUNTIME].md (scripts/figures-write.sh).
+fig_name=verdict-rates
+[ "$RUNTIME" = local ] || fig_name="verdict-rates-$RUNTIME"
+echo
+{
+  printf '%s runtime; load average at the end %s, %s CPUs\n' "$RUNTIME" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"
+  printf '%-7s %-18s %-6s %-7s %-8s %-22s %s\n' load drill fix runs expected "detected (s)" "back at baseline (s)"
+  printf '%s\n' "${results[@]}"
+} | "$root/scripts/figures-write.sh" "$fig_name" "RUNS=$RUNS RUNTIME=$RUNTIME LOADS=\"$LOADS\" DRILLS=\"$DRILLS\" scripts/verdict-rates.sh"
 say "reports in $OUT; $failures pair(s) gave an unexpected verdict"
 [ "$failures" -eq 0 ]

@@ -1,5 +1,5 @@
-//! The environment variables the lab reads, in one table: `lab --help` prints it and docs/environment.md
-//! carries the same rows (a test keeps the two together).
+//! The environment variables the lab reads, in one table: `lab --help` prints it and README.md's
+//! "Environment variables" carries the same rows (a test keeps the two together).
 
 /// One variable: its name, and what it does (with its default).
 pub const VARS: &[(&str, &str)] = &[
@@ -64,7 +64,7 @@ pub const VARS: &[(&str, &str)] = &[
 /// The table `lab --help` ends with.
 pub fn help() -> String {
     let width = VARS.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
-    let mut s = String::from("Environment (docs/environment.md):\n");
+    let mut s = String::from("Environment (README.md, \"Environment variables\"):\n");
     for (name, what) in VARS {
         s.push_str(&format!("  {name:<width$}  {what}\n"));
     }
@@ -76,13 +76,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_docs_table_has_every_variable_and_the_help_too() {
-        let doc = include_str!("../../docs/environment.md");
+    fn the_readme_table_has_every_variable_and_the_help_too() {
+        let doc = include_str!("../../README.md");
         let h = help();
         for (name, _) in VARS {
             assert!(
                 doc.contains(&format!("| `{name}` |")),
-                "docs/environment.md lacks {name}"
+                "README.md's environment table lacks {name}"
             );
             assert!(h.contains(name), "{h}");
         }

@@ -100,7 +100,7 @@ fn the_help_ends_with_the_exit_statuses_and_the_environment() {
         "Exit status:",
         "141",
         "130",
-        "Environment (docs/environment.md):",
+        "Environment (README.md, \"Environment variables\"):",
         "LAB_STATE_DIR",
         "NO_COLOR",
         "KUBECONFIG",
