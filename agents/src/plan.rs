@@ -155,7 +155,13 @@ pub fn allowed(argv: &[String]) -> Result<(), String> {
     if first != "lab" {
         return Err(format!("only `lab` commands may run, not {first:?}"));
     }
-    if let Some(bad) = argv.iter().find(|a| a.contains('\0') || a.is_empty()) {
+    // An empty argument only as a flag's value (`--node-selector ''`: none); anywhere else it is a slip.
+    let empty_out_of_place = |i: usize| i == 0 || !argv[i - 1].starts_with("--");
+    if let Some((_, bad)) = argv
+        .iter()
+        .enumerate()
+        .find(|(i, a)| a.contains('\0') || (a.is_empty() && empty_out_of_place(*i)))
+    {
         return Err(format!("argument {bad:?} is empty or holds a NUL"));
     }
     if rest.iter().any(|a| a == "--name" || a.starts_with("--name=")) {
@@ -203,6 +209,23 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(p.commands[0].line(), "lab checkpoint --timeout 30s");
+    }
+
+    #[test]
+    fn an_empty_argument_is_a_flags_value_only() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // The seed's general fix for sync-replica: the standby's template without a node selector.
+        assert_eq!(
+            allowed(&argv(&["lab", "db", "template", "--node-selector", ""])),
+            Ok(())
+        );
+        for bad in [
+            &["lab", "db", "template", "", "--node-selector"][..],
+            &["lab", "restart", "rank", ""][..],
+        ] {
+            let e = allowed(&argv(bad)).unwrap_err();
+            assert!(e.contains("is empty"), "{bad:?}: {e}");
+        }
     }
 
     #[test]
