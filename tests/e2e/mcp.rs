@@ -206,10 +206,7 @@ fn clients_nobody_here_wrote_list_and_call_the_tools_and_bad_input_is_named_and_
     );
     // PromQL over the lab's own series, answered live by the lab's watcher: now, over a range, and an
     // expression it cannot parse named with its position.
-    let q = c.call(
-        "query",
-        json!({"expr": "sum(rate(lab_samples_total[10s]))"}),
-    );
+    let q = c.call("query", json!({"expr": "sum(rate(lab_samples_total[10s]))"}));
     let now = result_json(&q);
     assert_eq!(now["data"]["resultType"], "vector", "{q}");
     let v: f64 = now["data"]["result"][0]["value"][1]
@@ -226,7 +223,9 @@ fn clients_nobody_here_wrote_list_and_call_the_tools_and_bad_input_is_named_and_
     let series = over["data"]["result"].as_array().expect("result");
     assert_eq!(series.len(), 3, "one series per storage server: {over}");
     assert!(
-        series.iter().all(|s| s["values"].as_array().is_some_and(|v| v.len() >= 4)),
+        series
+            .iter()
+            .all(|s| s["values"].as_array().is_some_and(|v| v.len() >= 4)),
         "{over}"
     );
     let bad = c.call("query", json!({"expr": "sum(rate(lab_samples_total[10s])"}));
