@@ -5,6 +5,7 @@
 //! drill engine read only these types. Nothing here does I/O.
 
 pub mod actions;
+pub mod cgroup;
 pub mod change;
 pub mod checkpoint;
 pub mod clock;

@@ -2,6 +2,10 @@
 //! one drill runner. Each watches its fault longer after detection, so the screen shows its steady effect;
 //! the throttled rank is fixed by replacing the drifted pod; the unplaceable rank replays the seed's lesson
 //! (scaling back alone is given a short window and is not enough, restoring the world size is).
+//!
+//! A chapter whose fault does not fit the lab (the throttled rank where the lab runs without CPU limits, as
+//! it does for a person without root on cgroup v1) is skipped with the fault's own reason, and the demo
+//! tells the others: [`plan`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,6 +14,7 @@ use lab_drills::engine::Observer;
 use lab_drills::spec::{Remediate, Step, Verify};
 use lab_drills::{Loaded, builtin};
 use lab_faults::FaultKind;
+use lab_model::status::LabStatus;
 
 use crate::Lab;
 use crate::drills::Ran;
@@ -145,21 +150,115 @@ pub fn drills() -> Result<Vec<Loaded>> {
     CHAPTERS.iter().map(chapter).collect()
 }
 
-/// `lab demo` on the running lab `name`: the chapters' drills through the one drill runner, each step
-/// told to `observer`; an `interrupt` clears what the running chapter injected.
+/// A chapter the demo cannot tell on this lab, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The chapter's place in [`CHAPTERS`], counted from 0.
+    pub chapter: usize,
+    pub why: String,
+}
+
+/// What the demo tells on one lab: the chapters whose fault fits it, in order, and those it skips.
+#[derive(Debug)]
+pub struct Plan {
+    /// The chapters told, as places in [`CHAPTERS`], in the order they run.
+    pub told: Vec<usize>,
+    pub skipped: Vec<Skipped>,
+    drills: Vec<Loaded>,
+}
+
+/// The demo's chapters on the lab `status` shows: each chapter's fault is checked as `lab fault inject`
+/// would check it, changing nothing; one that does not fit is skipped with the check's reason.
 ///
 /// # Errors
-/// As [`drills`], before the lab is opened; [`SessionError::Runtime`] when the lab does not answer.
-pub async fn run(name: &str, observer: &dyn Observer, interrupt: impl Future<Output = ()>) -> Result<Ran> {
-    let drills = drills()?;
+/// As [`chapter`].
+pub fn plan(status: &LabStatus) -> Result<Plan> {
+    let mut p = Plan {
+        told: Vec::new(),
+        skipped: Vec::new(),
+        drills: Vec::new(),
+    };
+    for (i, c) in CHAPTERS.iter().enumerate() {
+        let loaded = chapter(c)?;
+        let refused = loaded.drill.steps.iter().find_map(|s| match s {
+            Step::Inject(fault) => lab_faults::engine::check(fault, status).err(),
+            _ => None,
+        });
+        match refused {
+            Some(why) => p.skipped.push(Skipped {
+                chapter: i,
+                why: why.to_string(),
+            }),
+            None => {
+                p.told.push(i);
+                p.drills.push(loaded);
+            }
+        }
+    }
+    Ok(p)
+}
+
+/// The demo's [`plan`] for the running lab `name`, as it is now.
+///
+/// # Errors
+/// [`SessionError::Runtime`] when the lab does not answer; as [`chapter`].
+pub async fn plan_for(name: &str) -> Result<Plan> {
+    let lab = Lab::open(name).await?;
+    plan(&lab.runtime.status().await?)
+}
+
+/// `lab demo` on the running lab `name`: the drills of the chapters `plan` tells, through the one drill
+/// runner, each step told to `observer`; an `interrupt` clears what the running chapter injected.
+///
+/// # Errors
+/// [`SessionError::Runtime`] when the lab does not answer.
+pub async fn run(
+    name: &str,
+    plan: &Plan,
+    observer: &dyn Observer,
+    interrupt: impl Future<Output = ()>,
+) -> Result<Ran> {
     let lab = Lab::open(name).await?;
     let options = lab.drill_options(None);
-    Ok(lab.run_drills(&drills, &options, observer, interrupt).await)
+    Ok(lab.run_drills(&plan.drills, &options, observer, interrupt).await)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lab_model::status::{Phase, PodStatus, Role, RuntimeKind};
+    use lab_model::{Millicores, names};
+
+    /// A lab of four Running ranks whose CPU limits are `live` (`None`: not enforced), with `note`.
+    fn lab(live: Option<Millicores>, note: Option<&str>) -> LabStatus {
+        let mut st = LabStatus::default_shape("x", RuntimeKind::Local);
+        for r in 0..4 {
+            let mut p = PodStatus::new(names::rank(r), Role::Rank, Some(r));
+            p.phase = Phase::Running;
+            p.ready = true;
+            p.resources.cpu_template = Some(Millicores(400));
+            p.resources.cpu_live = live;
+            st.pods.push(p);
+        }
+        st.notes.extend(note.map(str::to_string));
+        st
+    }
+
+    #[test]
+    fn a_lab_without_cpu_limits_skips_the_throttled_rank_and_says_why() {
+        let all = plan(&lab(Some(Millicores(400)), None)).unwrap();
+        assert!(all.skipped.is_empty(), "{:?}", all.skipped);
+        assert_eq!(all.told.len(), 3);
+
+        let note = "CPU limits are off (not root): to get them, run `lab up` as root";
+        let p = plan(&lab(None, Some(note))).unwrap();
+        let told: Vec<&str> = p.drills.iter().map(|l| l.drill.name.as_str()).collect();
+        assert_eq!(told, ["slow-storage", "unplaceable-rank"]);
+        assert_eq!(p.told, [0, 2]);
+        assert_eq!(p.skipped.len(), 1);
+        assert_eq!(CHAPTERS[p.skipped[0].chapter].kind, FaultKind::ThrottledRank);
+        assert!(p.skipped[0].why.contains(note), "{}", p.skipped[0].why);
+    }
 
     fn keys(l: &Loaded) -> Vec<&'static str> {
         l.drill.steps.iter().map(Step::key).collect()

@@ -237,3 +237,68 @@ fn a_baseline_that_never_comes_says_what_the_job_looked_like_and_leaves_nothing(
     assert!(lab_tests::lab_processes(&lab.name).is_empty());
     assert!(lab_tests::lab_cgroups(&lab.name).is_empty());
 }
+
+/// A person without root, as a user made for this test: `lab up --runtime local` comes up without CPU limits
+/// and says so in one line (what is lost, how to get it), a CPU-limit fault is refused with that reason,
+/// and `lab down` as the same user leaves nothing. On a machine with cgroup v2 and a systemd user manager
+/// the lab would ask for a delegated scope instead; a user made by `useradd` and entered with `runuser` has
+/// no manager of its own, so this test sees the way without limits on any machine.
+#[test]
+fn a_user_without_root_gets_a_lab_without_cpu_limits_and_one_line_saying_so() {
+    if !lab_tests::User::can_make() {
+        eprintln!("skipped: making a user for this test needs root");
+        return;
+    }
+    let _one = serial();
+    // Declared before the lab, so dropped after it: the lab goes down before its user does.
+    let user = lab_tests::User::make();
+    let mut lab = Lab::new_as("e2e-noroot", &user);
+    let up = lab.run(&["up", "--runtime", "local"]);
+    assert!(up.status.success(), "lab up failed:\n{}", text(&up));
+    let said = text(&up);
+    let lines: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("CPU limits are off"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line on CPU limits:\n{said}");
+    for want in ["throttled-rank", "as root", "--runtime kind"] {
+        assert!(lines[0].contains(want), "{want:?} missing from {:?}", lines[0]);
+    }
+
+    let s = lab.wait_for("4/4 ranks Ready", Duration::from_secs(60), |s| {
+        s.status.ranks_ready() == (4, 4)
+    });
+    for r in s.status.ranks() {
+        assert_eq!(r.resources.cpu_live, None, "{} has a CPU limit", r.name);
+    }
+    let pids: Vec<u32> = lab_tests::lab_processes(&lab.name)
+        .iter()
+        .filter_map(|p| p.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(!pids.is_empty());
+    for pid in &pids {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .unwrap_or_default();
+        assert_ne!(uid.split_whitespace().next(), Some("0"), "pid {pid} runs as root");
+    }
+    lab.refuses(
+        &[
+            "fault",
+            "inject",
+            "throttled-rank",
+            "--rank",
+            "1",
+            "--cpu",
+            "150m",
+        ],
+        "CPU limits are off",
+    );
+
+    let ports = lab.ports();
+    lab.down();
+    let left = lab.leftovers(&ports);
+    assert!(left.is_empty(), "left behind after lab down: {left:?}");
+}

@@ -17,8 +17,10 @@ use lab_model::Snapshot;
 pub mod drill_copy;
 pub mod mcp;
 pub mod tmux;
+pub mod user;
 pub use drill_copy::{Edits, drill_copy, trap_first};
 pub use tmux::Tmux;
+pub use user::User;
 
 /// End-to-end labs share two cores: one at a time, whatever test binary thread asks.
 pub fn serial() -> MutexGuard<'static, ()> {
@@ -90,6 +92,8 @@ pub struct Lab {
     pub name: String,
     pub state: tempfile::TempDir,
     down: bool,
+    /// The user every `lab` command of this lab runs as (`runuser -u`); `None`: this test's own.
+    user: Option<String>,
 }
 
 impl Lab {
@@ -109,7 +113,19 @@ impl Lab {
             name: format!("{prefix}{name}"),
             state,
             down: false,
+            user: None,
         }
+    }
+
+    /// [`Lab::new`], with every `lab` command run as `user`, who owns the state folder.
+    ///
+    /// # Panics
+    /// When the state folder cannot be handed to `user`.
+    pub fn new_as(name: &str, user: &User) -> Lab {
+        let mut lab = Lab::new(name);
+        user.give(lab.state.path());
+        lab.user = Some(user.name.clone());
+        lab
     }
 
     /// `lab up --runtime local` with `extra` flags; panics with the output if it fails.
@@ -129,7 +145,16 @@ impl Lab {
 
     /// A `lab` command for this lab, with the binary from `dir`.
     fn command_in(&self, dir: &Path, args: &[&str]) -> Command {
-        let mut c = Command::new(dir.join("lab"));
+        let lab = dir.join("lab");
+        let mut c = match &self.user {
+            // runuser keeps the environment set here, apart from HOME, SHELL, USER and LOGNAME.
+            Some(u) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", u, "--"]).arg(&lab);
+                c
+            }
+            None => Command::new(&lab),
+        };
         c.args(args)
             .env("LAB_STATE_DIR", self.state.path())
             .env("LAB_NAME", &self.name);

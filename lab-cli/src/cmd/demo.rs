@@ -3,7 +3,9 @@
 //! golden signals while Kubernetes still says Ready, remediated and verified on the job's own signals, with
 //! the Kubernetes view beside the training view at each stage. Fault 3 replays the seed's lesson: scaling
 //! back alone leaves the job stalled (verification keeps failing), restoring the world size brings it back.
-//! Ends with a table of what was measured, then takes the lab down. This file only prints the story.
+//! Ends with a table of what was measured, then takes the lab down. A fault the lab cannot take (the
+//! throttled rank without CPU limits) is skipped, saying why, and the others are told. This file only
+//! prints the story.
 
 use crate::exit::Exit;
 use std::sync::Mutex;
@@ -41,12 +43,21 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<Exit> {
         lifecycle::start(lab_session::lifecycle::plan(options, &settings).await?, false).await?;
     }
     let keep = a.keep || existing;
-    let story = Story::new(clock);
+    let plan = demo::plan_for(name).await?;
+    for s in &plan.skipped {
+        outln!(
+            "Skipping fault {} of 3, {}: {}",
+            s.chapter + 1,
+            CHAPTERS[s.chapter].title,
+            s.why
+        );
+    }
+    let story = Story::new(clock, plan.told.clone());
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("\ninterrupted: clearing what the demo injected");
     };
-    let status = match demo::run(name, &story, interrupt).await? {
+    let status = match demo::run(name, &plan, &story, interrupt).await? {
         Ran::Finished(report) => Exit::of_report(&report),
         Ran::Interrupted(lines) => {
             for l in lines {
@@ -60,8 +71,8 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<Exit> {
     };
     let rows = story.into_rows();
     outln!("\n━━ What was measured ({}) ━━", elapsed(clock));
-    outln!("{}", table(&rows));
-    let passed = status == Exit::Passed && rows.len() == 3;
+    outln!("{}", table(&rows, &plan.skipped));
+    let passed = status == Exit::Passed && rows.len() == plan.told.len();
     if keep {
         let flag = out::name_flag(name);
         outln!("The lab stays up: lab console{flag} · lab fault inject slow-storage{flag} · lab down{flag}");
@@ -69,9 +80,22 @@ pub async fn demo(name: &str, a: DemoArgs) -> anyhow::Result<Exit> {
         outln!();
         lifecycle::down(name, false).await?;
     }
-    if passed {
+    if passed && plan.skipped.is_empty() {
         outln!(
             "Demo complete: every fault was caught by the job's own signals and fixed, while Ready never changed."
+        );
+        Ok(Exit::Passed)
+    } else if passed {
+        let skipped: Vec<&str> = plan
+            .skipped
+            .iter()
+            .map(|s| CHAPTERS[s.chapter].kind.name())
+            .collect();
+        outln!(
+            "Demo complete for {} of 3 faults: each was caught by the job's own signals and fixed, while Ready \
+             never changed. Skipped on this lab: {} (the reason is above).",
+            rows.len(),
+            skipped.join(", ")
         );
         Ok(Exit::Passed)
     } else {
@@ -112,15 +136,27 @@ struct Told {
 /// headings, the Kubernetes view beside the job's at each stage, and each chapter's verdict.
 struct Story {
     clock: Instant,
+    /// The chapter of each drill told, in the order they run.
+    chapters: Vec<usize>,
     told: Mutex<Told>,
 }
 
 impl Story {
-    fn new(clock: Instant) -> Self {
+    fn new(clock: Instant, chapters: Vec<usize>) -> Self {
         Story {
             clock,
+            chapters,
             told: Mutex::default(),
         }
+    }
+
+    /// The chapter of the drill started `started`-th (counting from 1).
+    fn chapter(&self, started: usize) -> usize {
+        self.chapters
+            .get(started.saturating_sub(1))
+            .copied()
+            .unwrap_or(0)
+            .min(2)
     }
 
     fn told(&self) -> std::sync::MutexGuard<'_, Told> {
@@ -142,10 +178,11 @@ impl Observer for Story {
                 t.verifies = 0;
                 t.kubernetes = "-".into();
                 t.fix = String::new();
-                let c = &CHAPTERS[i.min(2)];
+                let n = self.chapter(i + 1);
+                let c = &CHAPTERS[n];
                 outln!(
                     "\n━━ Fault {} of 3: {} ({}) ━━",
-                    i + 1,
+                    n + 1,
                     c.title,
                     elapsed(self.clock)
                 );
@@ -153,7 +190,7 @@ impl Observer for Story {
             }
             Event::DrillFinished(report) => {
                 let mut t = self.told();
-                let title = CHAPTERS[t.started.saturating_sub(1).min(2)].title;
+                let title = CHAPTERS[self.chapter(t.started)].title;
                 let f = &report.figures;
                 let pass = report.verdict == Verdict::Pass;
                 outln!(
@@ -190,7 +227,7 @@ impl Observer for Story {
 
     fn after_step(&self, r: &StepReport, last: Option<&Snapshot>) -> Flow {
         let mut t = self.told();
-        let chapter: &Chapter = &CHAPTERS[t.started.saturating_sub(1).min(2)];
+        let chapter: &Chapter = &CHAPTERS[self.chapter(t.started)];
         match r.step {
             StepName::Baseline if t.started == 1 => show("Before any fault", last),
             StepName::Expect => {
@@ -250,7 +287,7 @@ fn kube_words(s: Option<&Snapshot>) -> String {
     w
 }
 
-fn table(rows: &[Row]) -> String {
+fn table(rows: &[Row], skipped: &[demo::Skipped]) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let _ = writeln!(
@@ -273,6 +310,19 @@ fn table(rows: &[Row]) -> String {
             opt_secs(f.time_to_baseline_s),
             f.steps_lost,
             r.fix
+        );
+    }
+    for s in skipped {
+        let _ = writeln!(
+            o,
+            "{:<38} {:<22} {:>16} {:>9} {:>10} {:>10} {:>6}  not told on this lab (see above)",
+            format!("SKIP {}", CHAPTERS[s.chapter].title),
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            "-"
         );
     }
     let _ = write!(

@@ -11,7 +11,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::cgroup::{CgroupVersion, Cgroups, group_name};
+use super::cgroup::{Cgroups, Version, group_name};
 
 /// The lab's freezer group for rank instance `name` (`.../freezer/straggler-lab.<lab>/rank-1`), or why
 /// there is none.
@@ -20,7 +20,7 @@ use super::cgroup::{CgroupVersion, Cgroups, group_name};
 /// Why a thread cannot be frozen here.
 pub fn group(cg: Option<&Cgroups>, lab: &str, name: &str) -> Result<PathBuf, String> {
     let cg = cg.ok_or("CPU cgroups are not available on this machine, and neither is the freezer")?;
-    if cg.version != CgroupVersion::V1 {
+    if cg.version != Version::V1 {
         return Err("the cgroup v1 freezer is needed to freeze one thread of a rank; this machine has cgroup v2, which freezes whole processes (and their probes with them)".into());
     }
     Ok(lab_root(cg)
@@ -120,8 +120,9 @@ mod tests {
     fn v2_and_missing_cgroups_are_refused_with_the_reason() {
         assert!(group(None, "x", "rank-1").unwrap_err().contains("freezer"));
         let v2 = Cgroups {
-            version: CgroupVersion::V2,
+            version: Version::V2,
             lab_root: PathBuf::from("/sys/fs/cgroup/straggler-lab.x"),
+            delegated: false,
         };
         assert!(group(Some(&v2), "x", "rank-1").unwrap_err().contains("cgroup v2"));
     }

@@ -26,7 +26,7 @@ use lab_model::checkpoint::CheckpointState;
 use lab_model::jobs::ForeignJob;
 use lab_model::status::{LabStatus, Phase, Role, RuntimeKind};
 
-use self::cgroup::Cgroups;
+use self::cgroup::{Plan, ScopeRequest};
 use self::procs::ProcRecord;
 use self::proto::{LocalStatus, Request, Response};
 use self::spec::{LocalConfig, LocalSpec, Paths, PortAllocator, StoragePorts};
@@ -168,7 +168,7 @@ pub fn find_bin_dir(explicit: Option<&Path>) -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn which(bin: &str) -> Option<PathBuf> {
+pub(crate) fn which(bin: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
         .split(':')
@@ -189,8 +189,8 @@ fn is_executable(p: &Path) -> bool {
 /// # Errors
 /// The first check or step that failed; on failure everything started is stopped unless `opts.retain`.
 pub async fn up(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progress) -> Result<LocalRuntime> {
-    let cfg = step(progress, "preflight", preflight(opts, local, progress)).await?;
-    let rt = LocalRuntime {
+    let cfg = step(progress, "preflight", preflight(opts, local)).await?;
+    let mut rt = LocalRuntime {
         paths: Paths::new(&cfg.dir),
         cfg,
     };
@@ -221,7 +221,7 @@ pub fn unsupported_os(os: &str) -> Option<String> {
     })
 }
 
-async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progress) -> Result<LocalConfig> {
+async fn preflight(opts: &UpOptions, local: &LocalOptions) -> Result<LocalConfig> {
     if let Some(why) = unsupported_os(std::env::consts::OS) {
         return Err(RuntimeError::InvalidInput(why));
     }
@@ -260,15 +260,13 @@ async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progre
         .cgroup_root
         .clone()
         .unwrap_or_else(|| PathBuf::from(cgroup::SYS_CGROUP));
-    let (cgroups, cpu_limit_note) = match Cgroups::create(&cg_root, &opts.name) {
-        Ok(cg) => (Some(cg), None),
-        Err(cgroup::Unavailable(why)) => {
-            let note = format!(
-                "CPU limits are not enforced: {why}. Ranks run without a CPU limit and the throttled-rank fault is unavailable (run as root, or with a delegated cgroup v2 subtree)"
-            );
-            progress.note(&note);
-            (None, Some(note))
-        }
+    let host = cgroup::Host::detect();
+    let (cgroups, scope, cpu_limit_note) = match cgroup::plan(&cg_root, &opts.name, &host, std::process::id())
+    {
+        Plan::Direct(cg) => (Some(cg), None, None),
+        Plan::Delegate(scope) => (None, Some(scope), None),
+        // Said once, with the lab's other notes, when it is up (`lab status` says it too).
+        Plan::Off(cgroup::Unavailable(why)) => (None, None, Some(cgroup::off_note(&why))),
     };
     let cfg = LocalConfig {
         name: opts.name.clone(),
@@ -285,6 +283,7 @@ async fn preflight(opts: &UpOptions, local: &LocalOptions, progress: &dyn Progre
         rendezvous_port,
         storage,
         cgroups,
+        scope,
         cpu_limit_note,
         port_base: local.port_base,
     };
@@ -356,8 +355,8 @@ impl LocalRuntime {
         }
     }
 
-    async fn bring_up(&self, opts: &UpOptions, progress: &dyn Progress) -> Result<()> {
-        step(progress, "start supervisor", self.start_supervisor()).await?;
+    async fn bring_up(&mut self, opts: &UpOptions, progress: &dyn Progress) -> Result<()> {
+        step(progress, "start supervisor", self.start_supervisor(progress)).await?;
         step(
             progress,
             "start storage",
@@ -382,15 +381,85 @@ impl LocalRuntime {
         Ok(())
     }
 
-    async fn start_supervisor(&self) -> Result<()> {
+    /// Starts the supervisor, in a delegated systemd scope when the lab's CPU limits come from one. When
+    /// systemd cannot start the scope, the supervisor starts without it and the lab runs without CPU limits,
+    /// saying why; either way `self` ends with the configuration the supervisor runs with.
+    async fn start_supervisor(&mut self, progress: &dyn Progress) -> Result<()> {
+        let Some(scope) = self.cfg.scope.clone() else {
+            return self
+                .spawn_supervisor(None)
+                .await?
+                .map_err(|why| RuntimeError::Step {
+                    step: "start supervisor".into(),
+                    message: why,
+                });
+        };
+        let early = self.spawn_supervisor(Some(&scope)).await?;
+        let record = state::read_record_at(&self.cfg.dir)?;
+        let ran: Option<LocalConfig> = record
+            .as_ref()
+            .and_then(|r| serde_json::from_value(r.config.clone()).ok());
+        // The supervisor records what it made of the scope before anything else: nothing recorded means it
+        // never ran in it (systemd-run failed), so it starts again without.
+        let adopted = ran.filter(|c| c.cgroups.is_some() || c.cpu_limit_note.is_some());
+        match (early, adopted) {
+            (Ok(()), Some(cfg)) => {
+                if let Some(cg) = &cfg.cgroups {
+                    progress.note(&format!(
+                        "CPU limits in the cgroup systemd delegated to this user ({})",
+                        cg.lab_root.display()
+                    ));
+                }
+                self.cfg = cfg;
+                Ok(())
+            }
+            (Err(why), None) => {
+                self.cfg.scope = None;
+                self.cfg.cpu_limit_note = Some(cgroup::off_note(&format!(
+                    "systemd-run could not start a delegated scope: {why}"
+                )));
+                let config =
+                    serde_json::to_value(&self.cfg).map_err(|e| RuntimeError::Other(e.to_string()))?;
+                if let Some(rec) = record {
+                    state::write_record(&self.cfg.dir, &LabRecord { config, ..rec })?;
+                }
+                self.spawn_supervisor(None)
+                    .await?
+                    .map_err(|why| RuntimeError::Step {
+                        step: "start supervisor".into(),
+                        message: why,
+                    })
+            }
+            (Err(why), Some(_)) => Err(RuntimeError::Step {
+                step: "start supervisor".into(),
+                message: why,
+            }),
+            (Ok(()), None) => Err(RuntimeError::Other(
+                "the supervisor answers but did not record its CPU limits: see its log".into(),
+            )),
+        }
+    }
+
+    /// Starts the supervisor (inside `scope` if given) and waits until it answers. The inner error says why
+    /// it exited before answering (the end of its log).
+    async fn spawn_supervisor(
+        &self,
+        scope: Option<&ScopeRequest>,
+    ) -> Result<std::result::Result<(), String>> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.paths.supervisor_log())
             .map_err(|e| RuntimeError::io("creating the supervisor's log", e))?;
-        let child = std::process::Command::new(&self.cfg.lab_bin)
-            .arg("__supervise")
-            .arg(&self.cfg.dir)
+        let args = ["__supervise".into(), self.cfg.dir.clone().into_os_string()];
+        let argv = match scope {
+            Some(s) => s.command(&self.cfg.lab_bin, &args),
+            None => std::iter::once(self.cfg.lab_bin.clone().into_os_string())
+                .chain(args)
+                .collect(),
+        };
+        let child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
             .env(
                 supervisor::LAB_ENV,
                 supervisor::lab_env_value(&self.cfg.name, &self.cfg.dir),
@@ -404,20 +473,33 @@ impl LocalRuntime {
             .spawn()
             .map_err(|e| {
                 RuntimeError::io(
-                    format!("starting the supervisor ({})", self.cfg.lab_bin.display()),
+                    format!("starting the supervisor ({})", Path::new(&argv[0]).display()),
                     e,
                 )
             })?;
         let pid = child.id();
-        // The supervisor outlives this command; nobody waits for it here, and init reaps it.
-        drop(child);
         if let Some(rec) = ProcRecord::of("supervisor", pid, false) {
             procs::write_table(&self.paths.supervisor(), &[rec])?;
         }
-        wait_for("the supervisor to answer", Duration::from_secs(15), || async {
+        // Watched until it answers; then it outlives this command, nobody waits for it, and init reaps it.
+        let child = std::sync::Mutex::new(child);
+        let answered = wait_for("the supervisor to answer", Duration::from_secs(15), || async {
+            let exited = child.lock().map_or(None, |mut c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                let said = tail(&self.paths.supervisor_log(), 1);
+                return Err(RuntimeError::Step {
+                    step: "start supervisor".into(),
+                    message: format!("it exited ({status}) before answering: {}", said.trim()),
+                });
+            }
             Ok(self.call(Request::Ping).await.is_ok())
         })
-        .await
+        .await;
+        match answered {
+            Ok(()) => Ok(Ok(())),
+            Err(RuntimeError::Step { message, .. }) => Ok(Err(message)),
+            Err(e) => Err(e),
+        }
     }
 
     async fn wait_storage(&self, deadline: Duration) -> Result<()> {

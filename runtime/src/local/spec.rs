@@ -10,7 +10,7 @@ use lab_model::db::DbTemplate;
 use lab_model::jobs::ForeignJob;
 use serde::{Deserialize, Serialize};
 
-use super::cgroup::Cgroups;
+use super::cgroup::{Cgroups, ScopeRequest};
 use crate::{Delay, Result, RuntimeError};
 
 /// The ports of one storage server: weed itself, the proxy in front of it, and their side ports.
@@ -57,7 +57,11 @@ pub struct LocalConfig {
     pub storage: Vec<StoragePorts>,
     /// CPU limits through cgroups, or `None` when cgroups are not writable here.
     pub cgroups: Option<Cgroups>,
-    /// When CPU limits are not enforced, why.
+    /// The systemd scope the supervisor runs in, when its CPU limits are a delegated cgroup: the supervisor
+    /// takes the scope as [`Self::cgroups`] once it runs there.
+    #[serde(default)]
+    pub scope: Option<ScopeRequest>,
+    /// When CPU limits are not enforced, why, and what that costs ([`super::cgroup::off_note`]).
     pub cpu_limit_note: Option<String>,
     /// When set, ports are taken in order from here instead of from the kernel's free ports.
     pub port_base: Option<u16>,

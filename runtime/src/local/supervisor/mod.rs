@@ -33,14 +33,12 @@ use self::launch::Spawner;
 use self::probes::probe_loop;
 use self::reconcile::{Kind, Sup, TERMINATION_GRACE, terminate};
 use self::server::handle;
-use super::cgroup::Cgroups;
+use super::cgroup::{self, SVC_GROUP};
 use super::procs::ProcRecord;
 use super::spec::{LocalConfig, LocalSpec, Paths};
 use crate::{Result, RuntimeError, state};
 
 pub use super::procs::{LAB_ENV, lab_env_value};
-/// The cgroup that holds the lab's processes other than ranks (no limit; used to find them all).
-pub(crate) const SVC_GROUP: &str = "svc";
 
 /// Runs the supervisor of the lab in `dir` until it is asked to shut down.
 ///
@@ -62,8 +60,14 @@ async fn serve(dir: &Path) -> Result<()> {
     let record = state::read_record_at(dir)?.ok_or_else(|| RuntimeError::NotRunning {
         name: dir.display().to_string(),
     })?;
-    let cfg: LocalConfig = serde_json::from_value(record.config)
+    let mut cfg: LocalConfig = serde_json::from_value(record.config.clone())
         .map_err(|e| RuntimeError::Other(format!("the lab's configuration is unreadable: {e}")))?;
+    if cfg.cgroups.is_none() && cfg.scope.is_some() {
+        adopt_scope(&mut cfg);
+        // `lab down` and every later command read the groups from the record: it says where they are now.
+        let config = serde_json::to_value(&cfg).map_err(|e| RuntimeError::Other(e.to_string()))?;
+        state::write_record(dir, &state::LabRecord { config, ..record })?;
+    }
     let spec = match fs::read(paths.spec()) {
         Ok(b) => serde_json::from_slice(&b)
             .map_err(|e| RuntimeError::Other(format!("the lab's spec is unreadable: {e}")))?,
@@ -127,6 +131,30 @@ async fn serve(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Takes the systemd scope this supervisor was started in as the lab's groups, or records why it cannot
+/// (the lab then runs without CPU limits, and its status says so).
+fn adopt_scope(cfg: &mut LocalConfig) {
+    let read = |p: &str| fs::read_to_string(p).unwrap_or_default();
+    match cgroup::adopt_scope(
+        &read("/proc/self/cgroup"),
+        &read("/proc/self/mountinfo"),
+        std::process::id(),
+    ) {
+        Ok(cg) => {
+            log(&format!(
+                "CPU limits in the delegated scope {}",
+                cg.lab_root.display()
+            ));
+            cfg.cgroups = Some(cg);
+            cfg.cpu_limit_note = None;
+        }
+        Err(cgroup::Unavailable(why)) => {
+            log(&format!("no CPU limits: {why}"));
+            cfg.cpu_limit_note = Some(cgroup::off_note(&why));
+        }
+    }
+}
+
 fn log(msg: &str) {
     tracing::info!(target: "supervisor", "{msg}");
 }
@@ -172,17 +200,9 @@ async fn shutdown(sup: &Arc<Mutex<Sup>>) {
     }
     let s = sup.lock().expect("supervisor state");
     s.save_procs();
-    if let Some(cg) = &s.cfg.cgroups {
-        leave_cgroups(cg);
-        if let Err(e) = cg.remove_all() {
-            log(&e);
-        }
-    }
-}
-
-/// Moves the supervisor out of the lab's groups so they can be removed.
-fn leave_cgroups(cg: &Cgroups) {
-    if let Some(root) = cg.lab_root.parent() {
-        let _ = fs::write(root.join("cgroup.procs"), std::process::id().to_string());
+    if let Some(cg) = &s.cfg.cgroups
+        && let Err(e) = cg.release(std::process::id())
+    {
+        log(&e);
     }
 }

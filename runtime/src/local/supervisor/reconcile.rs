@@ -377,7 +377,7 @@ impl Sup {
     fn run_job(&mut self, job: lab_model::jobs::ForeignJob) -> Result<(), String> {
         use lab_model::jobs;
         jobs::validate_job_name(&job.name)?;
-        if job.name == super::SVC_GROUP {
+        if job.name == crate::local::cgroup::SVC_GROUP {
             return Err(format!("job name {:?} is taken by the lab itself", job.name));
         }
         if job.server >= self.cfg.storage_servers {

@@ -168,6 +168,7 @@ fn config(dir: PathBuf, storage_servers: u32, gpus: u32) -> LocalConfig {
             })
             .collect(),
         cgroups: None,
+        scope: None,
         cpu_limit_note: Some("no writable cgroups here".into()),
         port_base: None,
     }
