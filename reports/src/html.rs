@@ -780,6 +780,15 @@ fn chart(d: &DrillReport) -> String {
 fn calls_strip(o: &mut String, d: &DrillReport, x: &dyn Fn(f64) -> f64) -> usize {
     use lab_agents::mcp::calls::Outcome;
     let mut n = 0;
+    // A drill without an interactive agent draws no strip at all.
+    if !d
+        .remediations
+        .iter()
+        .filter_map(|r| r.mcp.as_ref())
+        .any(|m| m.calls.iter().any(|c| c.t_s.is_some()))
+    {
+        return 0;
+    }
     o.push_str("<g class=\"calls\">\n");
     for m in d.remediations.iter().filter_map(|r| r.mcp.as_ref()) {
         for c in &m.calls {
