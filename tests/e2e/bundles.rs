@@ -299,7 +299,7 @@ fn every_faults_bundle_names_its_change_and_the_alert_on_the_right_part() {
         let out = lab.run(&args);
         assert!(out.status.success(), "{what}: {}", text(&out));
         let entry: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let made = recorded(&lab, entry["id"].as_str().unwrap());
+        let made = recorded(&lab, entry["entry"]["id"].as_str().unwrap());
         for part in c.changed {
             assert!(
                 made.iter().any(|m| m.1 == *part),
