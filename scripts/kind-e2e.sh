@@ -313,7 +313,9 @@ import sys
 path, trap, deadline = sys.argv[1:]
 copy = open(path).read()
 start = copy.rindex("\n  - remediate:") + 1
-tail = copy[start:]
+# The steps end where the next top-level key (or its comment) begins: `fixes:` follows them.
+end = next((i + 1 for i in range(start, len(copy) - 1) if copy[i] == "\n" and not copy[i + 1].isspace()), len(copy))
+tail, rest = copy[start:end], copy[end:]
 out = []
 for line in tail.splitlines():
     t = line.lstrip()
@@ -326,7 +328,7 @@ for line in tail.splitlines():
     elif key == "deadline":
         line = ind + "deadline: " + deadline
     out.append(line)
-open(path, "w").write(copy[:start] + "\n".join(out) + "\n" + tail)
+open(path, "w").write(copy[:start] + "\n".join(out) + "\n" + tail + rest)
 ' "$REPORTS/$1.yaml" "$2" "$3" || die "making $1's trap-first copy"
 }
 # run_trap_first <name>: runs the copy, which must pass, with its trap's verification failed before it.

@@ -96,7 +96,13 @@ pub fn trap_first(copy: &str, trap: &str, deadline: &str) -> String {
         .rfind("\n  - remediate:")
         .expect("a drill with a remediate step")
         + 1;
-    let tail = &copy[start..];
+    // The steps end where the next top-level key (or its comment) begins: `fixes:` follows them.
+    let end = copy[start..]
+        .match_indices('\n')
+        .map(|(i, _)| start + i + 1)
+        .find(|&i| copy[i..].starts_with(|c: char| !c.is_whitespace()))
+        .unwrap_or(copy.len());
+    let tail = &copy[start..end];
     assert!(
         tail.contains("\n  - verify:"),
         "the last remediate is followed by its verify"
@@ -117,12 +123,22 @@ pub fn trap_first(copy: &str, trap: &str, deadline: &str) -> String {
         }
         trapped.push('\n');
     }
-    format!("{}{trapped}{tail}", &copy[..start])
+    format!("{}{trapped}{tail}{}", &copy[..start], &copy[end..])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trap_goes_before_the_right_fix_and_what_follows_the_steps_stays_once() {
+        let copy = drill_copy("competing-job", &Edits::default());
+        let t = trap_first(&copy, "lab storage drain 1", "30s");
+        assert_eq!(t.matches("\nfixes:").count(), 1, "{t}");
+        assert_eq!(t.matches("\n  - remediate:").count(), 2, "{t}");
+        assert!(t.rfind("\n  - verify:") < t.find("\nfixes:"), "{t}");
+        assert!(t.contains("command: 'lab storage drain 1'"), "{t}");
+    }
 
     #[test]
     fn a_copy_changes_only_what_it_is_told() {
