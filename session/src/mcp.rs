@@ -173,7 +173,11 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 impl LiveEvidence {
     async fn bundle_now(&self) -> std::result::Result<Value, String> {
         let now = lab_model::clock::now_ms();
-        let snap = match crate::live::read_fresh(self.lab.name(), now) {
+        // The watcher's snapshot, once its rates are there: in its first ticks after `lab up` it has seen
+        // one scrape and knows no throughput yet, where a 2 s look of our own does.
+        let snap = match crate::live::read_fresh(self.lab.name(), now)
+            .filter(|s| s.training.samples_per_s.is_some())
+        {
             Some(s) => s,
             None => self.lab.snapshot(Duration::from_secs(2)).await,
         };
