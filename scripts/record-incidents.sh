@@ -47,6 +47,9 @@ if [ ${#failed[@]} -gt 0 ]; then
   say "the reference agent did not fix: ${failed[*]} (nothing replaced)"
   exit 1
 fi
+# The recording names this machine's folders (the ranks' command lines, the lab's state folder): kept as
+# what they are relative to, not where this machine had them.
+find "$new" -name '*.json' -exec sed -i -e "s#$PWD/##g" -e "s#$state/#\$LAB_STATE_DIR/#g" {} +
 rm -rf "$OUT"
 mv "$new" "$OUT"
 say "recorded $(find "$OUT" -name 'run-*.json' | wc -l) runs in $OUT"
