@@ -65,6 +65,8 @@ async fn serve_queries(path: PathBuf, tx: tokio::sync::mpsc::Sender<lab_telemetr
     };
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors or the like: a pause, not a spin.
+            tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
         let tx = tx.clone();
