@@ -35,13 +35,23 @@ echo "== end-to-end tests (local lab, one at a time)"
 # as `cargo test` does. Every binary runs even when one fails.
 bins=$(scripts/test-bins.sh lab-tests)
 mapfile -t e2e <<<"$bins"
+# Each binary's output is kept too: a failure's message is printed again at the end, where a log cut to its
+# head and tail still shows it.
+logs=$(mktemp -d)
+trap 'rm -f "$env_file"; rm -rf "$logs"' EXIT
 failed=()
 for line in "${e2e[@]}"; do
   name=${line%%$'\t'*}
   echo "     Running e2e/$name.rs"
-  (cd tests && "${line#*$'\t'}" --test-threads=1) || failed+=("$name")
+  (cd tests && "${line#*$'\t'}" --test-threads=1) 2>&1 | tee "$logs/$name.log" || failed+=("$name")
 done
 if [ ${#failed[@]} -gt 0 ]; then
+  for name in "${failed[@]}"; do
+    echo "── why e2e/$name.rs failed" >&2
+    # From each panic to its backtrace (or 40 lines), long lines cut: the message, not the whole output.
+    awk '/panicked at/ {on=1; n=0} on && /^(stack backtrace:|note: run with)/ {on=0} on && n++ < 40 {print substr($0, 1, 1500)}' \
+      "$logs/$name.log" >&2
+  done
   echo "end-to-end tests failed: ${failed[*]}" >&2
   exit 1
 fi

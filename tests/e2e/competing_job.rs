@@ -195,11 +195,8 @@ fn competing_job_loads_one_server_and_throttling_that_job_fixes_it() {
     );
     std::fs::write(&file, trap_first(&right, "lab storage drain 1", "30s")).unwrap();
     let d = lab.passing_drill(&file);
-    let verified: Vec<(bool, &str)> = d["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["step"] == "verify")
+    let verified: Vec<(bool, &str)> = lab_tests::verifications(&d)
+        .into_iter()
         .map(|s| (s["ok"] == true, s["summary"].as_str().unwrap_or("")))
         .collect();
     assert_eq!(verified.len(), 2, "{}", d["steps"]);

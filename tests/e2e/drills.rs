@@ -679,7 +679,12 @@ fn demo_runs_the_seed_story_to_completion() {
     t.done("lab demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
     eprintln!("{stdout}");
-    assert!(out.status.success(), "lab demo failed:\n{}", text(&out));
+    assert!(
+        out.status.success(),
+        "lab demo failed ({}; its output is printed above):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     for part in [
         "Fault 1 of 3",
         "Fault 2 of 3",
@@ -693,7 +698,7 @@ fn demo_runs_the_seed_story_to_completion() {
     ] {
         assert!(
             stdout.contains(part),
-            "{part:?} missing from the demo's output:\n{stdout}"
+            "{part:?} missing from the demo's output (printed above)"
         );
     }
     // The seed's lesson on fault 3: scaling back alone leaves every rank Ready and the job stalled, and
@@ -701,13 +706,26 @@ fn demo_runs_the_seed_story_to_completion() {
     let wrong_fix = stdout
         .lines()
         .find(|l| l.contains("✗ verify"))
-        .unwrap_or_else(|| panic!("no failed verification for scaling back alone:\n{stdout}"));
+        .unwrap_or_else(|| {
+            panic!("no failed verification for scaling back alone (the output is printed above)")
+        });
     assert!(
         wrong_fix.contains("the job is not back 30 s after the remediation")
             && wrong_fix.contains("Ready is not fixed"),
         "{wrong_fix}"
     );
-    assert_eq!(stdout.matches("✗ verify").count(), 1, "{stdout}");
+    // One failed verification only, but for a fix judged again against the steady state after the cleanup
+    // because the machine got slower meanwhile (the verdict then comes from that second judgement).
+    let failed = stdout.matches("✗ verify").count();
+    let again = stdout.matches("again, against the steady state").count();
+    assert!(
+        failed == 1 || (failed <= 1 + again && again > 0),
+        "one failed verification only: {:#?}",
+        stdout
+            .lines()
+            .filter(|l| l.contains("✗ ") || l.contains("again, against"))
+            .collect::<Vec<_>>()
+    );
     // Its evidence: four ranks Ready, still configured for five, waiting at rendezvous.
     let evidence: Vec<&str> = stdout
         .lines()
@@ -724,7 +742,7 @@ fn demo_runs_the_seed_story_to_completion() {
     // Kubernetes' view beside the job's, under each fault.
     assert!(
         stdout.matches("Kubernetes: 4/4 Ready · Training: ").count() >= 3,
-        "{stdout}"
+        "Kubernetes' view beside the job's under each fault (the output is printed above)"
     );
     let table: Vec<&str> = stdout
         .lines()

@@ -349,11 +349,10 @@ fn the_seeds_three_faults_pass_with_the_reference_mcp_agent_and_the_loop_sends_a
     };
     assert_eq!(acts(0), ["lab scale ranks 4"], "{out}");
     assert_eq!(acts(1), ["lab config world-size 4"], "{out}");
-    let verifies: Vec<bool> = d["steps"]
-        .as_array()
-        .unwrap()
+    // The first fix fails its verification and the second, given why, passes (judged again against
+    // the steady state after the cleanup where the machine got slower meanwhile).
+    let verifies: Vec<bool> = lab_tests::verifications(d)
         .iter()
-        .filter(|s| s["step"] == "verify")
         .map(|s| s["ok"].as_bool().unwrap())
         .collect();
     assert_eq!(verifies, [false, true], "{out}");

@@ -71,8 +71,7 @@ fn rank_drills_fail_with_their_traps_then_pass_with_their_fixes() {
         assert_eq!(d["name"], *name);
         let f = &d["figures"];
         let expect = step(d, "expect");
-        let steps = d["steps"].as_array().unwrap();
-        let verify: Vec<&Value> = steps.iter().filter(|s| s["step"] == "verify").collect();
+        let verify = lab_tests::verifications(d);
         let trap_verdict = verify
             .first()
             .and_then(|v| v["summary"].as_str())
