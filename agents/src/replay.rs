@@ -166,15 +166,21 @@ pub async fn replay(
     level: EvidenceLevel,
     timeout: Duration,
 ) -> Result<ReplayReport, String> {
+    use futures::stream::{self, StreamExt, TryStreamExt};
     let started = Instant::now();
     let incidents = load(dir)?;
-    let tmp = std::env::temp_dir().join(format!("lab-replay-{}", std::process::id()));
+    let tmp = std::env::temp_dir().join(format!("lab-replay-{}-{level}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let mut out = Vec::new();
-    for inc in &incidents {
-        out.push(one(inc, agent, level, timeout, &tmp).await?);
-    }
+    // Incidents are independent (each its own bundle file and agent): as many at once as there are cores,
+    // the results in the recording's order.
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let out = stream::iter(&incidents)
+        .map(|inc| one(inc, agent, level, timeout, &tmp))
+        .buffered(jobs)
+        .try_collect::<Vec<_>>()
+        .await;
     let _ = std::fs::remove_dir_all(&tmp);
+    let out = out?;
     let count = |m: Mitigation| {
         out.iter()
             .filter(|r| r.score.as_ref().is_some_and(|s| s.mitigation == m))

@@ -246,7 +246,8 @@ pub struct McpReplayed {
 
 /// Replays every incident of `dir` against the interactive `agent` at `level`: the agent is started with
 /// `lab_bin mcp --replay SESSION` as its server (in LAB_MCP_SERVER, as a live drill does) and its acts are
-/// judged, not run.
+/// judged, not run. Incidents are independent (each its own session, calls file and agent), so as many run
+/// at once as the machine has cores; the results come back in the recording's order.
 ///
 /// # Errors
 /// A message when the folder cannot be loaded or a session file cannot be written.
@@ -257,104 +258,120 @@ pub async fn replay_mcp(
     timeout: Duration,
     lab_bin: &Path,
 ) -> Result<Vec<McpReplayed>, String> {
+    use futures::stream::{self, StreamExt, TryStreamExt};
     let incidents = load(dir)?;
     let tmp = std::env::temp_dir().join(format!("lab-replay-mcp-{}-{level}", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let mut out = Vec::new();
-    for inc in &incidents {
-        let started = Instant::now();
-        let calls = tmp.join(format!("{}.calls.jsonl", inc.drill));
-        let _ = std::fs::remove_file(&calls);
-        let session = tmp.join(format!("{}.session.json", inc.drill));
-        let s = ReplaySession {
-            format: REPLAY_SESSION_FORMAT.into(),
-            recording: dir.to_path_buf(),
-            drill: inc.drill.clone(),
-            evidence: level,
-            calls: calls.clone(),
-        };
-        std::fs::write(
-            &session,
-            serde_json::to_vec_pretty(&s).map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| format!("cannot write {}: {e}", session.display()))?;
-        let server = vec![
-            lab_bin.display().to_string(),
-            "mcp".to_string(),
-            "--replay".to_string(),
-            session.display().to_string(),
-        ];
-        let spec = CommandSpec {
-            command: agent.into(),
-            timeout,
-            env: vec![
-                (
-                    "LAB_MCP_SERVER".into(),
-                    serde_json::to_string(&server).unwrap_or_default(),
-                ),
-                ("LAB_EVIDENCE".into(), level.to_string()),
-                ("LAB_ATTEMPT".into(), "1".into()),
-            ],
-            path_first: None,
-        };
-        let o = command::run(&spec, Arc::new(|_: &str, _| {}), &GroupSlot::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let calls = crate::mcp::calls::read(&calls)?;
-        let diagnosis: Option<crate::mcp::Diagnosis> = calls
-            .iter()
-            .rev()
-            .filter(|c| c.tool == "diagnose" && c.outcome == crate::mcp::calls::Outcome::Ok)
-            .find_map(|c| serde_json::from_value(c.arguments.clone()).ok());
-        let attempt = crate::mcp::McpAttempt {
-            agent: agent.into(),
-            evidence: level,
-            attempt: 1,
-            exit_code: o.exit_code,
-            timed_out: o.timed_out,
-            duration_s: o.duration.as_secs_f64(),
-            problem: None,
-            calls: calls.clone(),
-            diagnosis: diagnosis.clone(),
-            session: session.display().to_string(),
-            truth: Some(inc.truth.clone()),
-            score: None,
-        };
-        let problem = if o.timed_out {
-            Some(format!(
-                "the agent did not finish within {:.0} s",
-                timeout.as_secs_f64()
-            ))
-        } else if o.exit_code != Some(0) {
-            Some(format!(
-                "the agent failed ({:?}): {}",
-                o.exit_code,
-                o.stderr.lines().last().unwrap_or("")
-            ))
-        } else {
-            None
-        };
-        // The last act's judgement is what all of them added up to.
-        let judged = calls.iter().rev().find_map(|c| c.act.as_ref()?.judged.clone());
-        let (mitigation, known) = match judged {
-            Some(j) => j,
-            None if attempt.acts().any(|a| a.approved) => (Mitigation::NotRun, "changed nothing".into()),
-            None => (Mitigation::NotRun, "no act".into()),
-        };
-        let score = problem.is_none().then(|| {
-            crate::score::score_conclusion(&attempt.conclusion(), &inc.truth, mitigation, None, None)
-        });
-        out.push(McpReplayed {
-            drill: inc.drill.clone(),
-            evidence: level,
-            problem,
-            calls,
-            diagnosis,
-            known,
-            score,
-            duration_s: started.elapsed().as_secs_f64(),
-        });
-    }
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let out = stream::iter(&incidents)
+        .map(|inc| replay_one(dir, inc, agent, level, timeout, lab_bin, &tmp))
+        .buffered(jobs)
+        .try_collect::<Vec<_>>()
+        .await;
     let _ = std::fs::remove_dir_all(&tmp);
-    Ok(out)
+    out
+}
+
+/// One incident of [`replay_mcp`], its files in `tmp`.
+async fn replay_one(
+    dir: &Path,
+    inc: &Incident,
+    agent: &str,
+    level: EvidenceLevel,
+    timeout: Duration,
+    lab_bin: &Path,
+    tmp: &Path,
+) -> Result<McpReplayed, String> {
+    let started = Instant::now();
+    let calls = tmp.join(format!("{}.calls.jsonl", inc.drill));
+    let _ = std::fs::remove_file(&calls);
+    let session = tmp.join(format!("{}.session.json", inc.drill));
+    let s = ReplaySession {
+        format: REPLAY_SESSION_FORMAT.into(),
+        recording: dir.to_path_buf(),
+        drill: inc.drill.clone(),
+        evidence: level,
+        calls: calls.clone(),
+    };
+    std::fs::write(
+        &session,
+        serde_json::to_vec_pretty(&s).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("cannot write {}: {e}", session.display()))?;
+    let server = vec![
+        lab_bin.display().to_string(),
+        "mcp".to_string(),
+        "--replay".to_string(),
+        session.display().to_string(),
+    ];
+    let spec = CommandSpec {
+        command: agent.into(),
+        timeout,
+        env: vec![
+            (
+                "LAB_MCP_SERVER".into(),
+                serde_json::to_string(&server).unwrap_or_default(),
+            ),
+            ("LAB_EVIDENCE".into(), level.to_string()),
+            ("LAB_ATTEMPT".into(), "1".into()),
+        ],
+        path_first: None,
+    };
+    let o = command::run(&spec, Arc::new(|_: &str, _| {}), &GroupSlot::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let calls = crate::mcp::calls::read(&calls)?;
+    let diagnosis: Option<crate::mcp::Diagnosis> = calls
+        .iter()
+        .rev()
+        .filter(|c| c.tool == "diagnose" && c.outcome == crate::mcp::calls::Outcome::Ok)
+        .find_map(|c| serde_json::from_value(c.arguments.clone()).ok());
+    let attempt = crate::mcp::McpAttempt {
+        agent: agent.into(),
+        evidence: level,
+        attempt: 1,
+        exit_code: o.exit_code,
+        timed_out: o.timed_out,
+        duration_s: o.duration.as_secs_f64(),
+        problem: None,
+        calls: calls.clone(),
+        diagnosis: diagnosis.clone(),
+        session: session.display().to_string(),
+        truth: Some(inc.truth.clone()),
+        score: None,
+    };
+    let problem = if o.timed_out {
+        Some(format!(
+            "the agent did not finish within {:.0} s",
+            timeout.as_secs_f64()
+        ))
+    } else if o.exit_code != Some(0) {
+        Some(format!(
+            "the agent failed ({:?}): {}",
+            o.exit_code,
+            o.stderr.lines().last().unwrap_or("")
+        ))
+    } else {
+        None
+    };
+    // The last act's judgement is what all of them added up to.
+    let judged = calls.iter().rev().find_map(|c| c.act.as_ref()?.judged.clone());
+    let (mitigation, known) = match judged {
+        Some(j) => j,
+        None if attempt.acts().any(|a| a.approved) => (Mitigation::NotRun, "changed nothing".into()),
+        None => (Mitigation::NotRun, "no act".into()),
+    };
+    let score = problem
+        .is_none()
+        .then(|| crate::score::score_conclusion(&attempt.conclusion(), &inc.truth, mitigation, None, None));
+    Ok(McpReplayed {
+        drill: inc.drill.clone(),
+        evidence: level,
+        problem,
+        calls,
+        diagnosis,
+        known,
+        score,
+        duration_s: started.elapsed().as_secs_f64(),
+    })
 }
