@@ -491,7 +491,7 @@ for d in slow-disk competing-job; do
   expect_all_ready "after drill $d"
 done
 else
-  say "LAB_E2E_ALL_DRILLS is not 1: the other seven built-in drills are left to a full run of this tier"
+  say "LAB_E2E_ALL_DRILLS is not 1: the other eight built-in drills are left to a full run of this tier"
 fi
 status_json > "$REPORTS/status-drills.json"
 jq -e '.delay_path | test("proxy|netem")' "$REPORTS/status-drills.json" >/dev/null \
