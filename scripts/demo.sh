@@ -5,8 +5,8 @@
 #
 # The build is the dev profile the test command builds too (one build serves both commands): the paths the
 # lab measures (the ranks' arithmetic, the latency proxy's copy loop, the random numbers) are optimised in
-# it as in a release build (Cargo.toml), so the job trains at the same pace, and from a fresh clone on two
-# cores it is ready in under half the time a release build takes (docs/figures/demo-start.md).
+# it as in a release build (Cargo.toml), and from a fresh clone on two cores it is ready in under half the
+# time a release build takes (docs/figures/demo-start.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -704,6 +704,7 @@ fn demo_runs_the_seed_story_to_completion() {
     // the verification says so on the job's own signals before the second fix runs.
     let wrong_fix = stdout
         .lines()
+        .skip_while(|l| !l.contains("Fault 3 of 3"))
         .find(|l| l.contains("✗ verify"))
         .unwrap_or_else(|| {
             panic!("no failed verification for scaling back alone (the output is printed above)")
@@ -728,6 +729,7 @@ fn demo_runs_the_seed_story_to_completion() {
     // Its evidence: four ranks Ready, still configured for five, waiting at rendezvous.
     let evidence: Vec<&str> = stdout
         .lines()
+        .skip_while(|l| !l.contains("Fault 3 of 3"))
         .skip_while(|l| !l.contains("✗ verify"))
         .take(6)
         .collect();
