@@ -51,7 +51,7 @@ seed() { # seed <target> <files...>
   done
   return 0
 }
-seed expo_parse telemetry/tests/fixtures/valid/* telemetry/tests/fixtures/invalid/*
+seed expo_parse model/tests/fixtures/valid/*
 seed drill_parse tests/fixtures/valid/*.yaml tests/fixtures/invalid/*.yaml
 
 dict_of() {

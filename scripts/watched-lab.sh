@@ -27,7 +27,7 @@ watched_lab_build() {
   local flag=()
   [ "$PROFILE" = release ] && flag=(--release)
   cargo build "${flag[@]}" --locked --workspace --bins >&2
-  cargo build "${flag[@]}" --locked -p lab-telemetry --example watch >&2
+  cargo build "${flag[@]}" --locked -p lab-session --example watch >&2
 }
 
 watched_lab_up() {

@@ -44,7 +44,7 @@ pub async fn counts(rt: &dyn Runtime) -> Result<Counts, FaultError> {
         let Ok(text) = rt.fetch_metrics(t, Duration::from_secs(3)).await else {
             continue;
         };
-        let Ok(samples) = lab_telemetry::expo::parse(&text) else {
+        let Ok(samples) = lab_model::expo::parse(&text) else {
             continue;
         };
         for s in samples {

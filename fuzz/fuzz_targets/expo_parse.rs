@@ -1,4 +1,4 @@
-//! Fuzzes `lab_telemetry::expo::parse`, the reader of every scrape target's metrics text: whatever bytes a
+//! Fuzzes `lab_model::expo::parse`, the reader of every scrape target's metrics text: whatever bytes a
 //! target sends, the reader gives samples or an error naming a line of the input, and never panics.
 
 #![no_main]
@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let lines = text.split('\n').count();
-    match lab_telemetry::expo::parse(text) {
+    match lab_model::expo::parse(text) {
         Ok(samples) => {
             // At most one sample per line, each with a name that the format allows.
             assert!(

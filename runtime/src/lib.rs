@@ -11,7 +11,6 @@ pub mod lifecycle;
 pub mod local;
 pub mod logs;
 pub mod open;
-pub mod source;
 pub mod state;
 pub mod storage;
 #[cfg(any(test, feature = "testing"))]
@@ -31,7 +30,6 @@ pub use lab_model::actions::{CpuLimits, Delay, DelayPath};
 pub use lab_model::scrape::{ScrapeTarget, TargetKind};
 pub use lifecycle::{Progress, UpOptions};
 pub use logs::{LogLines, LogRequest};
-pub use source::RuntimeSource;
 
 /// One process beside a rank: in its cgroup (local) or its pod, the rank's own process included.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -39,7 +39,7 @@ pub fn driver(name: &str, rt: Arc<dyn Runtime>, ledger: Ledger, rules: Arc<RuleS
         collector.restore_baseline(b);
     }
     Driver::new(
-        Arc::new(lab_runtime::RuntimeSource(rt)),
+        Arc::new(crate::RuntimeSource(rt)),
         Arc::new(move || ledger.view()),
         collector,
         DriverConfig::default(),

@@ -25,6 +25,7 @@ pub mod mcp;
 pub mod remediate;
 pub mod replay;
 pub mod rules;
+pub mod source;
 pub mod version;
 pub mod watch;
 
@@ -38,8 +39,8 @@ use lab_telemetry::{Driver, RuleSet};
 
 pub use error::{Result, SessionError};
 pub use guard::Guarded;
-pub use lab_runtime::RuntimeSource;
 pub use lifecycle::{Place, Up, UpPlan};
+pub use source::RuntimeSource;
 pub use watch::Watch;
 
 // The vocabulary a caller of the façade reads, parses and prints.

@@ -99,7 +99,7 @@ fn main() {
         args.get(1).copied().unwrap_or(8) as u32,
         args.get(2).copied().unwrap_or(300),
     );
-    let seaweed = include_str!("../tests/fixtures/valid/seaweedfs-volume-4.48.txt");
+    let seaweed = include_str!("../../model/tests/fixtures/valid/seaweedfs-volume-4.48.txt");
     let status = LabStatus {
         lab: "cost".into(),
         runtime: RuntimeKind::Local,

@@ -3,56 +3,7 @@
 
 use std::time::Duration;
 
-/// Why a line of Prometheus text exposition could not be read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParseErrorKind {
-    /// The metric name is missing or has characters outside `[a-zA-Z0-9_:]`.
-    MetricName,
-    /// A label name is missing or has characters outside `[a-zA-Z0-9_]`.
-    LabelName,
-    /// A label is not written `name="value"`.
-    LabelSyntax,
-    /// A label value uses an escape other than `\\`, `\"` or `\n`.
-    Escape,
-    /// The `{...}` label set is not closed.
-    Unterminated,
-    /// The same label name appears twice in one sample.
-    DuplicateLabel,
-    /// The sample has no value.
-    MissingValue,
-    /// The value is not a float (`1.5`, `1e3`, `NaN`, `+Inf`).
-    Value,
-    /// The timestamp is not an integer of milliseconds.
-    Timestamp,
-    /// Something follows the timestamp.
-    Trailing,
-}
-
-impl std::fmt::Display for ParseErrorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ParseErrorKind::MetricName => "invalid metric name",
-            ParseErrorKind::LabelName => "invalid label name",
-            ParseErrorKind::LabelSyntax => "expected name=\"value\" in the label set",
-            ParseErrorKind::Escape => "invalid escape in a label value",
-            ParseErrorKind::Unterminated => "label set not closed",
-            ParseErrorKind::DuplicateLabel => "duplicate label name",
-            ParseErrorKind::MissingValue => "missing sample value",
-            ParseErrorKind::Value => "sample value is not a number",
-            ParseErrorKind::Timestamp => "timestamp is not an integer",
-            ParseErrorKind::Trailing => "unexpected text after the sample",
-        })
-    }
-}
-
-/// A metrics text that is not valid Prometheus text exposition (format 0.0.4).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("metrics text line {line}: {kind}")]
-pub struct ParseError {
-    /// 1-based line number.
-    pub line: usize,
-    pub kind: ParseErrorKind,
-}
+pub use lab_model::expo::{ParseError, ParseErrorKind};
 
 /// Why one scrape target gave no samples on a tick. Shown in the snapshot's `scrape_errors`.
 #[derive(Debug, thiserror::Error)]

@@ -131,7 +131,7 @@ pub(super) async fn reported_world_sizes(rt: &dyn Runtime) -> Vec<(String, Optio
     let mut out = Vec::new();
     for t in targets.iter().filter(|t| t.kind == lab_runtime::TargetKind::Rank) {
         let v = match rt.fetch_metrics(t, Duration::from_secs(2)).await {
-            Ok(text) => lab_telemetry::expo::parse(&text).ok().and_then(|s| {
+            Ok(text) => lab_model::expo::parse(&text).ok().and_then(|s| {
                 s.into_iter()
                     .find(|s| s.name == metrics::WORLD_SIZE)
                     .map(|s| s.value)

@@ -689,7 +689,7 @@ async fn withdraw_gpus(client: &Client, resource: &str, nodes: &[String], deadli
 /// The value of the first sample of `name` in Prometheus text, read by the telemetry's exposition parser;
 /// `None` when there is none or the text is malformed.
 pub fn sample(text: &str, name: &str) -> Option<f64> {
-    lab_telemetry::expo::parse(text)
+    lab_model::expo::parse(text)
         .ok()?
         .into_iter()
         .find(|s| s.name == name)

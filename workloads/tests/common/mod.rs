@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lab_telemetry::expo::parse;
-use lab_telemetry::labels::Labels;
+use lab_model::expo::parse;
+use lab_model::labels::Labels;
 
 /// The `weed` binary: `LAB_WEED`, else `weed` on `PATH`. Missing weed fails the test with what to run.
 pub fn weed_binary() -> PathBuf {

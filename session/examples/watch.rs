@@ -2,7 +2,7 @@
 //! when it was taken, whether a baseline is learned, throughput as % of it, and the firing alerts with
 //! their since-times. `scripts/bench-alerts.sh` reads these lines to time each fault's first alert.
 //!
-//!   cargo run -p lab-telemetry --example watch -- --name <lab> [--baseline <baseline.json>]
+//!   cargo run -p lab-session --example watch -- --name <lab> [--baseline <baseline.json>]
 //!
 //! Without `--baseline` it learns its own, as `lab up` does.
 
@@ -29,7 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let rt = lab_runtime::open::open(&name).await?;
     let mut driver = Driver::new(
-        Arc::new(lab_runtime::RuntimeSource(rt)),
+        Arc::new(lab_session::RuntimeSource(rt)),
         Arc::new(NoLedger),
         collector,
         DriverConfig::default(),

@@ -1,13 +1,13 @@
 //! The runtime as telemetry reads it: the three calls the driver makes, with the runtime's own errors.
-//! The façade's driver and the telemetry examples both read a lab through it.
+//! The façade's driver and its `watch` example both read a lab through it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Runtime;
 use async_trait::async_trait;
 use lab_model::scrape::ScrapeTarget;
 use lab_model::status::{LabStatus, RuntimeKind};
+use lab_runtime::Runtime;
 use lab_telemetry::{Source, SourceError};
 
 /// A [`Runtime`] as a telemetry [`Source`].
