@@ -130,7 +130,7 @@ for runtime in $RUNTIMES; do
         # The supervisor's restart backoff starts afresh only for a process that ran 60 s before it
         # exited: without this wait each run's restarts would wait out the backoff the runs before it
         # built (measured: 6.7 s, then 14.7 s, then 36–38 s). The kubelets of the lab's kind cluster keep
-        # a container's back-off for 10 minutes, but start it at 1 s and cap it (runtime/src/kube/kind.rs).
+        # a container's back-off for 10 minutes, but start it at 1 s and cap it (runtime-kube/src/kind.rs).
         say "rank-crash: waiting 61 s for the ranks' restart backoff to start afresh"
         sleep 61
       fi

@@ -131,7 +131,7 @@ if [ "$VARY" -gt 0 ]; then
       say "$d: $VARY variants (seed $SEED), --$proto"
       "$LAB" --name "$NAME" drill run "$d" --vary "$VARY" --seed "$SEED" "--$proto" "$cmd" --report "$rep" >/dev/null || true
       pass=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sum(d['verdict']=='pass' for d in r['drills']), len(r['drills']))" "$rep")
-      row "| $d, $VARY variants, ${proto%-agent} agent, full evidence, passed | ${pass% *} of ${pass#* } | | | every one | seed $SEED |"
+      row "| $d, $VARY variants, $([ "$proto" = agent ] && echo plan || echo MCP) agent, full evidence, passed | ${pass% *} of ${pass#* } | | | every one | seed $SEED |"
     done
   done
 fi

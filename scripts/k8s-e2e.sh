@@ -2,7 +2,7 @@
 # End-to-end test on a real single-node Kubernetes built on this machine (scripts/k8s-node/), through the
 # existing-cluster runtime, after the control-plane tier:
 #
-#   control-plane tier (scripts/kube-control-plane.sh test: runtime/tests/control_plane.rs against a real
+#   control-plane tier (scripts/kube-control-plane.sh test: runtime-kube/tests/control_plane.rs against a real
 #   API server, scheduler and controllers, no kubelet) → node up → lab up --kubeconfig … → the three
 #   built-in drills → the three faults by hand, checked through `lab status --json` → lab down → node down
 #
@@ -63,7 +63,7 @@ trap cleanup EXIT
 # on its own loopback control plane (it needs the only schedulable node to be its own, so it does not run
 # against the node below). It brings its control plane down whether it passes or not.
 say "control-plane tier"
-"$root/scripts/kube-control-plane.sh" test >&2 || die "the control-plane tier (runtime/tests/control_plane.rs)"
+"$root/scripts/kube-control-plane.sh" test >&2 || die "the control-plane tier (runtime-kube/tests/control_plane.rs)"
 
 say "node up"
 "$NODE_UP" >&2 || die "the node did not come up"

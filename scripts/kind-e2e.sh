@@ -427,7 +427,7 @@ trap_first rank-hang "lab restart rank 2" "$TRAP_DEADLINE"
 # longer the ranks take to come back once the cause is gone. With an 80 s trap the right fix was not back
 # within the built-in's 90 s (the ranks 0/3 Ready for 50 s of it, in back-off); with a 60 s trap it was
 # back 76.9 s after the remediation. Hence a 60 s trap and 180 s for the right fix's verification.
-# Since the lab's kind cluster caps the kubelets' back-off at 10 s (runtime/src/kube/kind.rs), the right fix
+# Since the lab's kind cluster caps the kubelets' back-off at 10 s (runtime-kube/src/kind.rs), the right fix
 # was back 19.2 s after the remediation (2026-12-03); with it at 1-2 s and the setting taken by a restart of
 # rank-1's container, 29.5 s after a 60 s trap at load 11-25 (2026-12-05): a 35 s trap. The 180 s
 # deadline stays, a margin paid only on failure.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A Kubernetes control plane without a node, for the runtime's control-plane tier
-# (runtime/tests/control_plane.rs): etcd, kube-apiserver, kube-scheduler and the controllers the lab's
+# (runtime-kube/tests/control_plane.rs): etcd, kube-apiserver, kube-scheduler and the controllers the lab's
 # objects need, on loopback ports, with a token kubeconfig. The binaries come from scripts/k8s-node/build.sh
 # (cached after the first, long build). Nothing runs pods: there is no kubelet.
 #
@@ -107,7 +107,7 @@ case "${1:-}" in
     kc=$(up)
     # The binary the test command built, with the workspace's feature set (`--test control_plane` alone
     # would resolve other features and rebuild kube's crates).
-    bin=$("$root/scripts/test-bins.sh" lab-runtime control_plane | cut -f2)
+    bin=$("$root/scripts/test-bins.sh" lab-runtime-kube control_plane | cut -f2)
     (cd "$root/runtime" && LAB_TEST_KUBECONFIG="$kc" "$bin" --ignored --nocapture)
     ;;
   *) echo "usage: $0 up|down|test" >&2; exit 2 ;;

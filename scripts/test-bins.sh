@@ -3,7 +3,7 @@
 # whole workspace's tests share, one `name<TAB>executable` per line.
 #
 #   scripts/test-bins.sh lab-tests            # every end-to-end test binary
-#   scripts/test-bins.sh lab-runtime control_plane
+#   scripts/test-bins.sh lab-runtime-kube control_plane
 #
 # `cargo test -p PKG` or `--test NAME` alone resolves the features of fewer packages: dependencies such as
 # tokio, hyper and kube then build a second time with another feature set (minutes on a cold run, for

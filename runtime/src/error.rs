@@ -54,7 +54,7 @@ pub enum RuntimeError {
         code: Option<u16>,
         hint: String,
         #[source]
-        source: Box<kube::Error>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Anything else, with its message.
     #[error("{0}")]

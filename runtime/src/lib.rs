@@ -1,16 +1,15 @@
-//! Where the lab runs: the [`Runtime`] trait, and its local, kind and existing-cluster implementations.
+//! Where the lab runs, as a contract: the [`Runtime`] trait and what its backends share. The backends are
+//! crates of their own (`lab-runtime-local`, `lab-runtime-kube`); the façade opens a lab on its backend.
 //!
 //! A runtime stands the lab up and down, reports every role instance in the shared status model, hands
 //! telemetry the metrics endpoints to scrape, and offers the small set of actions that faults and
 //! remediation commands are made of (set a storage delay, resize a rank in place, scale, set the world
 //! size, restart a rank). Faults, telemetry, the console and drills see only this trait.
 
+pub mod db;
 pub mod error;
-pub mod kube;
 pub mod lifecycle;
-pub mod local;
 pub mod logs;
-pub mod open;
 pub mod state;
 pub mod storage;
 #[cfg(any(test, feature = "testing"))]
@@ -381,7 +380,7 @@ pub fn unsupported(kind: RuntimeKind, what: &str) -> RuntimeError {
 ///
 /// # Errors
 /// The first error of a probe other than a timeout.
-pub(crate) async fn median_probe<F, Fut>(
+pub async fn median_probe<F, Fut>(
     samples: usize,
     spacing: std::time::Duration,
     timeout: std::time::Duration,
@@ -416,7 +415,7 @@ where
 ///
 /// # Errors
 /// [`RuntimeError::InvalidInput`] when rank 0 has no endpoint now (it is not running).
-pub(crate) fn rank0_target(targets: Vec<ScrapeTarget>) -> Result<ScrapeTarget> {
+pub fn rank0_target(targets: Vec<ScrapeTarget>) -> Result<ScrapeTarget> {
     targets
         .into_iter()
         .find(|t| t.kind == TargetKind::Rank && t.index == 0)
@@ -429,7 +428,7 @@ pub(crate) fn rank0_target(targets: Vec<ScrapeTarget>) -> Result<ScrapeTarget> {
 }
 
 /// The checkpoint control's address beside a metrics address (`…/metrics` → `…/checkpoint`).
-pub(crate) fn checkpoint_address(metrics: &str) -> String {
+pub fn checkpoint_address(metrics: &str) -> String {
     let base = metrics.strip_suffix("/metrics").unwrap_or(metrics);
     format!("{base}{}", lab_model::checkpoint::PATH)
 }
@@ -438,7 +437,7 @@ pub(crate) fn checkpoint_address(metrics: &str) -> String {
 ///
 /// # Errors
 /// [`RuntimeError::Other`] when it is not a checkpoint state.
-pub(crate) fn parse_checkpoint(body: &str) -> Result<CheckpointState> {
+pub fn parse_checkpoint(body: &str) -> Result<CheckpointState> {
     serde_json::from_str(body).map_err(|e| {
         RuntimeError::Other(format!(
             "rank-0's checkpoint control answered something else ({e}): {}",

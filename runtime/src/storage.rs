@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::{Result, RuntimeError};
 
 /// How far apart the direct probe's requests are sent: nine span 560 ms, more than one CFS period of a
-/// starved server (the local runtime's [`crate::local::cgroup::STORAGE_PERIOD_US`], Kubernetes' 100 ms), so
+/// starved server (the local runtime's `lab_runtime_local::cgroup::STORAGE_PERIOD_US`, Kubernetes' 100 ms), so
 /// they sample every phase of it.
 pub const PROBE_SPACING: Duration = Duration::from_millis(70);
 
@@ -31,7 +31,7 @@ pub fn own_probe_text(own: Duration) -> String {
 /// always find budget left and read fast; sent with the scrape, it lands on whatever phase of the period
 /// the scrape's schedule hits. A probe still unanswered when the scrape's time is up counts as that long
 /// (a starved server is slow, not absent from the evidence); a probe that fails adds nothing.
-pub(crate) async fn scrape_with_own_probe<S, P>(scrape: S, probe: P, timeout: Duration) -> Result<String>
+pub async fn scrape_with_own_probe<S, P>(scrape: S, probe: P, timeout: Duration) -> Result<String>
 where
     S: std::future::Future<Output = Result<String>>,
     P: std::future::Future<Output = Result<Duration>>,

@@ -27,7 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let b: LearnedBaseline = serde_json::from_slice(&std::fs::read(&path)?)?;
         collector.restore_baseline(b);
     }
-    let rt = lab_runtime::open::open(&name).await?;
+    let rt = lab_session::open::open(&name).await?;
     let mut driver = Driver::new(
         Arc::new(lab_session::RuntimeSource(rt)),
         Arc::new(NoLedger),

@@ -117,7 +117,7 @@ async fn summary(name: &str, now: u64) -> LabSummary {
 /// The lab's status from its runtime, or why it did not answer.
 async fn ask(name: &str) -> Result<LabStatus, String> {
     let asked = async {
-        let rt = lab_runtime::open::open(name).await?;
+        let rt = crate::open::open(name).await?;
         rt.status().await
     };
     match tokio::time::timeout(ASK_TIMEOUT, asked).await {

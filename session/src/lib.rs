@@ -22,6 +22,7 @@ pub mod lifecycle;
 pub mod live;
 pub mod logs;
 pub mod mcp;
+pub mod open;
 pub mod remediate;
 pub mod replay;
 pub mod rules;
@@ -53,10 +54,10 @@ pub use lab_model::jobs::{DEFAULT_THREADS as DEFAULT_JOB_THREADS, parse_read_rat
 pub use lab_model::quantity::format_duration;
 pub use lab_model::status::LabStatus;
 pub use lab_model::{ChangeRecord, Fault, FaultKind, Millicores, Phase, Snapshot, parse_duration};
-pub use lab_runtime::kube::DelayChoice;
-/// The least RBAC a lab needs on a cluster a team owns (`lab rbac`).
-pub use lab_runtime::kube::rbac;
 pub use lab_runtime::{LogRequest, Progress, UpOptions};
+pub use lab_runtime_kube::DelayChoice;
+/// The least RBAC a lab needs on a cluster a team owns (`lab rbac`).
+pub use lab_runtime_kube::rbac;
 
 /// Checks a lab's name (lowercase letters, digits and dashes, starting with a letter, up to 40).
 ///
@@ -73,7 +74,7 @@ pub fn state_dir() -> PathBuf {
 
 /// Where the supervisor of the local lab in `dir` writes its log.
 pub fn supervisor_log(dir: &Path) -> PathBuf {
-    lab_runtime::local::spec::Paths::new(dir).supervisor_log()
+    lab_runtime_local::spec::Paths::new(dir).supervisor_log()
 }
 
 /// Runs the supervisor of the local lab in `dir` (`lab __supervise`, started by `lab up`) until the lab is
@@ -82,7 +83,7 @@ pub fn supervisor_log(dir: &Path) -> PathBuf {
 /// # Errors
 /// [`SessionError::Runtime`] when it cannot start or keep the lab's processes.
 pub fn supervise(dir: &Path) -> Result<()> {
-    Ok(lab_runtime::local::supervisor::run(dir)?)
+    Ok(lab_runtime_local::supervisor::run(dir)?)
 }
 
 /// `lab fault status`: the ledger of the lab `name` (its faults and change records), read without asking
@@ -115,7 +116,7 @@ impl Lab {
     /// [`SessionError::Rules`] or [`SessionError::KeptRules`] when the rule files it was started with no
     /// longer load.
     pub async fn open(name: &str) -> Result<Lab> {
-        let runtime = lab_runtime::open::open(name).await?;
+        let runtime = crate::open::open(name).await?;
         let rules = rules::of_lab(name)?;
         Ok(Lab::with_runtime(name, runtime).with_rules(rules))
     }

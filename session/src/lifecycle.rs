@@ -6,11 +6,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::open;
 use lab_model::status::{LabStatus, RuntimeKind};
-use lab_runtime::kube::{self, DelayChoice, KubeOptions};
 use lab_runtime::lifecycle::step;
-use lab_runtime::local::{self, LocalOptions};
-use lab_runtime::{Progress, Runtime, UpOptions, open};
+use lab_runtime::{Progress, Runtime, UpOptions};
+use lab_runtime_kube::{self as kube, DelayChoice, KubeOptions};
+use lab_runtime_local::{self as local, LocalOptions};
 use lab_telemetry::LearnedBaseline;
 
 use crate::Lab;

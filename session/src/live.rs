@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use lab_drills::history::{Recent, SteadyPoint};
 use lab_model::Snapshot;
-use lab_runtime::local::procs::{self, ProcRecord};
-use lab_runtime::local::supervisor::{LAB_ENV, lab_env_value};
 use lab_runtime::state;
+use lab_runtime_local::procs::{self, ProcRecord};
+use lab_runtime_local::supervisor::{LAB_ENV, lab_env_value};
 use lab_telemetry::Driver;
 use tokio::sync::watch;
 

@@ -43,8 +43,8 @@ pub async fn of_lab(build: &Build, lab: &Lab) -> Versions {
 /// The versions of `lab` and of the parts `lab up` would use on this machine: the `weed` it finds, and
 /// the kind CLI where one is installed; no Kubernetes without a cluster.
 pub async fn here(build: &Build) -> Versions {
-    let seaweedfs = match lab_runtime::local::find_weed(None) {
-        Ok(weed) => lab_runtime::local::weed_version(&weed).await,
+    let seaweedfs = match lab_runtime_local::find_weed(None) {
+        Ok(weed) => lab_runtime_local::weed_version(&weed).await,
         Err(_) => None,
     };
     Versions {
@@ -53,7 +53,7 @@ pub async fn here(build: &Build) -> Versions {
         runtime: None,
         parts: Parts {
             seaweedfs,
-            kind: lab_runtime::kube::kind::cli_version().await,
+            kind: lab_runtime_kube::kind::cli_version().await,
             kubernetes: None,
         },
     }

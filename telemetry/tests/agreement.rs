@@ -248,7 +248,7 @@ fn in_lab_evaluator_fires_what_promtool_expects() {
 #[test]
 fn the_lab_evaluates_every_rule_of_the_file_it_ships() {
     // The runtime ships this very text to Prometheus; the lab evaluates it.
-    assert_eq!(rules::BUILTIN, lab_runtime::kube::manifests::RULES);
+    assert_eq!(rules::BUILTIN, lab_runtime_kube::manifests::RULES);
     let text = std::fs::read_to_string(rules_dir().join("golden-signals.yaml")).unwrap();
     assert_eq!(text, rules::BUILTIN);
     let doc: serde_norway::Value = serde_norway::from_str(&text).unwrap();

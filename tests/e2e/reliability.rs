@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use lab_model::Snapshot;
 use lab_model::status::{Phase, Role};
-use lab_runtime::local::cgroup::{Cgroups, SYS_CGROUP};
+use lab_runtime_local::cgroup::{Cgroups, SYS_CGROUP};
 use lab_tests::{Lab, bin_dir, lines_until_injected, pct, serial, summary, text, wait_until};
 use serde_json::Value;
 
@@ -827,8 +827,8 @@ fn the_kubernetes_runtime_never_prints_a_bearer_token() {
 
 #[test]
 fn every_manifest_grants_added_capabilities_only_to_the_delay_container() {
-    use lab_runtime::kube::actions::delay_container;
-    use lab_runtime::kube::manifests::{self, Settings};
+    use lab_runtime_kube::actions::delay_container;
+    use lab_runtime_kube::manifests::{self, Settings};
 
     // Every file in manifests/ is one of the embedded templates checked here.
     let embedded = [
@@ -858,8 +858,8 @@ fn every_manifest_grants_added_capabilities_only_to_the_delay_container() {
     let s = Settings {
         namespace: "straggler-lab-sec".into(),
         lab: "sec".into(),
-        image: lab_runtime::kube::DEFAULT_IMAGE.into(),
-        prometheus_image: lab_runtime::kube::DEFAULT_PROMETHEUS_IMAGE.into(),
+        image: lab_runtime_kube::DEFAULT_IMAGE.into(),
+        prometheus_image: lab_runtime_kube::DEFAULT_PROMETHEUS_IMAGE.into(),
         pull_policy: "IfNotPresent".into(),
         ranks: 5,
         world_size: 5,
@@ -890,8 +890,8 @@ fn every_manifest_grants_added_capabilities_only_to_the_delay_container() {
     // The database beside the job (`lab up --runtime kind --database`).
     objects.extend(
         s.database(
-            lab_runtime::kube::DEFAULT_DB_IMAGE,
-            lab_runtime::kube::kind::POD_SUBNET,
+            lab_runtime_kube::DEFAULT_DB_IMAGE,
+            lab_runtime_kube::kind::POD_SUBNET,
         )
         .unwrap(),
     );

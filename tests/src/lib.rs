@@ -78,12 +78,12 @@ fn find_weed() -> Option<PathBuf> {
 
 /// Stops lab `lab`'s watcher by the pid it recorded, as if it had died (the lab itself runs on).
 pub fn stop_watcher(lab: &Lab) {
-    let recs = lab_runtime::local::procs::read_table(&lab.dir().join("watcher.json"));
+    let recs = lab_runtime_local::procs::read_table(&lab.dir().join("watcher.json"));
     assert!(
-        recs.iter().any(lab_runtime::local::procs::ProcRecord::alive),
+        recs.iter().any(lab_runtime_local::procs::ProcRecord::alive),
         "no watcher runs"
     );
-    lab_runtime::local::procs::stop_all(&recs, Duration::from_secs(2));
+    lab_runtime_local::procs::stop_all(&recs, Duration::from_secs(2));
 }
 
 /// A lab started by a test, with its own state folder; `Drop` takes it down if the test did not.
@@ -371,7 +371,7 @@ pub fn lab_processes(lab: &str) -> Vec<String> {
 
 /// The lab's cgroup, found the way the local runtime finds it (cgroup v1 `cpu` or `cpu,cpuacct`, or v2).
 pub fn lab_cgroups(lab: &str) -> Vec<PathBuf> {
-    lab_runtime::local::cgroup::find_lab_group(Path::new(lab_runtime::local::cgroup::SYS_CGROUP), lab)
+    lab_runtime_local::cgroup::find_lab_group(Path::new(lab_runtime_local::cgroup::SYS_CGROUP), lab)
         .into_iter()
         .collect()
 }

@@ -1,6 +1,6 @@
 //! `slow-disk`: the storage node itself is slow. Its own volume server process is held to a small CPU
 //! budget per CFS period (its own cgroup on the local runtime, with a long period: see
-//! `lab_runtime::local::cgroup::STORAGE_PERIOD_US`; on Kubernetes the volume container's CPU limit,
+//! `lab_runtime_local::cgroup::STORAGE_PERIOD_US`; on Kubernetes the volume container's CPU limit,
 //! resized in place, in the kubelet's 100 ms period), so a request that arrives after the budget is spent waits
 //! for the next period — reading its needles from its data directory included; the path to it (proxy,
 //! network) is left alone. Proven by timing requests straight to the server, bypassing the path the ranks
