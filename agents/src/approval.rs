@@ -89,12 +89,12 @@ impl EarnedPolicy {
         if let Some(bad) = p
             .pinned
             .keys()
-            .find(|c| !crate::plan::CAUSES.contains(&c.as_str()))
+            .find(|c| !crate::plan::causes().contains(&c.as_str()))
         {
             return Err(format!(
                 "{}: pinned class {bad:?} is not one of: {}",
                 path.display(),
-                crate::plan::CAUSES.join(", ")
+                crate::plan::causes().join(", ")
             ));
         }
         Ok(p)

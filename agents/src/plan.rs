@@ -11,21 +11,14 @@ pub const PLAN_FORMAT: &str = "straggler-lab.plan/v1";
 /// The most commands a plan may hold.
 pub const MAX_COMMANDS: usize = 10;
 
-/// The cause classes a plan may name (docs/agents.md defines each).
-pub const CAUSES: [&str; 12] = [
-    "bad-network-path",
-    "slow-node",
-    "competing-job",
-    "starved-client",
-    "over-scaled",
-    "stuck-rollout",
-    "crash-loop",
-    "hung-rank",
-    "cpu-neighbour",
-    "unschedulable-replica",
-    "none",
-    "unknown",
-];
+/// The cause classes a plan may name (docs/agents.md defines each): each fault's in the catalogue
+/// (`lab_model::fault::Spec::CAUSE`), then `none` and `unknown`.
+pub fn causes() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = lab_model::FaultKind::ALL.iter().map(|k| k.cause()).collect();
+    v.dedup();
+    v.extend(["none", "unknown"]);
+    v
+}
 
 /// The `lab` subcommands a plan may run, as argv prefixes after `lab`.
 pub const ALLOWED: [&[&str]; 19] = [
@@ -77,7 +70,7 @@ pub struct Plan {
     /// The components it blames, by the names the bundle uses (`storage-1`, `rank-1`, `ranks`, `job config`).
     #[serde(default)]
     pub blame: Vec<String>,
-    /// One of [`CAUSES`].
+    /// One of [`causes`].
     pub cause: String,
     /// Its reasoning in a sentence or two.
     #[serde(default)]
@@ -96,7 +89,7 @@ pub enum PlanError {
     NotJson(String),
     #[error("the plan's format is {found:?}, this lab reads {PLAN_FORMAT:?}")]
     Format { found: String },
-    #[error("the plan names the cause {0:?}, which is not one of: {causes}", causes = CAUSES.join(", "))]
+    #[error("the plan names the cause {0:?}, which is not one of: {causes}", causes = causes().join(", "))]
     Cause(String),
     #[error("the plan has {0} commands; at most {MAX_COMMANDS}")]
     TooMany(usize),
@@ -128,7 +121,7 @@ pub fn check(plan: &Plan) -> Result<(), PlanError> {
             found: plan.format.clone(),
         });
     }
-    if !CAUSES.contains(&plan.cause.as_str()) {
+    if !causes().contains(&plan.cause.as_str()) {
         return Err(PlanError::Cause(plan.cause.clone()));
     }
     if plan.commands.len() > MAX_COMMANDS {

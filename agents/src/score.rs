@@ -19,27 +19,9 @@ pub struct Truth {
     pub cause: String,
 }
 
-/// The cause class of an injected fault (docs/agents.md).
+/// The cause class of an injected fault (docs/agents.md), as its catalogue entry names it.
 pub fn cause_of(fault: &Fault) -> &'static str {
-    match fault {
-        // A delay added in front of one storage server: the server itself answers in time.
-        Fault::SlowStorage { .. } => "bad-network-path",
-        // The reading, computing client starved of CPU by a limit cut in place.
-        Fault::ThrottledRank { .. } => "starved-client",
-        Fault::UnplaceableRank { .. } => "over-scaled",
-        // The configuration says five while four run on the old one: the rollout is held.
-        Fault::StuckRollout { .. } => "stuck-rollout",
-        Fault::RankCrash { .. } => "crash-loop",
-        Fault::RankHang { .. } => "hung-rank",
-        // Something beside the ranks takes their CPU; their limits are unchanged.
-        Fault::SlowCompute { .. } => "cpu-neighbour",
-        // Another team's job reads hard from the same server.
-        Fault::CompetingJob { .. } => "competing-job",
-        // The storage server's own process is slow: its own latency rises with the path's.
-        Fault::SlowDisk { .. } => "slow-node",
-        // Commits wait for a synchronous standby that cannot be scheduled.
-        Fault::SyncReplica { .. } => "unschedulable-replica",
-    }
+    fault.kind().cause()
 }
 
 impl Truth {
@@ -179,7 +161,9 @@ mod tests {
     #[test]
     fn precision_recall_and_cause() {
         let truth = Truth::of(
-            &[Fault::UnplaceableRank { ranks: 5 }],
+            &[Fault::UnplaceableRank(lab_model::fault::UnplaceableRank {
+                ranks: 5,
+            })],
             &["ranks".into(), "job config".into(), "ranks".into()],
         );
         assert_eq!(truth.components, vec!["job config", "ranks"]);

@@ -3,50 +3,32 @@
 //! The console never acts itself: it sends an [`Action`] and shows the [`Feedback`] it gets. The lab CLI
 //! maps each [`FaultKey`] to the fault engine with that fault's default parameters.
 
-/// One of the lab's three faults, as the console's keys name them.
+use lab_model::FaultKind;
+
+/// A fault the console has a key for: the catalogue's faults that name one (`lab_model::fault::Spec::KEY`),
+/// the seed's three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum FaultKey {
-    /// One storage server answers every request late.
-    SlowStorage,
-    /// One rank's CPU limit is cut in place.
-    ThrottledRank,
-    /// The job is scaled past the GPUs and told to expect the extra rank.
-    UnplaceableRank,
-}
+pub struct FaultKey(pub FaultKind);
 
 impl FaultKey {
-    /// Every fault, in key order.
-    pub const ALL: [FaultKey; 3] = [
-        FaultKey::SlowStorage,
-        FaultKey::ThrottledRank,
-        FaultKey::UnplaceableRank,
-    ];
+    /// Every fault with a key, in the catalogue's order.
+    pub fn all() -> impl Iterator<Item = FaultKey> {
+        FaultKind::with_keys().map(|(k, _, _)| FaultKey(k))
+    }
 
     /// The fault's name, as `lab fault` and the ledger write it.
     pub fn name(self) -> &'static str {
-        match self {
-            FaultKey::SlowStorage => "slow-storage",
-            FaultKey::ThrottledRank => "throttled-rank",
-            FaultKey::UnplaceableRank => "unplaceable-rank",
-        }
+        self.0.name()
     }
 
     /// The key that injects it; the upper-case letter clears it.
     pub fn key(self) -> char {
-        match self {
-            FaultKey::SlowStorage => 's',
-            FaultKey::ThrottledRank => 't',
-            FaultKey::UnplaceableRank => 'u',
-        }
+        self.0.key().map_or('?', |(c, _)| c)
     }
 
     /// What injecting it does, with the default parameters.
     pub fn describe(self) -> &'static str {
-        match self {
-            FaultKey::SlowStorage => "storage-1 answers 300 ms late",
-            FaultKey::ThrottledRank => "rank-1 CPU limit 400m -> 150m in place",
-            FaultKey::UnplaceableRank => "ranks 4 -> 5, world size 5, one GPU short",
-        }
+        self.0.key().map_or("", |(_, says)| says)
     }
 }
 

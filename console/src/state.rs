@@ -124,11 +124,11 @@ impl State {
             _ if self.options.read_only => return None,
             KeyCode::Char('c') => Action::ClearAll,
             KeyCode::Char(c) => {
-                let inject = FaultKey::ALL
+                let inject = FaultKey::all()
                     .into_iter()
                     .find(|f| f.key() == c)
                     .map(Action::Inject);
-                let clear = FaultKey::ALL
+                let clear = FaultKey::all()
                     .into_iter()
                     .find(|f| f.key().to_ascii_uppercase() == c)
                     .map(Action::Clear);
@@ -158,6 +158,7 @@ mod tests {
     use crossterm::event::{KeyEventState, KeyModifiers};
 
     use super::*;
+    use lab_model::FaultKind;
 
     fn key(c: KeyCode) -> KeyEvent {
         KeyEvent::new(c, KeyModifiers::NONE)
@@ -168,15 +169,15 @@ mod tests {
         let mut s = State::new();
         assert_eq!(
             s.on_key(key(KeyCode::Char('s')), 0),
-            Some(Action::Inject(FaultKey::SlowStorage))
+            Some(Action::Inject(FaultKey(FaultKind::SlowStorage)))
         );
         assert_eq!(
             s.on_key(key(KeyCode::Char('T')), 0),
-            Some(Action::Clear(FaultKey::ThrottledRank))
+            Some(Action::Clear(FaultKey(FaultKind::ThrottledRank)))
         );
         assert_eq!(
             s.on_key(key(KeyCode::Char('u')), 0),
-            Some(Action::Inject(FaultKey::UnplaceableRank))
+            Some(Action::Inject(FaultKey(FaultKind::UnplaceableRank)))
         );
         assert_eq!(s.on_key(key(KeyCode::Char('c')), 0), Some(Action::ClearAll));
         assert_eq!(s.on_key(key(KeyCode::Char('x')), 0), None);

@@ -519,7 +519,7 @@ fn render_help(frame: &mut Frame, read_only: bool) {
         .bold(),
         Line::from(""),
     ];
-    for f in FaultKey::ALL.into_iter().filter(|_| !read_only) {
+    for f in FaultKey::all().filter(|_| !read_only) {
         lines.push(Line::from(vec![
             Span::styled(
                 format!("  {} / {}  ", f.key(), f.key().to_ascii_uppercase()),

@@ -171,7 +171,9 @@ mod tests {
         let ranks: Vec<String> = v
             .iter()
             .map(|d| match &d.faults()[0] {
-                lab_model::Fault::ThrottledRank { rank, .. } => format!("lab resize rank {rank} --cpu 400m"),
+                lab_model::Fault::ThrottledRank(lab_model::fault::ThrottledRank { rank, .. }) => {
+                    format!("lab resize rank {rank} --cpu 400m")
+                }
                 f => panic!("{f}"),
             })
             .collect();

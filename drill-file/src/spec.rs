@@ -10,11 +10,11 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use lab_model::parse_duration;
 use lab_model::quantity::format_duration;
 use lab_model::snapshot::GoldenSignal;
 use lab_model::status::RuntimeKind;
 use lab_model::{Fault, FaultKind};
-use lab_model::{Millicores, parse_duration};
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -530,133 +530,111 @@ impl Check for RawDrill {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawInject {
-    kind: FaultKind,
-    #[serde(default)]
-    server: Option<u32>,
-    #[serde(default, deserialize_with = "opt_duration")]
-    delay: Option<Duration>,
-    #[serde(default, deserialize_with = "opt_duration")]
-    jitter: Option<Duration>,
-    #[serde(default)]
-    rank: Option<u32>,
-    #[serde(default, deserialize_with = "opt_cpu")]
-    cpu: Option<Millicores>,
-    #[serde(default)]
-    ranks: Option<RanksArg>,
-    #[serde(default)]
-    after: Option<u64>,
-    #[serde(default)]
-    threads: Option<u32>,
-    #[serde(default)]
-    node_selector: Option<String>,
+/// A step's `inject:`: the fault's `kind` and any of its parameters, as its catalogue entry names them
+/// (`lab_model::fault`); what is left out takes the fault's defaults. With `kind` first (as every drill
+/// here writes it) the parameters are read as they come, so an error points at the value.
+struct RawInject(Fault);
+
+impl<'de> Deserialize<'de> for RawInject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Fault;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a mapping of the fault's `kind` and its parameters (e.g. kind: slow-storage)")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fault, A::Error> {
+                let Some(first) = map.next_key::<String>()? else {
+                    return Err(de::Error::custom("`kind` is missing (e.g. kind: slow-storage)"));
+                };
+                if first == "kind" {
+                    let kind: FaultKind = map.next_value()?;
+                    return kind.read_params(Only {
+                        map,
+                        kind,
+                        takes: kind.fields(),
+                    });
+                }
+                // `kind` later on: the whole mapping first, then the fault from it.
+                let mut all = serde_norway::Mapping::new();
+                all.insert(first.into(), map.next_value()?);
+                while let Some((k, v)) = map.next_entry::<serde_norway::Value, serde_norway::Value>()? {
+                    all.insert(k, v);
+                }
+                let kind = all
+                    .get("kind")
+                    .ok_or_else(|| de::Error::custom("`kind` is missing (e.g. kind: slow-storage)"))?;
+                let kind: FaultKind = serde_norway::from_value(kind.clone()).map_err(de::Error::custom)?;
+                let takes = kind.fields();
+                if let Some(bad) = all
+                    .keys()
+                    .filter_map(serde_norway::Value::as_str)
+                    .find(|k| *k != "kind" && !takes.iter().any(|t| t == k))
+                {
+                    return Err(de::Error::custom(does_not_apply(bad, kind, &takes)));
+                }
+                serde_norway::from_value(serde_norway::Value::Mapping(all)).map_err(de::Error::custom)
+            }
+        }
+        d.deserialize_map(V).map(RawInject)
+    }
 }
 
-/// `ranks:` is a count for unplaceable-rank (`ranks: 5`) and a list for slow-compute (`ranks: [1, 2]`).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RanksArg {
-    Count(u32),
-    List(Vec<u32>),
+/// The error for a parameter `key` that fault `kind` does not take.
+fn does_not_apply(key: &str, kind: FaultKind, takes: &[String]) -> String {
+    format!("`{key}` does not apply to {kind}: it takes {}", takes.join(", "))
+}
+
+/// The rest of an `inject:` mapping, passing on only the parameters its fault takes.
+struct Only<A> {
+    map: A,
+    kind: FaultKind,
+    takes: Vec<String>,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Only<A> {
+    type Error = A::Error;
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+        let Some(key) = self.map.next_key_seed(Taken(self.kind, &self.takes))? else {
+            return Ok(None);
+        };
+        seed.deserialize(de::IntoDeserializer::<A::Error>::into_deserializer(key))
+            .map(Some)
+    }
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
+/// A parameter's name, refused (where it stands in the file) when its fault does not take it.
+struct Taken<'a>(FaultKind, &'a [String]);
+
+impl<'de> DeserializeSeed<'de> for Taken<'_> {
+    type Value = String;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        struct V<'a>(FaultKind, &'a [String]);
+        impl Visitor<'_> for V<'_> {
+            type Value = String;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "one of {}", self.1.join(", "))
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<String, E> {
+                if self.1.iter().any(|t| t == key) {
+                    Ok(key.to_string())
+                } else {
+                    Err(E::custom(does_not_apply(key, self.0, self.1)))
+                }
+            }
+        }
+        d.deserialize_str(V(self.0, self.1))
+    }
 }
 
 impl Check for RawInject {
     type Out = Fault;
     fn check(self) -> Result<Fault, String> {
-        let given: Vec<&str> = [
-            ("server", self.server.is_some()),
-            ("delay", self.delay.is_some()),
-            ("jitter", self.jitter.is_some()),
-            ("rank", self.rank.is_some()),
-            ("cpu", self.cpu.is_some()),
-            ("ranks", self.ranks.is_some()),
-            ("after", self.after.is_some()),
-            ("threads", self.threads.is_some()),
-            ("node_selector", self.node_selector.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(k, set)| set.then_some(k))
-        .collect();
-        let takes: &[&str] = match self.kind {
-            FaultKind::SlowStorage => &["server", "delay", "jitter"],
-            FaultKind::ThrottledRank => &["rank", "cpu"],
-            FaultKind::UnplaceableRank | FaultKind::StuckRollout => &["ranks"],
-            FaultKind::RankHang => &["rank"],
-            FaultKind::RankCrash => &["rank", "after"],
-            FaultKind::SlowCompute => &["ranks"],
-            FaultKind::CompetingJob => &["server", "threads"],
-            FaultKind::SlowDisk => &["server", "cpu"],
-            FaultKind::SyncReplica => &["node_selector"],
-        };
-        if let Some(bad) = given.iter().find(|k| !takes.contains(k)) {
-            return Err(format!(
-                "`{bad}` does not apply to {}: it takes {}",
-                self.kind,
-                takes.join(", ")
-            ));
-        }
-        let fault = match self.kind.default_fault() {
-            Fault::SlowStorage {
-                server,
-                delay,
-                jitter,
-            } => Fault::SlowStorage {
-                server: self.server.unwrap_or(server),
-                delay: self.delay.unwrap_or(delay),
-                jitter: self.jitter.unwrap_or(jitter),
-            },
-            Fault::ThrottledRank { rank, cpu } => Fault::ThrottledRank {
-                rank: self.rank.unwrap_or(rank),
-                cpu: self.cpu.unwrap_or(cpu),
-            },
-            Fault::UnplaceableRank { ranks } => Fault::UnplaceableRank {
-                ranks: match self.ranks {
-                    None => ranks,
-                    Some(RanksArg::Count(n)) => n,
-                    Some(RanksArg::List(_)) => {
-                        return Err("`ranks` of unplaceable-rank is a count (e.g. 5), not a list".into());
-                    }
-                },
-            },
-            Fault::RankCrash { rank, after } => Fault::RankCrash {
-                rank: self.rank.unwrap_or(rank),
-                after: self.after.unwrap_or(after),
-            },
-            Fault::RankHang { rank } => Fault::RankHang {
-                rank: self.rank.unwrap_or(rank),
-            },
-            Fault::SlowCompute { ranks } => Fault::SlowCompute {
-                ranks: match self.ranks {
-                    None => ranks,
-                    Some(RanksArg::Count(n)) => vec![n],
-                    Some(RanksArg::List(l)) => l,
-                },
-            },
-            Fault::StuckRollout { ranks } => Fault::StuckRollout {
-                ranks: match self.ranks {
-                    None => ranks,
-                    Some(RanksArg::Count(n)) => n,
-                    Some(RanksArg::List(_)) => {
-                        return Err("`ranks` of stuck-rollout is a count (e.g. 5), not a list".into());
-                    }
-                },
-            },
-            Fault::CompetingJob { server, threads } => Fault::CompetingJob {
-                server: self.server.unwrap_or(server),
-                threads: self.threads.unwrap_or(threads),
-            },
-            Fault::SlowDisk { server, cpu } => Fault::SlowDisk {
-                server: self.server.unwrap_or(server),
-                cpu: self.cpu.unwrap_or(cpu),
-            },
-            Fault::SyncReplica { node_selector } => Fault::SyncReplica {
-                node_selector: self.node_selector.unwrap_or(node_selector),
-            },
-        };
-        fault.validate().map_err(|e| e.to_string().replace("--", ""))?;
-        Ok(fault)
+        self.0.validate().map_err(|e| e.to_string().replace("--", ""))?;
+        Ok(self.0)
     }
 }
 
@@ -1023,30 +1001,6 @@ fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
     d.deserialize_any(V)
 }
 
-fn opt_cpu<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Millicores>, D::Error> {
-    struct V;
-    impl Visitor<'_> for V {
-        type Value = Millicores;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a CPU quantity such as 150m or 0.4")
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Millicores, E> {
-            v.parse().map_err(|_| {
-                E::custom(format!(
-                    "{v:?} is not a CPU quantity: write one such as 150m or 0.4"
-                ))
-            })
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Millicores, E> {
-            self.visit_str(&v.to_string())
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Millicores, E> {
-            self.visit_str(&v.to_string())
-        }
-    }
-    d.deserialize_any(V).map(Some)
-}
-
 fn opt_pct<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     struct V;
     impl Visitor<'_> for V {
@@ -1131,7 +1085,10 @@ steps:
             "name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      servr: 2\n  - remediate:\n  - verify:\n",
         );
         assert_eq!(e.line, 6, "{e}");
-        assert!(e.message.contains("unknown field `servr`"), "{e}");
+        assert!(
+            e.message.contains("`servr` does not apply to slow-storage"),
+            "{e}"
+        );
         assert!(e.message.starts_with("steps[0].inject"), "{e}");
     }
 
@@ -1141,7 +1098,7 @@ steps:
             "name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      delay: 300\n  - remediate:\n  - verify:\n",
         );
         assert_eq!((e.line, e.column), (6, 14), "{e}");
-        assert!(e.message.contains("has no unit"), "{e}");
+        assert!(e.message.contains("\"300\" is not a duration"), "{e}");
     }
 
     #[test]
@@ -1209,7 +1166,7 @@ steps:
         let e = err(
             "name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      rank: 2\n  - remediate:\n  - verify:\n",
         );
-        assert_eq!(e.line, 5, "{e}");
+        assert_eq!((e.line, e.column), (6, 7), "{e}");
         assert!(e.message.contains("`rank` does not apply to slow-storage"), "{e}");
     }
 }

@@ -10,11 +10,11 @@ use lab_runtime::testing::FakeRuntime;
 use lab_runtime::{Delay, Runtime};
 
 fn slow(server: u32) -> Fault {
-    Fault::SlowStorage {
+    Fault::SlowStorage(lab_model::fault::SlowStorage {
         server,
         delay: Duration::from_millis(300),
         jitter: Duration::ZERO,
-    }
+    })
 }
 
 fn ledger() -> (tempfile::TempDir, Ledger) {
@@ -154,9 +154,13 @@ async fn nothing_changes_when_a_fault_does_not_fit_or_is_already_in() {
     let (_d, l) = ledger();
     let err = inject(&rt, &l, slow(7)).await.unwrap_err();
     assert!(err.to_string().contains("--server 7 is out of range"), "{err}");
-    let err = inject(&rt, &l, Fault::UnplaceableRank { ranks: 4 })
-        .await
-        .unwrap_err();
+    let err = inject(
+        &rt,
+        &l,
+        Fault::UnplaceableRank(lab_model::fault::UnplaceableRank { ranks: 4 }),
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("not above the current 4 ranks"), "{err}");
     assert!(l.read().unwrap().faults.is_empty());
 
@@ -175,10 +179,10 @@ async fn throttled_rank_restores_the_limit_it_found_not_the_template() {
         l.cpu_live.insert(1, Millicores(300));
     });
     let (_d, l) = ledger();
-    let fault = Fault::ThrottledRank {
+    let fault = Fault::ThrottledRank(lab_model::fault::ThrottledRank {
         rank: 1,
         cpu: Millicores(150),
-    };
+    });
     let done = inject(&rt, &l, fault).await.unwrap();
     assert_eq!(done.entry.before, Before::Cpu { cpu: Millicores(300) });
     assert!(
@@ -197,10 +201,10 @@ async fn throttled_rank_restores_the_limit_it_found_not_the_template() {
 async fn a_throttled_rank_replaced_since_needs_nothing_undone() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    let fault = Fault::ThrottledRank {
+    let fault = Fault::ThrottledRank(lab_model::fault::ThrottledRank {
         rank: 2,
         cpu: Millicores(150),
-    };
+    });
     inject(&rt, &l, fault).await.unwrap();
     rt.restart_rank(2).await.unwrap();
     let resizes = count(&rt, "resize_rank");
@@ -213,9 +217,13 @@ async fn a_throttled_rank_replaced_since_needs_nothing_undone() {
 async fn unplaceable_rank_is_proven_by_the_pending_rank_and_cleared_to_four() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    let done = inject(&rt, &l, Fault::UnplaceableRank { ranks: 5 })
-        .await
-        .unwrap();
+    let done = inject(
+        &rt,
+        &l,
+        Fault::UnplaceableRank(lab_model::fault::UnplaceableRank { ranks: 5 }),
+    )
+    .await
+    .unwrap();
     let proof = done.entry.proof.as_deref().unwrap();
     assert!(
         proof.starts_with("rank-4 Pending (Insufficient gpu); 4 running ranks restarted"),
@@ -256,7 +264,13 @@ fn a_delay_on_record_reads_back_as_it_was() {
 async fn stuck_rollout_is_proven_by_the_pending_rank_holding_back_the_old_configuration() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    let done = inject(&rt, &l, Fault::StuckRollout { ranks: 5 }).await.unwrap();
+    let done = inject(
+        &rt,
+        &l,
+        Fault::StuckRollout(lab_model::fault::StuckRollout { ranks: 5 }),
+    )
+    .await
+    .unwrap();
     let proof = done.entry.proof.as_deref().unwrap();
     assert!(
         proof.contains("rank-4 Pending") && proof.contains("still train with world size 4"),
@@ -291,7 +305,13 @@ async fn stuck_rollout_is_proven_by_the_pending_rank_holding_back_the_old_config
 async fn stuck_rollout_after_the_trap_is_cleared_back_to_four_expecting_four() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    inject(&rt, &l, Fault::StuckRollout { ranks: 5 }).await.unwrap();
+    inject(
+        &rt,
+        &l,
+        Fault::StuckRollout(lab_model::fault::StuckRollout { ranks: 5 }),
+    )
+    .await
+    .unwrap();
     // The seed agent's first fix: the rollout goes on, every rank now expects five peers.
     rt.scale_ranks(4).await.unwrap();
     assert_eq!(rt.state().running_world_size, None);
@@ -324,21 +344,35 @@ async fn a_stuck_rollout_that_does_not_fit_changes_nothing() {
         (4, "not above the current 4 ranks"),
         (0, "--ranks must be between 1 and"),
     ] {
-        let err = inject(&rt, &l, Fault::StuckRollout { ranks }).await.unwrap_err();
+        let err = inject(
+            &rt,
+            &l,
+            Fault::StuckRollout(lab_model::fault::StuckRollout { ranks }),
+        )
+        .await
+        .unwrap_err();
         assert!(err.to_string().contains(why), "{err}");
     }
     rt.update(|lab| lab.gpus = 8);
-    let err = inject(&rt, &l, Fault::StuckRollout { ranks: 5 })
-        .await
-        .unwrap_err();
+    let err = inject(
+        &rt,
+        &l,
+        Fault::StuckRollout(lab_model::fault::StuckRollout { ranks: 5 }),
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("fits on the node's 8 GPUs"), "{err}");
     rt.update(|lab| {
         lab.gpus = 4;
         lab.world_size = 3;
     });
-    let err = inject(&rt, &l, Fault::StuckRollout { ranks: 5 })
-        .await
-        .unwrap_err();
+    let err = inject(
+        &rt,
+        &l,
+        Fault::StuckRollout(lab_model::fault::StuckRollout { ranks: 5 }),
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("expects 3 peers with 4 ranks"), "{err}");
     assert_eq!(files(&d), before, "the ledger is byte-identical");
     assert_eq!(count(&rt, "rollout_ranks"), 0);

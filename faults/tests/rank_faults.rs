@@ -24,7 +24,9 @@ fn ledger_bytes(dir: &tempfile::TempDir) -> Vec<u8> {
 async fn rank_hang_freezes_proves_a_still_step_counter_and_thaws() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    let done = inject(&rt, &l, Fault::RankHang { rank: 1 }).await.unwrap();
+    let done = inject(&rt, &l, Fault::RankHang(lab_model::fault::RankHang { rank: 1 }))
+        .await
+        .unwrap();
     assert_eq!(done.entry.phase, FaultPhase::Injected);
     assert_eq!(done.entry.before, Before::Running);
     let proof = done.entry.proof.as_deref().unwrap();
@@ -46,7 +48,9 @@ async fn rank_hang_freezes_proves_a_still_step_counter_and_thaws() {
 async fn a_hung_rank_restarted_by_the_operator_needs_nothing_undone() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    inject(&rt, &l, Fault::RankHang { rank: 2 }).await.unwrap();
+    inject(&rt, &l, Fault::RankHang(lab_model::fault::RankHang { rank: 2 }))
+        .await
+        .unwrap();
     // The right fix: restart that rank, which comes back thawed.
     remediate::restart(&rt, &l, 2).await.unwrap();
     let thaws = rt
@@ -68,9 +72,13 @@ async fn a_hung_rank_restarted_by_the_operator_needs_nothing_undone() {
 async fn slow_compute_starts_a_hog_beside_each_rank_with_the_template_unchanged_and_stops_them() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    let done = inject(&rt, &l, Fault::SlowCompute { ranks: vec![1, 2] })
-        .await
-        .unwrap();
+    let done = inject(
+        &rt,
+        &l,
+        Fault::SlowCompute(lab_model::fault::SlowCompute { ranks: vec![1, 2] }),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         done.entry.before,
         Before::Beside {
@@ -95,9 +103,13 @@ async fn slow_compute_starts_a_hog_beside_each_rank_with_the_template_unchanged_
 async fn stopping_the_hog_by_hand_is_the_right_fix_and_the_rank_itself_is_refused() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    inject(&rt, &l, Fault::SlowCompute { ranks: vec![1] })
-        .await
-        .unwrap();
+    inject(
+        &rt,
+        &l,
+        Fault::SlowCompute(lab_model::fault::SlowCompute { ranks: vec![1] }),
+    )
+    .await
+    .unwrap();
     let procs = remediate::rank_processes(&rt, 1).await.unwrap();
     let own = procs.iter().find(|p| p.rank_itself).unwrap().pid;
     let hog = procs.iter().find(|p| !p.rank_itself).unwrap().pid;
@@ -134,19 +146,33 @@ async fn stopping_the_hog_by_hand_is_the_right_fix_and_the_rank_itself_is_refuse
 async fn bad_input_is_refused_and_changes_nothing() {
     let rt = FakeRuntime::new();
     let (d, l) = ledger();
-    inject(&rt, &l, Fault::RankHang { rank: 3 }).await.unwrap();
+    inject(&rt, &l, Fault::RankHang(lab_model::fault::RankHang { rank: 3 }))
+        .await
+        .unwrap();
     clear_all(&rt, &l).await.unwrap();
     let before = ledger_bytes(&d);
     let calls = rt.calls().len();
     for (fault, says) in [
-        (Fault::RankHang { rank: 9 }, "out of range"),
-        (Fault::SlowCompute { ranks: vec![1, 7] }, "out of range"),
-        (Fault::SlowCompute { ranks: vec![] }, "at least one rank"),
-        (Fault::SlowCompute { ranks: vec![2, 2] }, "twice"),
         (
-            Fault::SlowCompute {
+            Fault::RankHang(lab_model::fault::RankHang { rank: 9 }),
+            "out of range",
+        ),
+        (
+            Fault::SlowCompute(lab_model::fault::SlowCompute { ranks: vec![1, 7] }),
+            "out of range",
+        ),
+        (
+            Fault::SlowCompute(lab_model::fault::SlowCompute { ranks: vec![] }),
+            "at least one rank",
+        ),
+        (
+            Fault::SlowCompute(lab_model::fault::SlowCompute { ranks: vec![2, 2] }),
+            "twice",
+        ),
+        (
+            Fault::SlowCompute(lab_model::fault::SlowCompute {
                 ranks: vec![0, 1, 2, 3],
-            },
+            }),
             "leave one out",
         ),
     ] {
@@ -167,9 +193,13 @@ async fn bad_input_is_refused_and_changes_nothing() {
 async fn rank_crash_sets_the_ranks_own_setting_proves_the_crash_loop_and_puts_it_back() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    let done = inject(&rt, &l, Fault::RankCrash { rank: 1, after: 150 })
-        .await
-        .unwrap();
+    let done = inject(
+        &rt,
+        &l,
+        Fault::RankCrash(lab_model::fault::RankCrash { rank: 1, after: 150 }),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         done.entry.before,
         Before::RankEnv {
@@ -195,9 +225,13 @@ async fn rank_crash_sets_the_ranks_own_setting_proves_the_crash_loop_and_puts_it
 async fn the_operator_putting_the_setting_back_is_the_right_fix_and_restarting_is_not() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    inject(&rt, &l, Fault::RankCrash { rank: 2, after: 150 })
-        .await
-        .unwrap();
+    inject(
+        &rt,
+        &l,
+        Fault::RankCrash(lab_model::fault::RankCrash { rank: 2, after: 150 }),
+    )
+    .await
+    .unwrap();
     // The trap: a restart keeps the rank's own setting, which crashes it again.
     remediate::restart(&rt, &l, 2).await.unwrap();
     assert!(rt.state().rank_env.contains_key(&2));
@@ -244,7 +278,7 @@ async fn a_change_is_on_record_while_its_proof_still_looks() {
     // Every status read takes 2 s: the inject reads it at once (done at 2 s), applies, then its proof's
     // first look reads it again (done at 4 s).
     rt.slow("status", std::time::Duration::from_secs(2));
-    let fault = Fault::RankCrash { rank: 3, after: 120 };
+    let fault = Fault::RankCrash(lab_model::fault::RankCrash { rank: 3, after: 120 });
     let task = tokio::spawn({
         let (rt, l) = (rt.clone(), l.clone());
         async move { inject(&rt, &l, fault).await }
@@ -284,7 +318,7 @@ async fn rank_hang_waits_for_a_restarting_rank_to_train_before_it_freezes_it() {
     rt.fail("fetch_metrics");
     let task = tokio::spawn({
         let (rt, l) = (rt.clone(), l.clone());
-        async move { inject(&rt, &l, Fault::RankHang { rank: 2 }).await }
+        async move { inject(&rt, &l, Fault::RankHang(lab_model::fault::RankHang { rank: 2 })).await }
     });
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     assert!(!task.is_finished(), "the inject waits for the rank to train");
@@ -305,7 +339,9 @@ async fn rank_hang_on_a_rank_that_does_not_train_says_so_and_changes_nothing() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
     rt.fail("fetch_metrics");
-    let err = inject(&rt, &l, Fault::RankHang { rank: 2 }).await.unwrap_err();
+    let err = inject(&rt, &l, Fault::RankHang(lab_model::fault::RankHang { rank: 2 }))
+        .await
+        .unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("rank-2 is not training") && msg.contains("the job is not steady"),

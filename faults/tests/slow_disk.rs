@@ -24,10 +24,10 @@ fn files(l: &Ledger) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
 async fn slow_disk_limits_the_servers_own_cpu_proves_it_by_its_own_latency_and_clears() {
     let rt = FakeRuntime::new();
     let (_d, l) = ledger();
-    let f = Fault::SlowDisk {
+    let f = Fault::SlowDisk(lab_model::fault::SlowDisk {
         server: 1,
         cpu: Millicores(6),
-    };
+    });
     let done = inject(&rt, &l, f).await.unwrap();
     assert_eq!(done.entry.phase, FaultPhase::Injected);
     assert_eq!(done.entry.before, Before::StorageCpu { cpu: None });
@@ -48,10 +48,10 @@ async fn slow_disk_on_a_server_that_does_not_exist_changes_nothing() {
     let err = inject(
         &rt,
         &l,
-        Fault::SlowDisk {
+        Fault::SlowDisk(lab_model::fault::SlowDisk {
             server: 7,
             cpu: Millicores(6),
-        },
+        }),
     )
     .await
     .unwrap_err();
@@ -65,10 +65,10 @@ async fn slow_disk_passes_its_check_on_kubernetes_where_the_volume_container_is_
     use lab_runtime::Runtime;
     let rt = FakeRuntime::new();
     let mut status = rt.status().await.unwrap();
-    let f = Fault::SlowDisk {
+    let f = Fault::SlowDisk(lab_model::fault::SlowDisk {
         server: 1,
         cpu: Millicores(10),
-    };
+    });
     for kind in [
         lab_model::status::RuntimeKind::Kind,
         lab_model::status::RuntimeKind::Cluster,
@@ -77,10 +77,10 @@ async fn slow_disk_passes_its_check_on_kubernetes_where_the_volume_container_is_
         lab_faults::kinds::injector(&f).check(&status).unwrap();
     }
     // An unknown server is still refused there.
-    let bad = Fault::SlowDisk {
+    let bad = Fault::SlowDisk(lab_model::fault::SlowDisk {
         server: 7,
         cpu: Millicores(10),
-    };
+    });
     assert!(lab_faults::kinds::injector(&bad).check(&status).is_err());
 }
 

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use lab_session::Millicores;
+use lab_session::{Fault, Millicores};
 
 /// Straggler Lab: one slow component stalls a synchronous training job while Kubernetes says
 /// every pod is Ready. Stand the lab up, break it the three ways the seed story did, watch Ready
@@ -368,137 +368,12 @@ pub struct InjectArgs {
     /// the lab's watcher clears it and the change log says so.
     #[arg(long = "for", value_name = "DURATION", global = true, value_parser = parse_duration)]
     pub lifetime: Option<std::time::Duration>,
+    /// Print the ledger entry and its changes as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The fault and its parameters, as the catalogue defines them (`lab fault list`).
     #[command(subcommand)]
-    pub fault: InjectCmd,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum InjectCmd {
-    /// One storage server answers every request late.
-    SlowStorage {
-        /// The storage server.
-        #[arg(long, default_value_t = 1)]
-        server: u32,
-        /// Added to every answer (e.g. 300ms, 1.5s).
-        #[arg(long, default_value = "300ms", value_parser = parse_duration)]
-        delay: std::time::Duration,
-        /// Uniform jitter, plus or minus.
-        #[arg(long, default_value = "0ms", value_parser = parse_duration)]
-        jitter: std::time::Duration,
-        #[arg(long)]
-        json: bool,
-    },
-    /// One rank's CPU limit is cut in place; its template keeps the old value.
-    ThrottledRank {
-        /// The rank.
-        #[arg(long, default_value_t = 1)]
-        rank: u32,
-        /// The new CPU limit (e.g. 150m).
-        #[arg(long, default_value = "150m")]
-        cpu: Millicores,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Scale past the node's GPUs and set the world size to match: the extra rank never starts.
-    UnplaceableRank {
-        /// The new rank count (and world size).
-        #[arg(long, default_value_t = 5)]
-        ranks: u32,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Roll out more ranks than GPUs with a configuration expecting them all, as one rolling change: the
-    /// extra rank stays Pending, the rollout waits behind it, and the running ranks train on with the old
-    /// configuration. Scaling back unblocks the rollout and stalls the job; putting the world size back
-    /// fixes it.
-    StuckRollout {
-        /// The new rank count (and world size in the new configuration).
-        #[arg(long, default_value_t = 5)]
-        ranks: u32,
-        #[arg(long)]
-        json: bool,
-    },
-    /// One rank crashes in a loop: a setting of that rank alone (LAB_DEVICE_FAULT_AFTER) makes its
-    /// accelerator fail 25 steps after the setting takes effect, then after every N steps of each restarted
-    /// process. Its peers see a collective error; the job resumes from its checkpoint each time and the
-    /// steps since are lost. Right fix: remove the setting
-    /// (`lab rank env N --unset LAB_DEVICE_FAULT_AFTER`). On Kubernetes the setting is a
-    /// `rank-N.LAB_DEVICE_FAULT_AFTER` key of lab-config.
-    RankCrash {
-        /// The rank.
-        #[arg(long, default_value_t = 1)]
-        rank: u32,
-        /// Steps between crashes (a restarted process runs this many; the first crash comes after 25, or
-        /// after N when N is smaller).
-        #[arg(long, default_value_t = 150)]
-        after: u64,
-        #[arg(long)]
-        json: bool,
-    },
-    /// One rank's training thread is frozen while its process lives and stays Ready: its step counter
-    /// stops and its siblings wait at the all-reduce. Locally the cgroup v1 freezer; on Kubernetes a
-    /// ptrace stop of that thread, through `exec`. Right fix: `lab restart rank N`.
-    RankHang {
-        /// The rank.
-        #[arg(long, default_value_t = 1)]
-        rank: u32,
-        #[arg(long)]
-        json: bool,
-    },
-    /// A CPU hog runs beside each of these ranks, inside the rank's own CPU limit: they compute slowly
-    /// while spec, limit in force and template are unchanged. Right fix: find and stop the hog
-    /// (`lab rank procs N`, `lab rank stop N --pid P`). On Kubernetes the hog is started through `exec`
-    /// in the rank's container.
-    SlowCompute {
-        /// The ranks, comma-separated (e.g. 1,2); leave at least one rank out.
-        #[arg(long, default_value = "1,2", value_delimiter = ',')]
-        ranks: Vec<u32>,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Another team's job (its own process and cgroup, not a rank) reads hard from one storage server.
-    CompetingJob {
-        /// The storage server it reads from.
-        #[arg(long, default_value_t = 1)]
-        server: u32,
-        /// Connections it reads from at once (1 to 256).
-        #[arg(long, default_value_t = lab_session::DEFAULT_JOB_THREADS)]
-        threads: u32,
-        #[arg(long)]
-        json: bool,
-    },
-    /// One storage server itself is slow: its own process is starved of CPU, so its own request latency
-    /// rises (unlike slow-storage, where only the path to it is slow). The right fix moves the job's data
-    /// off it: `lab storage drain N`.
-    ///
-    /// The limit is a CPU budget in a long CFS period (382 ms): 6m is 2.3 ms of CPU per period, spent early,
-    /// and a request that comes after it waits for the next period. On Kubernetes it is the volume
-    /// container's CPU limit, resized in place, in the kubelet's 100 ms period, where nothing is held below
-    /// 1 ms per period: any value under 10m holds the server to 10m.
-    ///
-    /// Example: lab fault inject slow-disk --server 1 --cpu 6m
-    SlowDisk {
-        /// The storage server.
-        #[arg(long, default_value_t = 1)]
-        server: u32,
-        /// The CPU limit held on the server's own process (3m to 20m; smaller is slower).
-        #[arg(long, default_value = "6m")]
-        cpu: Millicores,
-        #[arg(long)]
-        json: bool,
-    },
-    /// The database's primary commits synchronously to its standby db-1, whose template is changed to ask
-    /// for a node label no node has; the standby pod is made again from it and stays Pending. Every
-    /// commit hangs while reads and Ready look fine. Fixing the template alone does not move the Pending
-    /// pod: the right fix also deletes it by name (`lab db template --node-selector ''`, then
-    /// `lab db delete-pod db-1`). Needs `lab up --database` (local or kind runtime).
-    SyncReplica {
-        /// The label the changed template asks for, KEY=VALUE (one the node lacks).
-        #[arg(long, default_value = "lab/disk=nvme")]
-        node_selector: String,
-        #[arg(long)]
-        json: bool,
-    },
+    pub fault: Fault,
 }
 
 /// `lab db …`: the database beside the job (`lab up --database`).

@@ -310,9 +310,9 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
     };
     Some(match fault {
         // A competing job shows where a slow path does: on the server the ranks wait for.
-        Fault::SlowStorage { server, .. }
-        | Fault::CompetingJob { server, .. }
-        | Fault::SlowDisk { server, .. } => {
+        Fault::SlowStorage(lab_model::fault::SlowStorage { server, .. })
+        | Fault::CompetingJob(lab_model::fault::CompetingJob { server, .. })
+        | Fault::SlowDisk(lab_model::fault::SlowDisk { server, .. }) => {
             let name = lab_model::names::storage(*server);
             let others = values(&|p| {
                 median(
@@ -347,13 +347,13 @@ fn suspect(d: &DrillReport) -> Option<Suspect> {
         }
         // A rank slowed by its limit, by a process beside it, or frozen: its CPU throttling against the
         // time it spends computing.
-        Fault::ThrottledRank { rank, .. } | Fault::RankHang { rank } | Fault::RankCrash { rank, .. } => {
-            rank_cpu(*rank)
-        }
-        Fault::SlowCompute { ranks } => rank_cpu(*ranks.first()?),
+        Fault::ThrottledRank(lab_model::fault::ThrottledRank { rank, .. })
+        | Fault::RankHang(lab_model::fault::RankHang { rank })
+        | Fault::RankCrash(lab_model::fault::RankCrash { rank, .. }) => rank_cpu(*rank),
+        Fault::SlowCompute(lab_model::fault::SlowCompute { ranks }) => rank_cpu(*ranks.first()?),
         // The report's points carry no database signals yet: no suspect chart.
-        Fault::SyncReplica { .. } => return None,
-        Fault::UnplaceableRank { .. } | Fault::StuckRollout { .. } => Suspect {
+        Fault::SyncReplica(_) => return None,
+        Fault::UnplaceableRank(_) | Fault::StuckRollout(_) => Suspect {
             axis: "ranks".into(),
             series: vec![
                 Series {

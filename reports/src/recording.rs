@@ -181,11 +181,11 @@ mod tests {
                 commands: vec![],
                 plan_at_s: Some(20.0),
                 truth: Some(Truth::of(
-                    &[lab_model::Fault::SlowStorage {
+                    &[lab_model::Fault::SlowStorage(lab_model::fault::SlowStorage {
                         server: 1,
                         delay: std::time::Duration::from_millis(300),
                         jitter: std::time::Duration::ZERO,
-                    }],
+                    })],
                     &["storage-1".into()],
                 )),
                 score: None,

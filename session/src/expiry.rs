@@ -70,10 +70,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let rt = Arc::new(FakeRuntime::new());
         let lab = Lab::with_parts("t", rt.clone(), Ledger::in_dir(dir.path()));
-        let fault = Fault::ThrottledRank {
+        let fault = Fault::ThrottledRank(lab_model::fault::ThrottledRank {
             rank: 1,
             cpu: Millicores(150),
-        };
+        });
         let done = lab_faults::inject_for(rt.as_ref(), lab.ledger(), fault, Some(Duration::from_secs(60)))
             .await
             .unwrap();

@@ -84,7 +84,7 @@ fn remediate_schema() -> Value {
             "argv": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 16,
                      "description": "One lab command as argv, starting with \"lab\", e.g. [\"lab\", \"resize\", \"rank\", \"1\", \"--cpu\", \"400m\"]"},
             "reason": {"type": "string", "minLength": 1, "maxLength": 1000, "description": "Why this step"},
-            "cause": {"type": "string", "enum": crate::plan::CAUSES, "description": "The cause class this step fixes (the approval policy keys on it)"}
+            "cause": {"type": "string", "enum": crate::plan::causes(), "description": "The cause class this step fixes (the approval policy keys on it)"}
         },
         "required": ["argv", "reason"],
         "additionalProperties": false
@@ -106,7 +106,7 @@ fn diagnose_schema() -> Value {
             "anomaly": {"type": "boolean", "description": "Whether anything is wrong at all"},
             "blame": {"type": "array", "items": {"type": "string"}, "maxItems": 16,
                       "description": "The components at fault, by the names the lab uses: storage-1, rank-2, ranks, job config, db-1"},
-            "cause": {"type": "string", "enum": crate::plan::CAUSES, "description": "The cause class"},
+            "cause": {"type": "string", "enum": crate::plan::causes(), "description": "The cause class"},
             "summary": {"type": "string", "maxLength": 2000, "description": "The reasoning in a sentence or two"}
         },
         "required": ["anomaly", "cause"],
@@ -330,11 +330,11 @@ pub fn parse(tool: &ToolDef, args: &Value) -> Result<Args, String> {
                 return Err("reason is empty: say why this step".into());
             }
             if let Some(c) = &r.cause
-                && !crate::plan::CAUSES.contains(&c.as_str())
+                && !crate::plan::causes().contains(&c.as_str())
             {
                 return Err(format!(
                     "cause {c:?} is not one of: {}",
-                    crate::plan::CAUSES.join(", ")
+                    crate::plan::causes().join(", ")
                 ));
             }
             crate::plan::allowed(&r.argv)
@@ -352,11 +352,11 @@ pub fn parse(tool: &ToolDef, args: &Value) -> Result<Args, String> {
         }
         "diagnose" => {
             let d: Diagnosis = typed(args)?;
-            if !crate::plan::CAUSES.contains(&d.cause.as_str()) {
+            if !crate::plan::causes().contains(&d.cause.as_str()) {
                 return Err(format!(
                     "cause {:?} is not one of: {}",
                     d.cause,
-                    crate::plan::CAUSES.join(", ")
+                    crate::plan::causes().join(", ")
                 ));
             }
             Args::Diagnose(d)

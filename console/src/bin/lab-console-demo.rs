@@ -15,7 +15,7 @@ use lab_model::snapshot::{
     ActiveFault, Alert, Baseline, GoldenSignal, RankView, Snapshot, StorageView, Training,
 };
 use lab_model::status::{LabStatus, Phase, PodStatus, Role, RuntimeKind};
-use lab_model::{Millicores, names};
+use lab_model::{FaultKind, Millicores, names};
 use tokio::sync::{mpsc, watch};
 
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +41,7 @@ fn snapshot(size: Size, faults: &[FaultKey], since: u64, tick: u64) -> Snapshot 
         }
         pods.push(p);
     }
-    let slow = faults.contains(&FaultKey::SlowStorage);
+    let slow = faults.contains(&FaultKey(FaultKind::SlowStorage));
     let pct = if slow { 7.0 } else { 100.0 };
     let mut alerts = Vec::new();
     if slow {

@@ -309,7 +309,7 @@ impl<S: SnapshotSource> Session<'_, S> {
             (None, Some(m)) => Some(m.conclusion().cause),
             (None, None) => None,
         };
-        let Some(class) = class.filter(|c| lab_agents::plan::CAUSES.contains(&c.as_str())) else {
+        let Some(class) = class.filter(|c| lab_agents::plan::causes().contains(&c.as_str())) else {
             return;
         };
         let mut state = lab_agents::approval::EarnedState::load(&path).unwrap_or_default();

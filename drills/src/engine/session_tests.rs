@@ -292,10 +292,10 @@ async fn a_lab_that_already_carries_a_fault_is_refused_and_its_fault_left_alone(
     let rt = FakeRuntime::new();
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::in_dir(dir.path());
-    let theirs = Fault::ThrottledRank {
+    let theirs = Fault::ThrottledRank(lab_model::fault::ThrottledRank {
         rank: 2,
         cpu: lab_model::Millicores(150),
-    };
+    });
     lab_faults::inject(&rt, &ledger, theirs).await.unwrap();
     let mut job = Job::new(&rt);
     let r = run(&rt, dir.path(), &mut job, SLOW_STORAGE).await;
@@ -357,10 +357,10 @@ async fn an_interrupted_drill_is_cleared_by_its_guard_and_only_what_it_injected(
     let rt = FakeRuntime::new();
     let dir = tempfile::tempdir().unwrap();
     let lab = lab(&rt, dir.path());
-    let theirs = Fault::ThrottledRank {
+    let theirs = Fault::ThrottledRank(lab_model::fault::ThrottledRank {
         rank: 2,
         cpu: lab_model::Millicores(150),
-    };
+    });
     lab_faults::inject(&rt, &lab.ledger, theirs).await.unwrap();
     // The guard tells the drill's faults from older ones by the millisecond they were injected in.
     std::thread::sleep(Duration::from_millis(5));

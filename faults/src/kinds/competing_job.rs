@@ -27,21 +27,15 @@ const RATE_WINDOW: Duration = Duration::from_secs(2);
 /// enough for a proof that asks for half as much again and 5 more.
 const BEFORE_WINDOW: Duration = Duration::from_millis(500);
 
-/// A job of another team reads storage server `server` from `threads` connections, unthrottled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CompetingJob {
-    pub server: u32,
-    pub threads: u32,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::CompetingJob;
 
-impl CompetingJob {
-    fn job(&self) -> ForeignJob {
-        ForeignJob {
-            name: JOB_NAME.into(),
-            server: self.server,
-            threads: self.threads,
-            rate: None,
-        }
+fn job(this: &CompetingJob) -> ForeignJob {
+    ForeignJob {
+        name: JOB_NAME.into(),
+        server: this.server,
+        threads: this.threads,
+        rate: None,
     }
 }
 
@@ -82,7 +76,7 @@ impl Injector for CompetingJob {
         })
         .await?;
         cx.rt
-            .run_foreign_job(&self.job())
+            .run_foreign_job(&job(self))
             .await
             .map_err(FaultError::runtime(format!("starting job {JOB_NAME}")))?;
         Ok(Applied {

@@ -1,6 +1,7 @@
 //! One file per fault: how it is checked against the lab, applied, proven and recovered. The engine
 //! (the engine module) owns the ledger and the order of things; a kind owns only what it does to the lab.
-//! Adding a fault is a file here and a line in [`injector`].
+//! Adding a fault is its parameters in `lab_model::fault` (a file and a line in the catalogue), then a file
+//! here implementing [`Injector`] for them and a line in [`injector`].
 
 mod competing_job;
 mod rank_crash;
@@ -137,27 +138,17 @@ pub trait Injector: Send + Sync {
 
 /// The injector of `fault`: the registry of kinds.
 pub fn injector(fault: &Fault) -> Box<dyn Injector> {
-    match *fault {
-        Fault::RankHang { rank } => Box::new(RankHang { rank }),
-        Fault::RankCrash { rank, after } => Box::new(RankCrash { rank, after }),
-        Fault::SlowCompute { ref ranks } => Box::new(SlowCompute { ranks: ranks.clone() }),
-        Fault::SlowStorage {
-            server,
-            delay,
-            jitter,
-        } => Box::new(SlowStorage {
-            server,
-            delay,
-            jitter,
-        }),
-        Fault::ThrottledRank { rank, cpu } => Box::new(ThrottledRank { rank, cpu }),
-        Fault::UnplaceableRank { ranks } => Box::new(UnplaceableRank { ranks }),
-        Fault::StuckRollout { ranks } => Box::new(StuckRollout { ranks }),
-        Fault::CompetingJob { server, threads } => Box::new(CompetingJob { server, threads }),
-        Fault::SlowDisk { server, cpu } => Box::new(SlowDisk { server, cpu }),
-        Fault::SyncReplica { ref node_selector } => Box::new(SyncReplica {
-            node_selector: node_selector.clone(),
-        }),
+    match fault {
+        Fault::SlowStorage(p) => Box::new(p.clone()),
+        Fault::ThrottledRank(p) => Box::new(p.clone()),
+        Fault::UnplaceableRank(p) => Box::new(p.clone()),
+        Fault::StuckRollout(p) => Box::new(p.clone()),
+        Fault::RankCrash(p) => Box::new(p.clone()),
+        Fault::RankHang(p) => Box::new(p.clone()),
+        Fault::SlowCompute(p) => Box::new(p.clone()),
+        Fault::CompetingJob(p) => Box::new(p.clone()),
+        Fault::SlowDisk(p) => Box::new(p.clone()),
+        Fault::SyncReplica(p) => Box::new(p.clone()),
     }
 }
 

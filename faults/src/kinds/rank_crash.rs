@@ -19,12 +19,8 @@ use crate::ledger::Before;
 /// The rank setting the fault puts on the rank: its simulated accelerator fails after this many steps.
 pub const SETTING: &str = "LAB_DEVICE_FAULT_AFTER";
 
-/// Rank `rank` crashes after every `after` steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RankCrash {
-    pub rank: u32,
-    pub after: u64,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::RankCrash;
 
 #[async_trait]
 impl Injector for RankCrash {

@@ -26,11 +26,8 @@ const TRAINING_WITHIN: Duration = Duration::from_secs(60);
 /// How often the rank is looked at while the inject waits for it, and while the proof watches its step.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
 
-/// Rank `rank`'s training thread frozen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RankHang {
-    pub rank: u32,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::RankHang;
 
 /// Rank `rank`'s `lab_step`, read from its own metrics endpoint.
 ///

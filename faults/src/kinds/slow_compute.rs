@@ -18,11 +18,8 @@ use crate::ledger::Before;
 /// How long the hogs' CPU use is watched for the proof.
 const WATCH: Duration = Duration::from_secs(2);
 
-/// A CPU hog beside each of `ranks`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlowCompute {
-    pub ranks: Vec<u32>,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::SlowCompute;
 
 /// CPU seconds of process `pid` beside `rank`, if it is there.
 async fn cpu_of(cx: &Cx<'_>, rank: u32, pid: u32) -> Result<Option<f64>, FaultError> {

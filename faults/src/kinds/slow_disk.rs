@@ -30,25 +30,19 @@ const SIBLING_SAMPLES: usize = 5;
 /// the first. Rounds are few, so noise gets few chances to pass for the fault.
 const PROOF_WINDOW: Duration = Duration::from_secs(12);
 
-/// Storage server `server`'s own process held to `cpu`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlowDisk {
-    pub server: u32,
-    pub cpu: Millicores,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::SlowDisk;
 
 /// A storage server's CPU limit as the change records say it.
 pub fn storage_cpu_text(c: Option<Millicores>) -> String {
     c.map_or_else(|| "unlimited".into(), |c| c.to_string())
 }
 
-impl SlowDisk {
-    async fn own(cx: &Cx<'_>, server: u32, samples: usize) -> Result<Duration, FaultError> {
-        cx.rt
-            .probe_storage_own(server, samples)
-            .await
-            .map_err(FaultError::runtime(format!("probing storage-{server} directly")))
-    }
+async fn own(cx: &Cx<'_>, server: u32, samples: usize) -> Result<Duration, FaultError> {
+    cx.rt
+        .probe_storage_own(server, samples)
+        .await
+        .map_err(FaultError::runtime(format!("probing storage-{server} directly")))
 }
 
 #[async_trait]
@@ -71,10 +65,9 @@ impl Injector for SlowDisk {
             )))?;
         // Every server at once: one after another they took about a second, which the fault then took to
         // begin.
-        let measured_before = futures::future::try_join_all(
-            (0..status.storage_servers).map(|s| Self::own(cx, s, SIBLING_SAMPLES)),
-        )
-        .await?;
+        let measured_before =
+            futures::future::try_join_all((0..status.storage_servers).map(|s| own(cx, s, SIBLING_SAMPLES)))
+                .await?;
         cx.set_before(Before::StorageCpu { cpu: before }).await?;
         cx.rt
             .set_storage_cpu(server, Some(self.cpu))
@@ -113,11 +106,11 @@ impl Injector for SlowDisk {
             let siblings = async {
                 let mut v = Vec::new();
                 for s in (0..status.storage_servers).filter(|s| *s != server) {
-                    v.push(Self::own(cx, s, SIBLING_SAMPLES).await?);
+                    v.push(own(cx, s, SIBLING_SAMPLES).await?);
                 }
                 Ok::<_, FaultError>(v)
             };
-            let (own, siblings) = tokio::join!(Self::own(cx, server, SAMPLES), siblings);
+            let (own, siblings) = tokio::join!(own(cx, server, SAMPLES), siblings);
             let (own, siblings) = (own?, siblings?);
             let sibling_max = siblings.iter().copied().max().unwrap_or_default();
             let proof = format!(

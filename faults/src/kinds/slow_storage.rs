@@ -18,13 +18,8 @@ use crate::ledger::Before;
 const SIBLING_LOOKS: usize = 3;
 const SIBLING_LOOK_EVERY: Duration = Duration::from_secs(1);
 
-/// One storage server answers every request `delay` (± `jitter`) late.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlowStorage {
-    pub server: u32,
-    pub delay: Duration,
-    pub jitter: Duration,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::SlowStorage;
 
 /// A delay as the change records and proofs say it: `0 ms`, `300 ms`, `300 ms ± 20 ms`.
 pub fn delay_text(d: Option<Delay>) -> String {
@@ -35,32 +30,30 @@ pub fn delay_text(d: Option<Delay>) -> String {
     }
 }
 
-impl SlowStorage {
-    fn delay(&self) -> Delay {
-        Delay {
-            delay: self.delay,
-            jitter: self.jitter,
-        }
+fn delay(this: &SlowStorage) -> Delay {
+    Delay {
+        delay: this.delay,
+        jitter: this.jitter,
     }
+}
 
-    fn siblings(&self, status: &LabStatus) -> Vec<u32> {
-        (0..status.storage_servers)
-            .filter(|s| *s != self.server)
-            .collect()
-    }
+fn siblings(this: &SlowStorage, status: &LabStatus) -> Vec<u32> {
+    (0..status.storage_servers)
+        .filter(|s| *s != this.server)
+        .collect()
+}
 
-    async fn probe_all(cx: &Cx<'_>, servers: &[u32]) -> Result<Vec<Duration>, FaultError> {
-        let mut out = Vec::new();
-        for s in servers {
-            out.push(
-                cx.rt
-                    .probe_storage(*s, 3)
-                    .await
-                    .map_err(FaultError::runtime(format!("probing storage-{s}")))?,
-            );
-        }
-        Ok(out)
+async fn probe_all(cx: &Cx<'_>, servers: &[u32]) -> Result<Vec<Duration>, FaultError> {
+    let mut out = Vec::new();
+    for s in servers {
+        out.push(
+            cx.rt
+                .probe_storage(*s, 3)
+                .await
+                .map_err(FaultError::runtime(format!("probing storage-{s}")))?,
+        );
     }
+    Ok(out)
 }
 
 #[async_trait]
@@ -78,11 +71,11 @@ impl Injector for SlowStorage {
             .storage_delay(server)
             .await
             .map_err(FaultError::runtime("reading the storage delay"))?;
-        let measured_before = Self::probe_all(cx, &self.siblings(status)).await?;
+        let measured_before = probe_all(cx, &siblings(self, status)).await?;
         cx.set_before(Before::Delay { delay: before }).await?;
         let path = cx
             .rt
-            .set_storage_delay(server, Some(self.delay()))
+            .set_storage_delay(server, Some(delay(self)))
             .await
             .map_err(FaultError::runtime(format!(
                 "adding the delay to storage-{server}"
@@ -91,7 +84,7 @@ impl Injector for SlowStorage {
             names::storage(server),
             "added delay",
             delay_text(before),
-            delay_text(Some(self.delay())),
+            delay_text(Some(delay(self))),
             Some(format!("via {path}")),
         );
         Ok(Applied {
@@ -115,8 +108,8 @@ impl Injector for SlowStorage {
             .await
             .map_err(FaultError::runtime(format!("probing storage-{server}")))?;
         let floor = self.delay.saturating_sub(self.jitter);
-        let siblings = self.siblings(status);
-        let mut sibling_after = Self::probe_all(cx, &siblings).await?;
+        let siblings = siblings(self, status);
+        let mut sibling_after = probe_all(cx, &siblings).await?;
         let slowed = |i: usize, after: &[Duration]| {
             applied
                 .measured_before
@@ -152,7 +145,7 @@ impl Injector for SlowStorage {
         let proof = format!(
             "storage-{server} answers in {} through its path (set +{} via {path}); siblings {} (before: {})",
             format_duration(measured),
-            delay_text(Some(self.delay())),
+            delay_text(Some(delay(self))),
             fmt_list(&sibling_after),
             fmt_list(&applied.measured_before)
         );

@@ -22,11 +22,8 @@ use crate::ledger::Before;
 /// How long the rollout must be seen not to progress before the proof holds.
 const STUCK_FOR: Duration = Duration::from_secs(3);
 
-/// The job rolled to `ranks` ranks and a world size of `ranks`, one GPU short.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StuckRollout {
-    pub ranks: u32,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::StuckRollout;
 
 #[async_trait]
 impl Injector for StuckRollout {

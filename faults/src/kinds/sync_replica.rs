@@ -28,12 +28,8 @@ const HUNG_AFTER: Duration = Duration::from_secs(3);
 /// How long recovery waits for the standby to be Ready again.
 const RECOVER_DEADLINE: Duration = Duration::from_secs(90);
 
-/// The standby `db-1` made unschedulable (its template asks for `node_selector`) while the primary
-/// commits synchronously to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyncReplica {
-    pub node_selector: String,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::SyncReplica;
 
 /// The writer's signals, read from its `/metrics`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -3,18 +3,14 @@
 
 use async_trait::async_trait;
 use lab_model::status::LabStatus;
-use lab_model::{ChangeRecord, Millicores, names};
+use lab_model::{ChangeRecord, names};
 
 use super::{Applied, Cx, Injector, Look, PROOF_DEADLINE, mismatched, not_proven, wait_until};
 use crate::FaultError;
 use crate::ledger::Before;
 
-/// Rank `rank`'s CPU limit set to `cpu` in place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ThrottledRank {
-    pub rank: u32,
-    pub cpu: Millicores,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::ThrottledRank;
 
 #[async_trait]
 impl Injector for ThrottledRank {

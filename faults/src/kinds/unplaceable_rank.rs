@@ -13,11 +13,8 @@ use super::{Applied, Cx, Injector, PROOF_DEADLINE, mismatched, not_proven};
 use crate::FaultError;
 use crate::ledger::Before;
 
-/// The job scaled to `ranks` ranks, with its world size set to match.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UnplaceableRank {
-    pub ranks: u32,
-}
+/// The fault's parameters, as the catalogue defines them.
+pub use lab_model::fault::UnplaceableRank;
 
 #[async_trait]
 impl Injector for UnplaceableRank {

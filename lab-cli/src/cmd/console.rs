@@ -3,18 +3,10 @@
 //! fault's default parameters.
 
 use crate::exit::Exit;
-use lab_console::{Action, FaultKey, Feedback};
+use lab_console::{Action, Feedback};
+use lab_session::Lab;
 use lab_session::guard::Clear;
-use lab_session::{FaultKind, Lab};
 use tokio::sync::mpsc;
-
-fn kind(k: FaultKey) -> FaultKind {
-    match k {
-        FaultKey::SlowStorage => FaultKind::SlowStorage,
-        FaultKey::ThrottledRank => FaultKind::ThrottledRank,
-        FaultKey::UnplaceableRank => FaultKind::UnplaceableRank,
-    }
-}
 
 pub async fn console(name: &str, read_only: bool) -> anyhow::Result<Exit> {
     let lab = Lab::open(name).await?;
@@ -39,7 +31,7 @@ async fn act(lab: Lab, mut actions: mpsc::Receiver<Action>, feedback: mpsc::Send
                 let _ = feedback
                     .send(Feedback::working(format!("injecting {k}: {} …", k.describe())))
                     .await;
-                match lab.inject(kind(k).default_fault()).await {
+                match lab.inject(k.0.default_fault()).await {
                     Ok(done) => Feedback::ok(format!(
                         "{} injected: {}",
                         done.entry.id,

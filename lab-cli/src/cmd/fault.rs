@@ -3,10 +3,10 @@
 use crate::exit::Exit;
 
 use lab_session::guard::{Clear, Guarded};
-use lab_session::{Fault, FaultKind, Lab};
+use lab_session::{FaultKind, Lab};
 use serde_json::json;
 
-use crate::cli::{ClearArgs, FaultCmd, InjectArgs, InjectCmd};
+use crate::cli::{ClearArgs, FaultCmd, InjectArgs};
 use crate::formats;
 use crate::out::{self, outln};
 
@@ -47,34 +47,7 @@ fn list(json: bool) -> anyhow::Result<Exit> {
 }
 
 async fn inject(name: &str, a: InjectArgs) -> anyhow::Result<Exit> {
-    let (fault, json) = match a.fault {
-        InjectCmd::SlowStorage {
-            server,
-            delay,
-            jitter,
-            json,
-        } => (
-            Fault::SlowStorage {
-                server,
-                delay,
-                jitter,
-            },
-            json,
-        ),
-        InjectCmd::ThrottledRank { rank, cpu, json } => (Fault::ThrottledRank { rank, cpu }, json),
-        InjectCmd::UnplaceableRank { ranks, json } => (Fault::UnplaceableRank { ranks }, json),
-        InjectCmd::StuckRollout { ranks, json } => (Fault::StuckRollout { ranks }, json),
-        InjectCmd::RankHang { rank, json } => (Fault::RankHang { rank }, json),
-        InjectCmd::RankCrash { rank, after, json } => (Fault::RankCrash { rank, after }, json),
-        InjectCmd::SlowCompute { ranks, json } => (Fault::SlowCompute { ranks }, json),
-        InjectCmd::CompetingJob {
-            server,
-            threads,
-            json,
-        } => (Fault::CompetingJob { server, threads }, json),
-        InjectCmd::SlowDisk { server, cpu, json } => (Fault::SlowDisk { server, cpu }, json),
-        InjectCmd::SyncReplica { node_selector, json } => (Fault::SyncReplica { node_selector }, json),
-    };
+    let (fault, json) = (a.fault, a.json);
     // Listen for Ctrl-C from the start (`ctrl_c()` listens only once first polled, so an earlier signal took
     // the default action: the process died without a word or its exit status); one that arrives while the
     // lab is being opened is kept and answered by the guarded inject.
