@@ -3,6 +3,7 @@
 //! runtimes report about it, and the template of the standby's pods.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -114,6 +115,34 @@ pub struct DbStatus {
     /// The primary's `synchronous_standby_names` (empty: commits wait for no standby); `None` when the
     /// primary did not answer.
     pub synchronous_standby_names: Option<String>,
+}
+
+/// The programs the lab runs PostgreSQL with.
+pub const PG_PROGRAMS: [&str; 4] = ["postgres", "initdb", "pg_basebackup", "psql"];
+
+/// The folder of PostgreSQL's programs: `$LAB_PG_BIN`, else the newest `/usr/lib/postgresql/<v>/bin`
+/// (Debian's layout), else the first folder on the `PATH` that has them all. The one place of the lab that
+/// looks at the file system: the local runtime (`lab up --database`) and `lab-db` in a pod both ask it.
+pub fn find_pg_bin() -> Option<PathBuf> {
+    let has = |d: &Path| PG_PROGRAMS.iter().all(|p| d.join(p).exists());
+    if let Some(d) = std::env::var_os("LAB_PG_BIN").map(PathBuf::from) {
+        return has(&d).then_some(d);
+    }
+    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            has(&bin).then_some((v, bin))
+        })
+        .collect();
+    debian.sort();
+    if let Some((_, bin)) = debian.pop() {
+        return Some(bin);
+    }
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).find(|d| has(d)))
 }
 
 #[cfg(test)]

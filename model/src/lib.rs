@@ -2,7 +2,8 @@
 //!
 //! Runtimes produce [`status::PodStatus`] values, telemetry turns metric samples into a
 //! [`snapshot::Snapshot`], faults write [`change::ChangeRecord`]s, and the console, `lab status` and the
-//! drill engine read only these types. Nothing here does I/O.
+//! drill engine read only these types. Nothing here does I/O, save finding PostgreSQL's programs
+//! ([`db::find_pg_bin`]).
 
 pub mod actions;
 pub mod cgroup;

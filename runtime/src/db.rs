@@ -11,50 +11,21 @@ use crate::{Result, RuntimeError};
 /// How long one `psql` call may take: reading or setting a parameter never waits for a standby.
 const PSQL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The folder of PostgreSQL's programs: `$LAB_PG_BIN`, else the newest `/usr/lib/postgresql/<v>/bin`
-/// (Debian's layout), else the folder of `postgres` on the `PATH`.
+/// The folder of PostgreSQL's programs ([`lab_model::db::find_pg_bin`]).
 ///
 /// # Errors
 /// [`RuntimeError::InvalidInput`] saying how to install it.
 pub fn find_pg_bin() -> Result<PathBuf> {
-    let has = |d: &Path| {
-        ["postgres", "initdb", "pg_basebackup", "psql"]
-            .iter()
-            .all(|p| d.join(p).exists())
-    };
-    if let Some(d) = std::env::var_os("LAB_PG_BIN").map(PathBuf::from) {
-        return if has(&d) {
-            Ok(d)
-        } else {
-            Err(RuntimeError::InvalidInput(format!(
-                "LAB_PG_BIN={} has no postgres, initdb, pg_basebackup and psql",
-                d.display()
-            )))
-        };
-    }
-    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let v = e.file_name().to_str()?.parse::<u32>().ok()?;
-            let bin = e.path().join("bin");
-            has(&bin).then_some((v, bin))
+    lab_model::db::find_pg_bin().ok_or_else(|| {
+        let programs = lab_model::db::PG_PROGRAMS.join(", ");
+        RuntimeError::InvalidInput(match std::env::var_os("LAB_PG_BIN") {
+            Some(d) => format!("LAB_PG_BIN={} has not all of {programs}", PathBuf::from(d).display()),
+            None => format!(
+                "--database needs PostgreSQL ({programs}): install it (Debian: apt-get install postgresql), or \
+                 set LAB_PG_BIN to its bin folder"
+            ),
         })
-        .collect();
-    debian.sort();
-    if let Some((_, bin)) = debian.pop() {
-        return Ok(bin);
-    }
-    std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).find(|d| has(d)))
-        .ok_or_else(|| {
-            RuntimeError::InvalidInput(
-                "--database needs PostgreSQL (postgres, initdb, pg_basebackup, psql): install it \
-                 (Debian: apt-get install postgresql), or set LAB_PG_BIN to its bin folder"
-                    .into(),
-            )
-        })
+    })
 }
 
 /// `psql`'s arguments for one statement `sql` on the server at `host:port`, as the trusted `postgres` user,

@@ -226,31 +226,6 @@ pub fn standby(o: &DbOptions, primary_host: &str, primary_port: u16, name: &str)
     Err(invalid(format!("starting postgres: {}", c.exec())))
 }
 
-/// The folder of PostgreSQL's programs: `$LAB_PG_BIN`, else the newest `/usr/lib/postgresql/<v>/bin`
-/// (Debian's layout), else the folder of `pg_ctl` on the `PATH`.
-pub fn find_pg_bin() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("LAB_PG_BIN").map(PathBuf::from) {
-        return d.join("postgres").exists().then_some(d);
-    }
-    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let v = e.file_name().to_str()?.parse::<u32>().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("postgres").exists().then_some((v, bin))
-        })
-        .collect();
-    debian.sort();
-    if let Some((_, bin)) = debian.pop() {
-        return Some(bin);
-    }
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p).find(|d| d.join("postgres").exists() && d.join("initdb").exists())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -61,7 +61,7 @@ enum Role {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Some(pg_bin) = cli.pg_bin.or_else(db::find_pg_bin) else {
+    let Some(pg_bin) = cli.pg_bin.or_else(lab_model::db::find_pg_bin) else {
         eprintln!(
             "lab-db: PostgreSQL is not installed (no postgres and initdb found): install it, or set LAB_PG_BIN"
         );
