@@ -20,7 +20,7 @@ echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Warnings and errors fail the run; shellcheck's style notes are advice.
-mapfile -t shell_scripts < <(git ls-files 'scripts/*.sh' .ci/run 2>/dev/null || ls scripts/*.sh scripts/*/*.sh .ci/run)
+mapfile -t shell_scripts < <(git ls-files 'scripts/*.sh' .ci/run 2>/dev/null || ls scripts/*.sh scripts/*/*.sh scripts/*/*/*.sh .ci/run)
 shellcheck -x -S warning "${shell_scripts[@]}"
 
 echo "== build"
@@ -33,7 +33,7 @@ echo "== end-to-end tests (local lab, one at a time)"
 # Built with the feature set of the workspace's other tests (`cargo test -p lab-tests` would build tokio,
 # hyper, kube and the rest a second time), then run one binary after the other, from the package's folder
 # as `cargo test` does. Every binary runs even when one fails.
-bins=$(scripts/test-bins.sh lab-tests)
+bins=$(scripts/ci/test-bins.sh lab-tests)
 mapfile -t e2e <<<"$bins"
 # Each binary's output is kept too: a failure's message is printed again at the end, where a log cut to its
 # head and tail still shows it.

@@ -18,7 +18,7 @@
 #             (the reference MCP agent's client), and the MCP Inspector from npm (pinned), .tools/node (a
 #             client nobody here wrote, for the MCP tests)
 #   torch     PyTorch from PyPI in its own virtual environment, .tools/torch-venv (the gloo peer of
-#             scripts/bench-allreduce.sh; the Linux wheel pulls the nvidia-* CUDA wheels, several GB)
+#             scripts/bench/allreduce.sh; the Linux wheel pulls the nvidia-* CUDA wheels, several GB)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -273,7 +273,7 @@ pub struct UpArgs {
     #[arg(long)]
     pub monitoring: Option<bool>,
     /// kind: the node image (pinned by digest by default; Kubernetes 1.33 or newer). Where it cannot be
-    /// pulled, the offline image scripts/kind/node-image.sh builds (straggler-lab/kind-node:v1.34.4).
+    /// pulled, the offline image scripts/env/kind/node-image.sh builds (straggler-lab/kind-node:v1.34.4).
     #[arg(long)]
     pub node_image: Option<String>,
     /// kind: nodes in the cluster, 1 to 4 (a control plane, the rest workers); every node runs ranks and

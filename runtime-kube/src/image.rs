@@ -644,7 +644,7 @@ pub fn db_image(reference: &str, bin_dir: &Path, pg_bin: &Path) -> Result<ImageS
 }
 
 /// Prometheus from the `prometheus` on PATH, for clusters that cannot pull its image: Debian's package
-/// (2.42), or the Prometheus 3 that `scripts/prometheus/build.sh` builds from its Go module.
+/// (2.42), or the Prometheus 3 that `scripts/env/prometheus/build.sh` builds from its Go module.
 ///
 /// # Errors
 /// When the package is not installed.

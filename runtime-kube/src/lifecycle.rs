@@ -842,7 +842,7 @@ fn or_use_local(e: RuntimeError) -> RuntimeError {
     }
 }
 
-/// The offline kind node image the project builds (`scripts/kind/node-image.sh`), used when the pinned
+/// The offline kind node image the project builds (`scripts/env/kind/node-image.sh`), used when the pinned
 /// default cannot be pulled.
 pub const OFFLINE_NODE_IMAGE: &str = "straggler-lab/kind-node:v1.34.4";
 /// The offline Prometheus image (from the `prometheus` on PATH) is tagged `<this><its version>`.
@@ -904,7 +904,7 @@ async fn kind_preflight(
         Err(e) => {
             return Err(RuntimeError::InvalidInput(format!(
                 "the node image {node_image} is not in Docker and cannot be pulled ({e}): build the offline node \
-                 image with scripts/kind/node-image.sh and pass --node-image {OFFLINE_NODE_IMAGE}"
+                 image with scripts/env/kind/node-image.sh and pass --node-image {OFFLINE_NODE_IMAGE}"
             )));
         }
     }

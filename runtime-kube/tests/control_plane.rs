@@ -4,13 +4,13 @@
 //! refuses the fifth with its own `Insufficient lab.dev/gpu` message; the fault requests (scale, world size,
 //! template apply, in-place resize, the delay container) must be accepted exactly as the lab sends them.
 //! Nothing runs in the pods (no kubelet), so what needs a running container is left to the real-node tier
-//! (scripts/k8s-e2e.sh).
+//! (scripts/ci/k8s-e2e.sh).
 //!
 //! Run against such a cluster (cluster-admin kubeconfig; the controllers it needs are statefulset, job,
 //! deployment, replicaset, namespace, serviceaccount and podgc; the test creates and removes its own
 //! namespace and node, and the node must be the only schedulable one): `LAB_TEST_KUBECONFIG=... cargo test -p lab-runtime --test control_plane -- --ignored`.
-//! `scripts/kube-control-plane.sh test` starts such a control plane, runs this and stops it; the
-//! real-Kubernetes tier (`scripts/k8s-e2e.sh`, run by `.ci/run`) runs that first.
+//! `scripts/ci/kube-control-plane.sh test` starts such a control plane, runs this and stops it; the
+//! real-Kubernetes tier (`scripts/ci/k8s-e2e.sh`, run by `.ci/run`) runs that first.
 
 use std::time::{Duration, Instant};
 

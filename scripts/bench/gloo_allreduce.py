@@ -1,4 +1,4 @@
-"""The gloo side of scripts/bench-allreduce.sh: torch.distributed's all_reduce (float32, sum) over the gloo
+"""The gloo side of scripts/bench/allreduce.sh: torch.distributed's all_reduce (float32, sum) over the gloo
 backend, timed the same way as the lab's ring benchmark and the OpenMPI program: warm-up operations, then
 for each timed one a barrier and the all-reduce alone. Rank 0 prints one JSON line per size with the median
 time and the algorithm bandwidth.

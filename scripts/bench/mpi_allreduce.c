@@ -1,4 +1,4 @@
-/* The OpenMPI side of scripts/bench-allreduce.sh: MPI_Allreduce (float, sum) timed the same way as the
+/* The OpenMPI side of scripts/bench/allreduce.sh: MPI_Allreduce (float, sum) timed the same way as the
  * lab's ring benchmark: warm-up operations, then for each timed one a barrier and the all-reduce alone.
  * Rank 0 prints one JSON line per size with the median time and the algorithm bandwidth. */
 #include <mpi.h>

@@ -1,6 +1,6 @@
 //! Watches a running lab with the same collector the console runs, and prints one JSON line per tick:
 //! when it was taken, whether a baseline is learned, throughput as % of it, and the firing alerts with
-//! their since-times. `scripts/bench-alerts.sh` reads these lines to time each fault's first alert.
+//! their since-times. `scripts/bench/alerts.sh` reads these lines to time each fault's first alert.
 //!
 //!   cargo run -p lab-session --example watch -- --name <lab> [--baseline <baseline.json>]
 //!

@@ -107,7 +107,7 @@ fn slow_storage_stalls_the_whole_job_while_ready_and_clears_back_to_baseline() {
 
     // The whole job slows while Ready stays. Every step of rank-1 reads through the delayed server, so the
     // job's step time grows by about the delay over this run's own baseline. (How far throughput falls
-    // depends on how long a step was before the delay; that figure is the benchmark's, scripts/bench.sh.)
+    // depends on how long a step was before the delay; that figure is the benchmark's, scripts/bench/all.sh.)
     let s = lab.wait_for(
         "step time up by most of the delay, throughput below half of baseline",
         Duration::from_secs(90),
@@ -238,7 +238,7 @@ fn throttled_rank_slows_its_compute_while_its_template_keeps_400m() {
     // The cut took effect: rank-1 is throttled, the job slows, and rank-1 is now the slowest to compute,
     // clearly apart from its siblings, where before the cut it was one of them. Waited for as a condition
     // (the window fills with throttled steps at the machine's pace); the size of the effect is a benchmark
-    // figure (scripts/bench.sh), not a test's.
+    // figure (scripts/bench/all.sh), not a test's.
     let s = lab.wait_for(
         "rank-1 throttled and computing slower than its siblings",
         Duration::from_secs(90),

@@ -1,4 +1,4 @@
-//! One rank of the all-reduce benchmark (`scripts/bench-allreduce.sh` starts `--world` of them).
+//! One rank of the all-reduce benchmark (`scripts/bench/allreduce.sh` starts `--world` of them).
 //!
 //! The ranks meet through the same rendezvous and connection setup as `lab-rank`, then, for each size, run a
 //! few warm-up all-reduces and `--iters` timed ones. Before each timed operation a one-value all-reduce

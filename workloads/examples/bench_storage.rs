@@ -1,4 +1,4 @@
-//! The storage client's throughput (`scripts/bench-storage.sh` runs it beside wrk).
+//! The storage client's throughput (`scripts/bench/storage.sh` runs it beside wrk).
 //!
 //! Finds rank 0's first shard through the dataset manifest, exactly as a rank does, then reads it for
 //! `--seconds` over `--connections` keep-alive connections (one thread each): either batch-sized HTTP
