@@ -19,6 +19,7 @@ use super::manifests::names as obj;
 use super::{ClusterMode, KubeOptions, KubeRecord, KubeRuntime, api, connect, kind, read_record};
 use lab_runtime::lifecycle::{Progress, UpOptions, step};
 use lab_runtime::state::{self, LabRecord};
+use lab_runtime::wait::{Look, poll};
 use lab_runtime::{Result, Runtime, RuntimeError};
 
 /// Where the golden-signal rule file lives in the repository (the binary embeds it:
@@ -698,28 +699,30 @@ pub fn sample(text: &str, name: &str) -> Option<f64> {
 
 /// Waits until every rank has done a few steps: the job trains end to end.
 async fn wait_for_training(rt: &KubeRuntime, ranks: u32, deadline: Duration) -> Result<()> {
-    let what = format!("all {ranks} ranks to report {BASELINE_STEPS} training steps");
-    api::within(&what, deadline, async {
-        let mut tick = tokio::time::interval(Duration::from_secs(2));
-        loop {
-            tick.tick().await;
-            let Ok(targets) = rt.scrape_targets().await else {
-                continue;
-            };
-            let mut trained = 0;
-            for t in targets.iter().filter(|t| t.kind == lab_runtime::TargetKind::Rank) {
-                if let Ok(text) = rt.fetch_metrics(t, Duration::from_secs(5)).await
-                    && sample(&text, metrics::STEPS).unwrap_or(0.0) >= BASELINE_STEPS
-                {
-                    trained += 1;
-                }
-            }
-            if trained >= ranks {
-                return Ok(());
+    let look = || async {
+        let Ok(targets) = rt.scrape_targets().await else {
+            return Ok(Look::NotYet(" (no rank endpoints yet)".to_string()));
+        };
+        let mut trained = 0;
+        for t in targets.iter().filter(|t| t.kind == lab_runtime::TargetKind::Rank) {
+            if let Ok(text) = rt.fetch_metrics(t, Duration::from_secs(5)).await
+                && sample(&text, metrics::STEPS).unwrap_or(0.0) >= BASELINE_STEPS
+            {
+                trained += 1;
             }
         }
-    })
-    .await
+        Ok::<_, RuntimeError>(if trained >= ranks {
+            Look::Done(())
+        } else {
+            Look::NotYet(format!(" ({trained} had, at the last look)"))
+        })
+    };
+    poll(Duration::from_secs(2), deadline, look)
+        .await?
+        .map_err(|seen| RuntimeError::Timeout {
+            what: format!("all {ranks} ranks to report {BASELINE_STEPS} training steps{seen}"),
+            seconds: deadline.as_secs_f64(),
+        })
 }
 
 /// The kinds of objects a lab creates, for deleting them one by one in a namespace the lab did not create.

@@ -32,6 +32,7 @@ use self::spec::{LocalConfig, LocalSpec, Paths, PortAllocator, StoragePorts};
 use lab_runtime::db;
 use lab_runtime::lifecycle::{Progress, UpOptions, step};
 use lab_runtime::state::{self, LabRecord};
+use lab_runtime::wait::{Look, poll};
 use lab_runtime::{BesideProcess, CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget};
 
 pub use lab_model::actions::{MAX_RANKS, MAX_STORAGE_SERVERS};
@@ -558,33 +559,30 @@ impl LocalRuntime {
     }
 }
 
-/// Polls `check` every 250 ms until it says true, fails, or `deadline` passes.
+/// Polls `check` every 250 ms until it says true, fails with a step's error, or `deadline` passes; another
+/// error is taken as "not yet" and named in the timeout.
 async fn wait_for<F, Fut>(what: &str, deadline: Duration, mut check: F) -> Result<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<bool>>,
 {
-    let start = Instant::now();
-    let mut last_err = None;
-    loop {
-        match check().await {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e @ RuntimeError::Step { .. }) => return Err(e),
-            Err(e) => last_err = Some(e.to_string()),
-        }
-        if start.elapsed() > deadline {
-            let mut what = what.to_string();
-            if let Some(e) = last_err {
-                what.push_str(&format!(" (last error: {e})"));
+    let look = || {
+        let checked = check();
+        async move {
+            match checked.await {
+                Ok(true) => Ok(Look::Done(())),
+                Ok(false) => Ok(Look::NotYet(String::new())),
+                Err(e @ RuntimeError::Step { .. }) => Err(e),
+                Err(e) => Ok(Look::NotYet(format!(" (last error: {e})"))),
             }
-            return Err(RuntimeError::Timeout {
-                what,
-                seconds: deadline.as_secs_f64(),
-            });
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    };
+    poll(Duration::from_millis(250), deadline, look)
+        .await?
+        .map_err(|seen| RuntimeError::Timeout {
+            what: format!("{what}{seen}"),
+            seconds: deadline.as_secs_f64(),
+        })
 }
 
 fn tail(path: &Path, lines: usize) -> String {

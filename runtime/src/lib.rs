@@ -14,6 +14,7 @@ pub mod state;
 pub mod storage;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod wait;
 
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ mod throttled_rank;
 mod unplaceable_rank;
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lab_model::ChangeRecord;
@@ -155,13 +155,7 @@ pub fn injector(fault: &Fault) -> Box<dyn Injector> {
 /// How often [`wait_until`] looks again.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
 
-/// What one look at the lab (its status, the job's signals) says: the wait is over, with what to report,
-/// or not yet, with what was seen.
-#[derive(Debug)]
-pub(crate) enum Look<T> {
-    Done(T),
-    NotYet(String),
-}
+pub(crate) use lab_runtime::wait::Look;
 
 /// Looks at the lab every half second until a look says it is done, for at most `deadline`; then
 /// `timed_out` makes the error from what the last look saw. A look that fails ends the wait with its error.
@@ -170,21 +164,16 @@ pub(crate) enum Look<T> {
 /// The failed look's error, or `timed_out`'s.
 pub(crate) async fn wait_until<T, F, Fut>(
     deadline: Duration,
-    mut look: F,
+    look: F,
     timed_out: impl FnOnce(String) -> FaultError,
 ) -> Result<T, FaultError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Look<T>, FaultError>>,
 {
-    let start = Instant::now();
-    loop {
-        match look().await? {
-            Look::Done(v) => return Ok(v),
-            Look::NotYet(seen) if start.elapsed() > deadline => return Err(timed_out(seen)),
-            Look::NotYet(_) => tokio::time::sleep(LOOK_EVERY).await,
-        }
-    }
+    lab_runtime::wait::poll(LOOK_EVERY, deadline, look)
+        .await?
+        .map_err(timed_out)
 }
 
 /// The ledger holds a `before` that does not belong to this kind of fault.
