@@ -15,14 +15,17 @@ Prints what it removed; exit status 1 if a removal failed.
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
+
+# The environments' shared helpers (scripts/env/nftables.py), without leaving bytecode in the checkout.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from nftables import remove_new_empty_tables  # noqa: E402
 
 PREFIXES = ("KUBE-", "CNI-")
 TABLES = ("filter", "nat", "mangle", "raw")
 FAMILIES = ("iptables", "ip6tables")
-BUILTIN = {"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"}
 
 
 def run(cmd):
@@ -77,42 +80,18 @@ def main():
                         print(f"{fam} -t {table} {op} {chain}: {r.stderr.strip()}", file=sys.stderr)
                         failed = True
             print(f"{fam} -t {table}: removed chains {' '.join(sorted(ours))}")
-        if not dry and remove_new_empty_tables(fam, base_dir):
+        if not dry and remove_new_empty_tables(fam, saved_tables(fam, base_dir)):
             failed = True
     sys.exit(1 if failed else 0)
 
 
-def remove_new_empty_tables(fam, base_dir):
-    """Deletes nf_tables tables that the node's writes brought into existence and that are empty again."""
+def saved_tables(fam, base_dir):
+    """The table names saved before the node came up, or None."""
     try:
         with open(os.path.join(base_dir, f"tables.{fam}"), encoding="utf-8") as f:
-            before = {line.strip() for line in f if line.strip()}
+            return {line.strip() for line in f if line.strip()}
     except FileNotFoundError:
-        return False
-    if "nf_tables" not in run([fam, "-V"]).stdout or not shutil.which("nft"):
-        return False
-    failed = False
-    saved = run([f"{fam}-save"]).stdout
-    table, empty = None, {}
-    for line in saved.splitlines():
-        if line.startswith("*"):
-            table = line[1:].strip()
-            empty[table] = True
-        elif table and (line.startswith("-A ") or (line.startswith(":") and line[1:].split()[0] not in BUILTIN)):
-            empty[table] = False
-        elif table and line.startswith(":") and " ACCEPT " not in line:
-            empty[table] = False  # a policy was changed: someone cares about this table
-    family = "ip" if fam == "iptables" else "ip6"
-    for table, is_empty in sorted(empty.items()):
-        if table in before or not is_empty:
-            continue
-        r = run(["nft", "delete", "table", family, table])
-        if r.returncode == 0:
-            print(f"{fam}: removed the empty table {table} (it did not exist before)")
-        else:
-            print(f"nft delete table {family} {table}: {r.stderr.strip()}", file=sys.stderr)
-            failed = True
-    return failed
+        return None
 
 
 if __name__ == "__main__":

@@ -23,6 +23,11 @@ import shutil
 import subprocess
 import sys
 
+# The environments' shared helpers (scripts/env/nftables.py), without leaving bytecode in the checkout.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from nftables import remove_new_empty_tables  # noqa: E402
+
 TABLES = ("filter", "nat", "mangle", "raw")
 FAMILIES = ("iptables", "ip6tables")
 BUILTIN = {"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"}
@@ -143,38 +148,16 @@ def sweep(d, subnets):
                         failed = True
             if ours:
                 print(f"{fam} -t {t}: removed chains {' '.join(ours)}")
-        failed |= remove_new_empty_tables(fam, d)
+        failed |= remove_new_empty_tables(fam, saved_tables(fam, d))
     return failed
 
 
-def remove_new_empty_tables(fam, d):
+def saved_tables(fam, d):
+    """The table names saved before the engine came up, or None."""
     try:
-        before = set(read(os.path.join(d, f"tables.{fam}")))
+        return set(read(os.path.join(d, f"tables.{fam}")))
     except FileNotFoundError:
-        return False
-    if "nf_tables" not in run([fam, "-V"]).stdout or not shutil.which("nft"):
-        return False
-    failed = False
-    table, empty = None, {}
-    for line in run([f"{fam}-save"]).stdout.splitlines():
-        if line.startswith("*"):
-            table = line[1:].strip()
-            empty[table] = True
-        elif table and (line.startswith("-A ") or (line.startswith(":") and line[1:].split()[0] not in BUILTIN)):
-            empty[table] = False
-        elif table and line.startswith(":") and " ACCEPT " not in line:
-            empty[table] = False  # a policy was changed: someone cares about this table
-    family = "ip" if fam == "iptables" else "ip6"
-    for table, is_empty in sorted(empty.items()):
-        if table in before or not is_empty:
-            continue
-        r = run(["nft", "delete", "table", family, table])
-        if r.returncode == 0:
-            print(f"{fam}: removed the empty table {table} (it did not exist before)")
-        else:
-            print(f"nft delete table {family} {table}: {r.stderr.strip()}", file=sys.stderr)
-            failed = True
-    return failed
+        return None
 
 
 def without_empty_tables(lines):
