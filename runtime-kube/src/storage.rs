@@ -161,14 +161,10 @@ impl KubeRuntime {
         if server >= self.rec.storage_servers {
             return Err(RuntimeError::NoSuchInstance(names::storage(server)));
         }
-        let rack = names::storage(server);
-        Ok(self
-            .volume_entries()
-            .await?
-            .into_iter()
-            .filter(|e| e.rack == rack)
-            .map(|e| e.id)
-            .collect())
+        Ok(lab_runtime::storage::volumes_on(
+            self.volume_entries().await?,
+            server,
+        ))
     }
 
     /// Storage server `server`'s node address as SeaweedFS names it: its pod IP and its own port.

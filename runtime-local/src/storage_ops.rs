@@ -47,14 +47,10 @@ impl LocalRuntime {
     }
 
     pub(super) async fn volumes_on(&self, server: u32) -> Result<Vec<u32>> {
-        let rack = lab_model::names::storage(server);
-        Ok(self
-            .volume_entries()
-            .await?
-            .into_iter()
-            .filter(|e| e.rack == rack)
-            .map(|e| e.id)
-            .collect())
+        Ok(lab_runtime::storage::volumes_on(
+            self.volume_entries().await?,
+            server,
+        ))
     }
 
     /// Times `samples` `/status` requests straight to the volume server, not through its proxy, and returns

@@ -57,6 +57,16 @@ pub struct VolumeEntry {
     pub node: String,
 }
 
+/// The volumes on storage server `server`: those whose server registered with its rack (`storage-<i>`).
+pub fn volumes_on(entries: Vec<VolumeEntry>, server: u32) -> Vec<u32> {
+    let rack = lab_model::names::storage(server);
+    entries
+        .into_iter()
+        .filter(|e| e.rack == rack)
+        .map(|e| e.id)
+        .collect()
+}
+
 /// Parses the master's `/vol/status` answer.
 ///
 /// # Errors
