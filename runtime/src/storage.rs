@@ -30,20 +30,32 @@ pub fn own_probe_text(own: Duration) -> String {
 /// period answers the scrape when its budget comes back, and a probe sent right after that answer would
 /// always find budget left and read fast; sent with the scrape, it lands on whatever phase of the period
 /// the scrape's schedule hits. A probe still unanswered when the scrape's time is up counts as that long
-/// (a starved server is slow, not absent from the evidence); a probe that fails adds nothing.
+/// (a starved server is slow, not absent from the evidence); a probe that fails adds nothing. A server so
+/// starved that its own scrape does not answer in time still has that latency: the answer is the probe's
+/// line alone, and the scrape's error only when the probe failed too (a server that is not there).
+///
+/// # Errors
+/// The scrape's error, when the probe gave no latency either.
 pub async fn scrape_with_own_probe<S, P>(scrape: S, probe: P, timeout: Duration) -> Result<String>
 where
     S: std::future::Future<Output = Result<String>>,
     P: std::future::Future<Output = Result<Duration>>,
 {
     let (body, own) = tokio::join!(scrape, tokio::time::timeout(timeout, probe));
-    let mut body = body?;
-    match own {
-        Ok(Ok(own)) => body.push_str(&own_probe_text(own)),
-        Err(_) => body.push_str(&own_probe_text(timeout)),
-        Ok(Err(_)) => {}
+    let own = match own {
+        Ok(Ok(own)) => Some(own_probe_text(own)),
+        Err(_) => Some(own_probe_text(timeout)),
+        Ok(Err(_)) => None,
+    };
+    match (body, own) {
+        (Ok(mut body), Some(own)) => {
+            body.push_str(&own);
+            Ok(body)
+        }
+        (Ok(body), None) => Ok(body),
+        (Err(_), Some(own)) => Ok(own),
+        (Err(e), None) => Err(e),
     }
-    Ok(body)
 }
 
 /// One volume as the master's `/vol/status` lists it.
@@ -109,6 +121,30 @@ pub fn parse_vol_status(body: &str) -> Result<Vec<VolumeEntry>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server too starved to answer its scrape in time is read as slow (the probe's wait), not dropped
+    /// from the evidence; one that is not there at all is the scrape's error.
+    #[tokio::test(start_paused = true)]
+    async fn a_starved_server_keeps_its_own_latency() {
+        let t = Duration::from_millis(700);
+        let late = || async {
+            Err::<String, _>(RuntimeError::Timeout {
+                what: "scrape".into(),
+                seconds: 0.7,
+            })
+        };
+        let body = scrape_with_own_probe(late(), std::future::pending(), t)
+            .await
+            .unwrap();
+        assert_eq!(body, own_probe_text(t));
+        let refused = async { Err(RuntimeError::Other("refused".into())) };
+        assert!(scrape_with_own_probe(late(), refused, t).await.is_err());
+        let ok = async { Ok("x 1\n".to_string()) };
+        let fine = scrape_with_own_probe(ok, async { Ok(Duration::from_millis(2)) }, t)
+            .await
+            .unwrap();
+        assert_eq!(fine, format!("x 1\n{}", own_probe_text(Duration::from_millis(2))));
+    }
 
     #[test]
     fn reads_the_masters_volume_list() {
