@@ -15,7 +15,6 @@ pub const MAX_COMMANDS: usize = 10;
 /// (`lab_model::fault::Spec::CAUSE`), then `none` and `unknown`.
 pub fn causes() -> Vec<&'static str> {
     let mut v: Vec<&'static str> = lab_model::FaultKind::ALL.iter().map(|k| k.cause()).collect();
-    v.dedup();
     v.extend(["none", "unknown"]);
     v
 }

@@ -1162,6 +1162,22 @@ steps:
     }
 
     #[test]
+    fn kind_may_come_after_the_parameters() {
+        let d = parse(
+            "name: x\nseed: 1\nsteps:\n  - inject:\n      server: 2\n      kind: slow-storage\n  - remediate:\n  - verify:\n",
+        )
+        .unwrap();
+        let Step::Inject(Fault::SlowStorage(p)) = &d.steps[0] else {
+            panic!("{:?}", d.steps[0]);
+        };
+        assert_eq!((p.server, p.delay), (2, Duration::from_millis(300)));
+        let e = err(
+            "name: x\nseed: 1\nsteps:\n  - inject:\n      rank: 2\n      kind: slow-storage\n  - remediate:\n  - verify:\n",
+        );
+        assert!(e.message.contains("`rank` does not apply to slow-storage"), "{e}");
+    }
+
+    #[test]
     fn fields_of_another_fault_are_refused() {
         let e = err(
             "name: x\nseed: 1\nsteps:\n  - inject:\n      kind: slow-storage\n      rank: 2\n  - remediate:\n  - verify:\n",

@@ -717,12 +717,17 @@ async fn wait_for_training(rt: &KubeRuntime, ranks: u32, deadline: Duration) -> 
             Look::NotYet(format!(" ({trained} had, at the last look)"))
         })
     };
-    poll(Duration::from_secs(2), deadline, look)
-        .await?
-        .map_err(|seen| RuntimeError::Timeout {
-            what: format!("all {ranks} ranks to report {BASELINE_STEPS} training steps{seen}"),
-            seconds: deadline.as_secs_f64(),
-        })
+    let what = format!("all {ranks} ranks to report {BASELINE_STEPS} training steps");
+    // A look reads every rank (5 s each at most): the deadline is held hard around the polling too.
+    api::within(&what, deadline, async {
+        poll(Duration::from_secs(2), deadline, look)
+            .await?
+            .map_err(|seen| RuntimeError::Timeout {
+                what: format!("{what}{seen}"),
+                seconds: deadline.as_secs_f64(),
+            })
+    })
+    .await
 }
 
 /// The kinds of objects a lab creates, for deleting them one by one in a namespace the lab did not create.

@@ -208,8 +208,11 @@ macro_rules! catalogue {
 
         $(
             impl Default for $variant {
+                /// Its flags' defaults, parsed once: serde fills a drill file's or a ledger's missing
+                /// parameters from here on every read.
                 fn default() -> Self {
-                    from_defaults()
+                    static DEFAULTS: std::sync::OnceLock<$variant> = std::sync::OnceLock::new();
+                    DEFAULTS.get_or_init(from_defaults).clone()
                 }
             }
 
