@@ -121,7 +121,7 @@ pub struct DbStatus {
 pub const PG_PROGRAMS: [&str; 4] = ["postgres", "initdb", "pg_basebackup", "psql"];
 
 /// The folder of PostgreSQL's programs: `$LAB_PG_BIN`, else the newest `/usr/lib/postgresql/<v>/bin`
-/// (Debian's layout), else the first folder on the `PATH` that has them all. The one place of the lab that
+/// (Debian's layout), else the first folder on the `PATH` that has them all. The one function of `model` that
 /// looks at the file system: the local runtime (`lab up --database`) and `lab-db` in a pod both ask it.
 pub fn find_pg_bin() -> Option<PathBuf> {
     let has = |d: &Path| PG_PROGRAMS.iter().all(|p| d.join(p).exists());
