@@ -973,8 +973,8 @@ impl Runtime for LocalRuntime {
         self.move_volume_local(volume, from, to).await
     }
     async fn database(&self) -> Result<lab_model::db::DbStatus> {
-        let (mut st, pg_bin) = self.db_status().await?;
-        st.synchronous_standby_names = db::psql(&pg_bin, &st.primary, "SHOW synchronous_standby_names")
+        let mut st = self.db_status().await?;
+        st.synchronous_standby_names = db::query(&st.primary, "SHOW synchronous_standby_names")
             .await
             .ok();
         Ok(st)
@@ -995,10 +995,10 @@ impl Runtime for LocalRuntime {
     }
 
     async fn set_synchronous_standby_names(&self, names: &str) -> Result<()> {
-        let (st, pg_bin) = self.db_status().await?;
+        let st = self.db_status().await?;
         db::set_standby_names(names, |sql| {
-            let (pg_bin, primary) = (&pg_bin, &st.primary);
-            async move { db::psql(pg_bin, primary, &sql).await }
+            let primary = &st.primary;
+            async move { db::query(primary, &sql).await }
         })
         .await
     }
@@ -1018,15 +1018,10 @@ fn invalid_input(e: RuntimeError) -> RuntimeError {
 
 impl LocalRuntime {
     /// The database as the supervisor reports it, and where PostgreSQL's programs are.
-    async fn db_status(&self) -> Result<(lab_model::db::DbStatus, PathBuf)> {
-        let st = self.local_status().await?;
-        let spec: LocalSpec = std::fs::read(self.paths.spec())
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .ok_or_else(|| RuntimeError::Other("the lab's spec is unreadable".into()))?;
-        match (st.database, spec.database) {
-            (Some(d), Some(s)) => Ok((d, s.pg_bin)),
-            _ => Err(RuntimeError::InvalidInput(
+    async fn db_status(&self) -> Result<lab_model::db::DbStatus> {
+        match self.local_status().await?.database {
+            Some(d) => Ok(d),
+            None => Err(RuntimeError::InvalidInput(
                 "this lab has no database: start one with `lab up --database`".into(),
             )),
         }

@@ -1,15 +1,15 @@
-//! The local lab's optional database, on the client side: finding PostgreSQL's programs at `lab up`,
-//! waiting for the database to take commits, and the primary's `synchronous_standby_names`, read and
-//! set with `psql` over loopback ([`set_standby_names`] also serves the Kubernetes runtime, whose `psql`
-//! runs in the primary's pod).
+//! The lab's optional database, on the client side: finding PostgreSQL's programs at `lab up`, and the
+//! primary's `synchronous_standby_names`, read and set over `tokio-postgres` on the local runtime
+//! ([`query`]) and with `psql` in the primary's pod on Kubernetes ([`psql_args`]: the primary is not
+//! reachable from outside the cluster there, and its image has `psql`); [`set_standby_names`] serves both.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::{Result, RuntimeError};
 
-/// How long one `psql` call may take: reading or setting a parameter never waits for a standby.
-const PSQL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one statement may take: reading or setting a parameter never waits for a standby.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The folder of PostgreSQL's programs ([`lab_model::db::find_pg_bin`]).
 ///
@@ -29,8 +29,8 @@ pub fn find_pg_bin() -> Result<PathBuf> {
 }
 
 /// `psql`'s arguments for one statement `sql` on the server at `host:port`, as the trusted `postgres` user,
-/// unaligned and tuples only, stopping at the first error (the local lab runs it on this machine; the kind
-/// runtime through `exec` in the primary's container).
+/// unaligned and tuples only, stopping at the first error (the Kubernetes runtime runs it through `exec` in
+/// the primary's container).
 pub fn psql_args(host: &str, port: &str, sql: &str) -> Vec<String> {
     [
         "-X",
@@ -54,30 +54,50 @@ pub fn psql_args(host: &str, port: &str, sql: &str) -> Vec<String> {
     .collect()
 }
 
-/// Runs `sql` on the server at `addr` with `psql` and returns its unaligned output.
+/// Runs `sql` (one statement) on the server at `addr` (`HOST:PORT`) as the trusted `postgres` user over
+/// `tokio-postgres`, and returns the first column of its first row as text (`""` when it returns none).
 ///
 /// # Errors
-/// When `psql` cannot start, does not finish in time, or reports an error.
-pub async fn psql(pg_bin: &Path, addr: &str, sql: &str) -> Result<String> {
+/// When the server cannot be reached, does not answer in time, or reports an error.
+pub async fn query(addr: &str, sql: &str) -> Result<String> {
+    let what = format!("the database at {addr}");
+    let fail = |e: tokio_postgres::Error| {
+        RuntimeError::Other(match e.as_db_error() {
+            Some(db) => format!("{what}: database error {}: {}", db.code().code(), db.message()),
+            None => format!("{what}: {e}"),
+        })
+    };
     let (host, port) = addr
         .rsplit_once(':')
+        .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
         .ok_or_else(|| RuntimeError::Other(format!("{addr:?} is not HOST:PORT")))?;
-    let mut c = tokio::process::Command::new(pg_bin.join("psql"));
-    c.args(psql_args(host, port, sql)).kill_on_drop(true);
-    let out = tokio::time::timeout(PSQL_TIMEOUT, c.output())
+    let answer = async {
+        let (client, connection) = tokio_postgres::Config::new()
+            .host(host)
+            .port(port)
+            .user("postgres")
+            .dbname("postgres")
+            .application_name("lab")
+            .connect_timeout(QUERY_TIMEOUT)
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(fail)?;
+        let connection = tokio::spawn(connection);
+        let rows = client.simple_query(sql).await.map_err(fail);
+        drop(client);
+        let _ = connection.await;
+        let first = rows?.into_iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row.get(0).unwrap_or_default().to_string()),
+            _ => None,
+        });
+        Ok(first.unwrap_or_default())
+    };
+    tokio::time::timeout(QUERY_TIMEOUT, answer)
         .await
         .map_err(|_| RuntimeError::Timeout {
-            what: format!("psql on the primary at {addr}"),
-            seconds: PSQL_TIMEOUT.as_secs_f64(),
+            what: format!("{sql:?} on {what}"),
+            seconds: QUERY_TIMEOUT.as_secs_f64(),
         })?
-        .map_err(|e| RuntimeError::io("running psql", e))?;
-    if !out.status.success() {
-        return Err(RuntimeError::Other(format!(
-            "psql on the primary at {addr}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// How long the primary may take to load a new `synchronous_standby_names` after its reload.

@@ -4,7 +4,7 @@
 //! sums it with its peers over a TCP ring ([`allreduce`], after [`rendezvous`]), checkpoints
 //! ([`checkpoint`]), and exports what it does ([`metrics`], [`serve`], [`cgroup`]); [`rank`] ties these
 //! together and [`seeder`] writes the dataset they read. Beside the job, the optional database: [`db`]
-//! (the PostgreSQL pods) and [`writer`] (the application committing to it, over [`pg`]). [`beside`] is what the lab runs inside a rank's
+//! (the PostgreSQL pods) and [`writer`] (the application committing to it, over `tokio-postgres`). [`beside`] is what the lab runs inside a rank's
 //! container through `exec` on Kubernetes (the `lab-beside` binary).
 
 pub mod allreduce;
@@ -19,7 +19,6 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod model;
-pub mod pg;
 pub mod rank;
 pub mod reader;
 pub mod reading;

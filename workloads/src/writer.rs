@@ -15,7 +15,6 @@ use lab_model::metrics as m;
 
 use crate::error::{Result, WorkloadError};
 use crate::metrics::Registry;
-use crate::pg::PgConn;
 use crate::serve;
 
 /// How far back the rates and quantiles look.
@@ -209,91 +208,147 @@ pub fn run(opts: &WriterOptions) -> Result<()> {
         "writer: up: committing {} transactions/s on {}, metrics on http://{addr}/metrics",
         opts.rate, opts.primary
     );
-    let (o, r, w) = (opts.clone(), registry.clone(), window.clone());
-    std::thread::Builder::new()
-        .name("reads".into())
-        .spawn(move || read_loop(&o, &r, &w))
-        .map_err(|e| WorkloadError::io("reader thread", "", e, Duration::ZERO))?;
-    commit_loop(opts, &registry, &window);
+    // The commits and the reads each on a connection of their own (`tokio-postgres`), on one thread: a
+    // commit that hangs is a future that does not finish, and the reads go on beside it.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| WorkloadError::io("writer runtime", &opts.primary, e, Duration::ZERO))?;
+    runtime.block_on(async {
+        tokio::join!(
+            commit_loop(opts, &registry, &window),
+            read_loop(opts, &registry, &window)
+        )
+    });
     Ok(())
 }
 
-fn connect(opts: &WriterOptions, app: &str) -> Option<PgConn> {
-    match PgConn::connect(&opts.primary, &opts.user, "postgres", app, CONNECT_TIMEOUT) {
-        Ok(c) => Some(c),
+/// A connection to the primary as `app` (`application_name`), or `None` after saying why and waiting a
+/// moment. The name is looked up at every connect: a primary made again answers at its new address.
+async fn connect(opts: &WriterOptions, app: &str) -> Option<tokio_postgres::Client> {
+    let made = match opts.primary.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
+        Some((host, Ok(port))) => {
+            tokio_postgres::Config::new()
+                .host(host)
+                .port(port)
+                .user(&opts.user)
+                .dbname("postgres")
+                .application_name(app)
+                .connect_timeout(CONNECT_TIMEOUT)
+                .connect(tokio_postgres::NoTls)
+                .await
+        }
+        _ => {
+            eprintln!("writer: {app}: {:?} is not HOST:PORT", opts.primary);
+            tokio::time::sleep(RETRY_AFTER).await;
+            return None;
+        }
+    };
+    match made {
+        Ok((client, connection)) => {
+            let app = app.to_string();
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    eprintln!("writer: {app}: connection: {}", said(&e));
+                }
+            });
+            Some(client)
+        }
         Err(e) => {
-            eprintln!("writer: {app}: {e}");
-            std::thread::sleep(RETRY_AFTER);
+            eprintln!("writer: {app}: {}", said(&e));
+            tokio::time::sleep(RETRY_AFTER).await;
             None
         }
     }
 }
 
-fn commit_loop(opts: &WriterOptions, registry: &Registry, window: &Mutex<Window>) {
+/// The server's own message where it sent one (`database error 42P01: ...`), else the client's.
+fn said(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("database error {}: {}", db.code().code(), db.message()),
+        None => e.to_string(),
+    }
+}
+
+async fn commit_loop(opts: &WriterOptions, registry: &Registry, window: &Mutex<Window>) {
     let every = Duration::from_secs_f64(1.0 / opts.rate);
-    let mut conn: Option<PgConn> = None;
+    let mut conn: Option<tokio_postgres::Client> = None;
     let mut next = Instant::now();
     loop {
-        let Some(c) = conn.as_mut() else {
-            conn = connect(opts, "lab-writer").and_then(|mut c| {
-                let made = c.query(
+        let Some(c) = conn.as_ref() else {
+            let Some(c) = connect(opts, "lab-writer").await else {
+                continue;
+            };
+            let made = tokio::time::timeout(
+                READ_TIMEOUT,
+                c.batch_execute(
                     "CREATE TABLE IF NOT EXISTS lab_writes \
                      (id bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT now(), note text)",
-                );
-                // A commit waits for as long as the server takes: that wait is the signal.
-                match made.and_then(|_| c.set_timeout(None)) {
-                    Ok(()) => Some(c),
-                    Err(e) => {
-                        eprintln!("writer: preparing the table: {e}");
-                        std::thread::sleep(RETRY_AFTER);
-                        None
-                    }
-                }
-            });
+                ),
+            )
+            .await;
+            match made {
+                Ok(Ok(())) => conn = Some(c),
+                Ok(Err(e)) => eprintln!("writer: preparing the table: {}", said(&e)),
+                Err(_) => eprintln!("writer: preparing the table: no answer in {READ_TIMEOUT:?}"),
+            }
+            if conn.is_none() {
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
             continue;
         };
         let now = Instant::now();
         if now < next {
-            std::thread::sleep(next - now);
+            tokio::time::sleep(next - now).await;
         }
         next = (next + every).max(Instant::now() - every);
         window.lock().expect("writer window").begin_commit(Instant::now());
-        let r = c.query("INSERT INTO lab_writes (note) VALUES ('step')");
+        // A commit waits for as long as the server takes: that wait is the signal.
+        let r = c
+            .batch_execute("INSERT INTO lab_writes (note) VALUES ('step')")
+            .await;
         let ok = r.is_ok();
         window
             .lock()
             .expect("writer window")
             .end_commit(Instant::now(), ok);
         match r {
-            Ok(_) => registry.inc(m::WRITER_COMMITS, &[], 1.0),
+            Ok(()) => registry.inc(m::WRITER_COMMITS, &[], 1.0),
             Err(e) => {
                 registry.inc(m::WRITER_COMMIT_ERRORS, &[], 1.0);
-                eprintln!("writer: commit: {e}");
+                eprintln!("writer: commit: {}", said(&e));
                 conn = None;
             }
         }
     }
 }
 
-fn read_loop(opts: &WriterOptions, registry: &Registry, window: &Mutex<Window>) {
-    let mut conn: Option<PgConn> = None;
+async fn read_loop(opts: &WriterOptions, registry: &Registry, window: &Mutex<Window>) {
+    let mut conn: Option<tokio_postgres::Client> = None;
     loop {
-        let Some(c) = conn.as_mut() else {
-            conn = connect(opts, "lab-writer-reads")
-                .and_then(|mut c| c.set_timeout(Some(READ_TIMEOUT)).ok().map(|()| c));
+        let Some(c) = conn.as_ref() else {
+            conn = connect(opts, "lab-writer-reads").await;
             continue;
         };
-        match c.query("SELECT count(*) FROM pg_stat_activity") {
-            Ok(_) => {
+        let read = tokio::time::timeout(
+            READ_TIMEOUT,
+            c.simple_query("SELECT count(*) FROM pg_stat_activity"),
+        );
+        match read.await {
+            Ok(Ok(_)) => {
                 registry.inc(m::WRITER_READS, &[], 1.0);
                 window.lock().expect("writer window").read(Instant::now());
             }
-            Err(e) => {
-                eprintln!("writer: read: {e}");
+            Ok(Err(e)) => {
+                eprintln!("writer: read: {}", said(&e));
+                conn = None;
+            }
+            Err(_) => {
+                eprintln!("writer: read: no answer in {READ_TIMEOUT:?}");
                 conn = None;
             }
         }
-        std::thread::sleep(READ_EVERY);
+        tokio::time::sleep(READ_EVERY).await;
     }
 }
 
