@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# Shared by scripts/ci/kind-e2e.sh and scripts/ci/k8s-e2e.sh: the lab CLI, the three faults as built-in drills,
-# and checks through `lab status --json`. Every helper fails the run, loudly, when it cannot do what it
-# checks: a tier that could not check something has not passed it.
+# Sourced by scripts/ci/k8s-e2e.sh: the lab CLI, the three faults as built-in drills, and checks through
+# `lab status --json` (scripts/ci/kind-e2e.sh takes only `say` and `die`: its checks are tests/e2e/kind.rs).
+# Every helper fails the run, loudly, when it cannot do what it checks: a tier that could not check
+# something has not passed it.
 # Source it after setting NAME, REPORTS and LAB_BIN; it defines functions only.
 
 say() { printf '[%s +%ss] %s\n' "${E2E_TAG:-e2e}" "$(( $(date +%s) - E2E_T0 ))" "$*" >&2; }

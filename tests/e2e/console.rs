@@ -29,7 +29,7 @@ fn console_key_injects_slow_storage_and_the_headline_names_the_slow_server() {
     let t = Tmux::start("lab-e2e-console", 160, 50);
     let line = format!(
         "clear; env LAB_STATE_DIR='{}' LAB_NAME='{}' LAB_WEED='{}' '{}' console; echo EXITED $?",
-        lab.state.path().display(),
+        lab.state().display(),
         lab.name,
         weed().display(),
         bin_dir().join("lab").display()

@@ -88,7 +88,7 @@ fn the_readme_first_session_runs_as_written() {
             .current_dir(root())
             .env("PATH", &path)
             .env("LAB_WEED", weed())
-            .env("LAB_STATE_DIR", lab.state.path())
+            .env("LAB_STATE_DIR", lab.state())
             .env("LAB_NAME", &lab.name)
             .output()
             .expect("run sh");

@@ -51,7 +51,7 @@ fn lab_bin(lab: &Lab) -> String {
 fn clients_nobody_here_wrote_list_and_call_the_tools_and_bad_input_is_named_and_recorded() {
     let _one = serial();
     let mut lab = Lab::up("e2e-mcp-clients", &[]);
-    let state = lab.state.path().display().to_string();
+    let state = lab.state().display().to_string();
     let bin = lab_bin(&lab);
 
     // The MCP Inspector's CLI: the tools of the metrics level, and `status`.
@@ -109,7 +109,7 @@ fn clients_nobody_here_wrote_list_and_call_the_tools_and_bad_input_is_named_and_
     );
 
     // A client on the official Python SDK, with its calls recorded.
-    let calls = lab.state.path().join("calls.jsonl");
+    let calls = lab.state().join("calls.jsonl");
     let out = Command::new(tool("LAB_MCP_PYTHON"))
         .arg(repo().join("tests/clients/mcp_sdk_client.py"))
         .args([
@@ -120,7 +120,7 @@ fn clients_nobody_here_wrote_list_and_call_the_tools_and_bad_input_is_named_and_
             "--calls",
             calls.to_str().unwrap(),
         ])
-        .env("LAB_STATE_DIR", lab.state.path())
+        .env("LAB_STATE_DIR", lab.state())
         .env("LAB_NAME", &lab.name)
         .output()
         .expect("run the Python SDK client");
@@ -286,7 +286,7 @@ fn drills(lab: &Lab, names: &[&str], extra: &[&str], report: &Path) -> (bool, Va
 fn the_seeds_three_faults_pass_with_the_reference_mcp_agent_and_the_loop_sends_a_failed_fix_back() {
     let _one = serial();
     let mut lab = Lab::up("e2e-mcp-drills", &[]);
-    let dir = lab.state.path().to_path_buf();
+    let dir = lab.state().to_path_buf();
 
     // Faults 1 and 2 at the full evidence level: everything right.
     let (ok, r, out) = drills(

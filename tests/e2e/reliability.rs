@@ -1069,7 +1069,7 @@ fn bad_arguments_to_every_command_are_refused_and_touch_nothing() {
         );
     }
     assert!(
-        std::fs::read_dir(lab.state.path()).unwrap().next().is_none(),
+        std::fs::read_dir(lab.state()).unwrap().next().is_none(),
         "a refused command created something in the state folder"
     );
 }

@@ -23,6 +23,9 @@ pub struct Edits<'a> {
     /// Every verify step's deadline. A trap fails only when this runs out: it needs to be long enough for
     /// the right fix to have passed within it, no longer.
     pub deadline: Option<&'a str>,
+    /// Without the built-in's list of the runtimes it runs on (`runtime.kinds`): the copy runs on whatever
+    /// runtime the test's lab has.
+    pub any_runtime: bool,
 }
 
 /// The built-in drill `builtin`'s YAML with `edits` made.
@@ -35,6 +38,9 @@ pub fn drill_copy(builtin: &str, edits: &Edits) -> String {
     for line in yaml.lines() {
         let t = line.trim_start();
         let indent = &line[..line.len() - t.len()];
+        if edits.any_runtime && !indent.is_empty() && t.starts_with("kinds: ") {
+            continue;
+        }
         // A step starts (`  - verify:`); a list inside a step (`- rule: …`) is deeper.
         if t.starts_with("- ") && indent.len() <= 2 {
             in_verify = t == "- verify:";
@@ -170,6 +176,20 @@ mod tests {
             .replace("consecutive_steps: 100", "consecutive_steps: 50")
             .replace("deadline: 90s", "deadline: 30s");
         assert_eq!(copy, want);
+    }
+
+    #[test]
+    fn a_copy_for_any_runtime_drops_the_runtimes_list_alone() {
+        let builtin = drill_copy("slow-disk", &Edits::default());
+        assert!(builtin.contains("\n  kinds: [local, kind]\n"), "{builtin}");
+        let copy = drill_copy(
+            "slow-disk",
+            &Edits {
+                any_runtime: true,
+                ..Edits::default()
+            },
+        );
+        assert_eq!(copy, builtin.replace("  kinds: [local, kind]\n", ""));
     }
 
     #[test]

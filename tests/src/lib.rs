@@ -90,10 +90,22 @@ pub fn stop_watcher(lab: &Lab) {
 #[derive(Debug)]
 pub struct Lab {
     pub name: String,
-    pub state: tempfile::TempDir,
+    state: StateDir,
+    /// The `lab` binary every command of this lab runs.
+    exe: PathBuf,
     down: bool,
+    /// Left up when the handle drops without `down` (a failed run kept to be looked at).
+    keep: bool,
     /// The user every `lab` command of this lab runs as (`runuser -u`); `None`: this test's own.
     user: Option<String>,
+}
+
+/// Where a lab's state lives: a temporary folder of the test's own, removed with it, or one a tier's
+/// set-up script gave (kept, with the kubeconfig of its cluster, for a look after the run).
+#[derive(Debug)]
+enum StateDir {
+    Temp(tempfile::TempDir),
+    Given(PathBuf),
 }
 
 impl Lab {
@@ -111,10 +123,46 @@ impl Lab {
             .expect("temp dir");
         Lab {
             name: format!("{prefix}{name}"),
-            state,
+            state: StateDir::Temp(state),
+            exe: bin_dir().join("lab"),
             down: false,
+            keep: false,
             user: None,
         }
+    }
+
+    /// A lab handle for the binary `exe` and the state folder `state`, both given by a tier's set-up
+    /// script (the kind tier's), without starting anything. The name is taken as it is. With `keep`, a
+    /// handle dropped before `down` (a failed run) leaves the lab up and says how to take it down.
+    pub fn given(name: &str, state: PathBuf, exe: PathBuf, keep: bool) -> Lab {
+        assert!(
+            exe.is_file(),
+            "the lab binary {} does not exist: build it (cargo build --workspace --bins)",
+            exe.display()
+        );
+        std::fs::create_dir_all(&state)
+            .unwrap_or_else(|e| panic!("the state folder {}: {e}", state.display()));
+        Lab {
+            name: name.to_string(),
+            state: StateDir::Given(state),
+            exe,
+            down: false,
+            keep,
+            user: None,
+        }
+    }
+
+    /// The state folder (`LAB_STATE_DIR` of every command of this lab).
+    pub fn state(&self) -> &Path {
+        match &self.state {
+            StateDir::Temp(t) => t.path(),
+            StateDir::Given(p) => p,
+        }
+    }
+
+    /// The `lab` binary this lab's commands run.
+    pub fn exe(&self) -> &Path {
+        &self.exe
     }
 
     /// [`Lab::new`], with every `lab` command run as `user`, who owns the state folder.
@@ -123,7 +171,7 @@ impl Lab {
     /// When the state folder cannot be handed to `user`.
     pub fn new_as(name: &str, user: &User) -> Lab {
         let mut lab = Lab::new(name);
-        user.give(lab.state.path());
+        user.give(lab.state());
         lab.user = Some(user.name.clone());
         lab
     }
@@ -140,23 +188,18 @@ impl Lab {
 
     /// A `lab` command for this lab.
     pub fn command(&self, args: &[&str]) -> Command {
-        self.command_in(&bin_dir(), args)
-    }
-
-    /// A `lab` command for this lab, with the binary from `dir`.
-    fn command_in(&self, dir: &Path, args: &[&str]) -> Command {
-        let lab = dir.join("lab");
+        let lab = &self.exe;
         let mut c = match &self.user {
             // runuser keeps the environment set here, apart from HOME, SHELL, USER and LOGNAME.
             Some(u) => {
                 let mut c = Command::new("runuser");
-                c.args(["-u", u, "--"]).arg(&lab);
+                c.args(["-u", u, "--"]).arg(lab);
                 c
             }
-            None => Command::new(&lab),
+            None => Command::new(lab),
         };
         c.args(args)
-            .env("LAB_STATE_DIR", self.state.path())
+            .env("LAB_STATE_DIR", self.state())
             .env("LAB_NAME", &self.name);
         if let Some(w) = find_weed() {
             c.env("LAB_WEED", w);
@@ -223,18 +266,17 @@ impl Lab {
         self.wait_for("a steady baseline", Duration::from_secs(60), |s| pct(s) >= 80.0)
     }
 
-    /// Runs `lab ARGS`, which must fail with `want` in its error and leave the fault ledger byte-identical.
-    pub fn refuses(&self, args: &[&str], want: &str) {
+    /// Runs `lab ARGS`, which must fail with `want` in its error and leave the fault ledger byte-identical;
+    /// returns the error (stderr).
+    pub fn refuses(&self, args: &[&str], want: &str) -> String {
         let ledger = self.dir().join("ledger.json");
         let before = std::fs::read(&ledger).ok();
         let out = self.run(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains(want),
-            "{args:?}: want {want:?}\n{}",
-            text(&out)
-        );
+        assert!(!out.status.success(), "{args:?} should fail:\n{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(err.contains(want), "{args:?}: want {want:?}\n{}", text(&out));
         assert_eq!(std::fs::read(&ledger).ok(), before, "{args:?} changed the ledger");
+        err
     }
 
     /// Polls the snapshot until `cond` holds, or panics after `deadline` with the last one.
@@ -261,7 +303,7 @@ impl Lab {
 
     /// The lab's folder inside the state folder.
     pub fn dir(&self) -> PathBuf {
-        self.state.path().join(&self.name)
+        self.state().join(&self.name)
     }
 
     /// Every port the lab's configuration and spec name (to check none is left listening).
@@ -309,10 +351,30 @@ impl Drop for Lab {
     /// Takes the lab down if the test did not; never panics (a panic here, while a failed test unwinds,
     /// would abort the test binary and hide the failure's own message).
     fn drop(&mut self) {
-        if !self.down
-            && let Ok(dir) = built_bins()
-        {
-            let _ = self.command_in(&dir, &["down"]).output();
+        if self.down {
+            return;
+        }
+        if self.keep {
+            eprintln!(
+                "leaving lab {} up: LAB_STATE_DIR={} {} down --name {}",
+                self.name,
+                self.state().display(),
+                self.exe.display(),
+                self.name
+            );
+            return;
+        }
+        match self.command(&["down"]).output() {
+            Ok(out) if !out.status.success() => eprintln!(
+                "lab down of {} failed; it may be left behind:\n{}",
+                self.name,
+                text(&out)
+            ),
+            Err(e) => eprintln!(
+                "lab down of {} did not run ({e}); it may be left behind",
+                self.name
+            ),
+            Ok(_) => {}
         }
     }
 }
@@ -451,21 +513,36 @@ fn decode_addr(hex: &str) -> String {
 pub fn wait_until(
     what: &str,
     deadline: Duration,
-    mut next: impl FnMut() -> Snapshot,
+    next: impl FnMut() -> Snapshot,
     cond: impl Fn(&Snapshot) -> bool,
 ) -> Snapshot {
+    poll(what, deadline, Duration::from_millis(500), next, cond, |s| {
+        format!("last snapshot:\n{}", summary(s))
+    })
+}
+
+/// Takes values from `next` until `cond` holds, every `every`, or panics after `deadline` with the last one
+/// as `show` tells it (what was seen, so that the failure says why the wait did not end).
+pub fn poll<T>(
+    what: &str,
+    deadline: Duration,
+    every: Duration,
+    mut next: impl FnMut() -> T,
+    cond: impl Fn(&T) -> bool,
+    show: impl Fn(&T) -> String,
+) -> T {
     let start = Instant::now();
     loop {
-        let s = next();
-        if cond(&s) {
-            return s;
+        let v = next();
+        if cond(&v) {
+            return v;
         }
         assert!(
             start.elapsed() < deadline,
-            "timed out waiting for {what}; last snapshot:\n{}",
-            summary(&s)
+            "timed out after {deadline:?} waiting for {what}; {}",
+            show(&v)
         );
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(every);
     }
 }
 

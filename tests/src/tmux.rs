@@ -86,15 +86,22 @@ impl Tmux {
 
     /// Waits until the pane shows `text` and returns the pane; fails the test with the pane after `within`.
     pub fn wait_for(&self, text: &str, within: Duration) -> String {
+        self.wait_for_all(&[text], within)
+    }
+
+    /// Waits until the pane shows every one of `texts` at once and returns the pane; fails the test with
+    /// the pane and what it lacks after `within`.
+    pub fn wait_for_all(&self, texts: &[&str], within: Duration) -> String {
         let until = Instant::now() + within;
         loop {
             let pane = self.pane();
-            if pane.contains(text) {
+            let missing: Vec<&&str> = texts.iter().filter(|t| !pane.contains(**t)).collect();
+            if missing.is_empty() {
                 return pane;
             }
             assert!(
                 Instant::now() < until,
-                "{text:?} did not appear within {within:?}; the pane shows:\n{pane}"
+                "{missing:?} did not appear within {within:?}; the pane shows:\n{pane}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
