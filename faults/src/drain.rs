@@ -1,6 +1,6 @@
 //! `lab storage drain N` / `lab storage undrain N`: the right fix for a slow storage node. The job's
 //! volumes on server N are moved to the healthy servers with SeaweedFS's own tools (the runtime's
-//! [`Runtime::move_volume`]); the master then answers lookups with the new place, and the ranks, which
+//! [`lab_runtime::Storage::move_volume`]); the master then answers lookups with the new place, and the ranks, which
 //! look a volume up again when its cached location is old or fails, follow. Undrain moves back exactly
 //! the volumes the drain moved.
 //!

@@ -6,8 +6,9 @@ use std::time::Duration;
 use lab_faults::ledger::Before;
 use lab_faults::{Fault, FaultError, FaultPhase, Ledger, clear, clear_all, inject};
 use lab_model::Millicores;
+use lab_runtime::Delay;
+use lab_runtime::Ranks;
 use lab_runtime::testing::FakeRuntime;
-use lab_runtime::{Delay, Runtime};
 
 fn slow(server: u32) -> Fault {
     Fault::SlowStorage(lab_model::fault::SlowStorage {

@@ -5,6 +5,7 @@ use lab_faults::drain::{drain, drained_since, undrain};
 use lab_faults::ledger::Before;
 use lab_faults::{Fault, FaultPhase, Ledger, clear, inject};
 use lab_model::Millicores;
+use lab_runtime::Lab;
 use lab_runtime::testing::FakeRuntime;
 
 fn ledger() -> (tempfile::TempDir, Ledger) {
@@ -62,7 +63,6 @@ async fn slow_disk_on_a_server_that_does_not_exist_changes_nothing() {
 
 #[tokio::test]
 async fn slow_disk_passes_its_check_on_kubernetes_where_the_volume_container_is_resized() {
-    use lab_runtime::Runtime;
     let rt = FakeRuntime::new();
     let mut status = rt.status().await.unwrap();
     let f = Fault::SlowDisk(lab_model::fault::SlowDisk {

@@ -18,7 +18,10 @@ use serde_json::json;
 use super::manifests::names as obj;
 use super::status::{cpu_limit, rank_cpu_limit, role_of};
 use super::{DelayChoice, KubeRuntime, api};
-use lab_runtime::{CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget};
+use lab_runtime::{
+    CpuLimits, Database, Delay, DelayPath, Lab, Neighbours, Ranks, Result, RuntimeError, Scrape,
+    ScrapeTarget, Storage,
+};
 
 /// Pod annotation: the delay the lab put on this storage pod's path (`300ms±0ms`).
 pub const DELAY_ANNOTATION: &str = "lab.dev/delay";
@@ -625,7 +628,7 @@ impl KubeRuntime {
 }
 
 #[async_trait]
-impl Runtime for KubeRuntime {
+impl Lab for KubeRuntime {
     fn kind(&self) -> RuntimeKind {
         self.rec.runtime_kind()
     }
@@ -638,8 +641,8 @@ impl Runtime for KubeRuntime {
         self.lab_status().await
     }
 
-    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>> {
-        self.targets().await
+    async fn versions(&self) -> lab_model::version::Parts {
+        self.part_versions().await
     }
 
     async fn log_components(&self) -> Result<Vec<String>> {
@@ -649,25 +652,12 @@ impl Runtime for KubeRuntime {
     async fn logs(&self, component: &str, request: lab_runtime::LogRequest) -> Result<lab_runtime::LogLines> {
         self.pod_logs(component, request).await
     }
+}
 
-    async fn versions(&self) -> lab_model::version::Parts {
-        self.part_versions().await
-    }
-
-    async fn database(&self) -> Result<lab_model::db::DbStatus> {
-        self.db_status().await
-    }
-
-    async fn set_db_template(&self, node_selector: std::collections::BTreeMap<String, String>) -> Result<()> {
-        self.set_db_selector(node_selector).await
-    }
-
-    async fn delete_pod(&self, name: &str) -> Result<()> {
-        self.delete_db_pod(name).await
-    }
-
-    async fn set_synchronous_standby_names(&self, names: &str) -> Result<()> {
-        self.set_standby_names(names).await
+#[async_trait]
+impl Scrape for KubeRuntime {
+    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>> {
+        self.targets().await
     }
 
     async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String> {
@@ -685,7 +675,10 @@ impl Runtime for KubeRuntime {
             scrape.await
         }
     }
+}
 
+#[async_trait]
+impl Storage for KubeRuntime {
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
         Ok(self.delay_of(server).await?.map(|(d, _)| d))
     }
@@ -698,6 +691,29 @@ impl Runtime for KubeRuntime {
         self.probe(server, samples).await
     }
 
+    async fn probe_storage_own(&self, server: u32, samples: usize) -> Result<Duration> {
+        self.probe_own_kube(server, samples).await
+    }
+
+    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
+        self.storage_cpu_limit(server).await
+    }
+
+    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
+        self.resize_storage(server, cpu).await
+    }
+
+    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
+        self.volumes_on(server).await
+    }
+
+    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
+        self.move_volume_kube(volume, from, to).await
+    }
+}
+
+#[async_trait]
+impl Ranks for KubeRuntime {
     async fn cpu_limits(&self, rank: u32) -> Result<CpuLimits> {
         let pod = self.rank_pod(rank).await?;
         let sts = self.statefulset().await?;
@@ -749,12 +765,12 @@ impl Runtime for KubeRuntime {
         self.hold(rank, frozen).await
     }
 
-    async fn rank_processes(&self, rank: u32) -> Result<Vec<lab_runtime::BesideProcess>> {
-        self.beside_processes(rank).await
+    async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
+        self.rank_settings(rank).await
     }
 
-    async fn start_hog(&self, rank: u32) -> Result<u32> {
-        self.hog(rank).await
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
+        self.set_rank_setting(rank, name, value).await
     }
 
     async fn checkpoint(
@@ -780,37 +796,20 @@ impl Runtime for KubeRuntime {
         let text = api::request_text(&self.client, req, "rank-0's checkpoint control", timeout).await?;
         lab_runtime::parse_checkpoint(&text)
     }
+}
 
-    async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
-        self.rank_settings(rank).await
+#[async_trait]
+impl Neighbours for KubeRuntime {
+    async fn rank_processes(&self, rank: u32) -> Result<Vec<lab_runtime::BesideProcess>> {
+        self.beside_processes(rank).await
     }
 
-    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
-        self.set_rank_setting(rank, name, value).await
+    async fn start_hog(&self, rank: u32) -> Result<u32> {
+        self.hog(rank).await
     }
 
     async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
         self.stop_process(rank, pid).await
-    }
-
-    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
-        self.volumes_on(server).await
-    }
-
-    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
-        self.move_volume_kube(volume, from, to).await
-    }
-
-    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
-        self.storage_cpu_limit(server).await
-    }
-
-    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
-        self.resize_storage(server, cpu).await
-    }
-
-    async fn probe_storage_own(&self, server: u32, samples: usize) -> Result<Duration> {
-        self.probe_own_kube(server, samples).await
     }
 
     async fn foreign_jobs(&self) -> Result<Vec<lab_model::jobs::ForeignJob>> {
@@ -823,6 +822,25 @@ impl Runtime for KubeRuntime {
 
     async fn stop_foreign_job(&self, name: &str) -> Result<()> {
         self.stop_job(name).await
+    }
+}
+
+#[async_trait]
+impl Database for KubeRuntime {
+    async fn database(&self) -> Result<lab_model::db::DbStatus> {
+        self.db_status().await
+    }
+
+    async fn set_db_template(&self, node_selector: std::collections::BTreeMap<String, String>) -> Result<()> {
+        self.set_db_selector(node_selector).await
+    }
+
+    async fn delete_pod(&self, name: &str) -> Result<()> {
+        self.delete_db_pod(name).await
+    }
+
+    async fn set_synchronous_standby_names(&self, names: &str) -> Result<()> {
+        self.set_standby_names(names).await
     }
 }
 

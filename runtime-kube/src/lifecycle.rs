@@ -838,6 +838,7 @@ pub async fn down(record: &LabRecord, progress: &dyn Progress) -> Result<()> {
 // Keep the trait in scope for `rt.scrape_targets()` above.
 #[allow(unused_imports)]
 use Runtime as _;
+use lab_runtime::Scrape;
 
 /// A missing tool's hint, with the runtime that needs none of them.
 fn or_use_local(e: RuntimeError) -> RuntimeError {

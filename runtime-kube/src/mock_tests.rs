@@ -13,7 +13,12 @@ use lab_model::status::{Phase, Role};
 use serde_json::{Value, json};
 
 use super::{ClusterMode, DelayChoice, KubeRecord, KubeRuntime};
-use lab_runtime::{Delay, DelayPath, Runtime, RuntimeError};
+use lab_runtime::Lab;
+use lab_runtime::Neighbours;
+use lab_runtime::Ranks;
+use lab_runtime::Scrape;
+use lab_runtime::Storage;
+use lab_runtime::{Delay, DelayPath, RuntimeError};
 
 const NS: &str = "straggler-lab-demo";
 

@@ -19,7 +19,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use lab_model::Millicores;
 use lab_model::status::{LabStatus, Phase};
-use lab_runtime::{Delay, Runtime, RuntimeError};
+use lab_runtime::Lab;
+use lab_runtime::Neighbours;
+use lab_runtime::Ranks;
+use lab_runtime::Storage;
+use lab_runtime::{Delay, RuntimeError};
 use lab_runtime_kube::{self as lk, ClusterMode, DelayChoice, KubeRecord, KubeRuntime};
 use serde_json::json;
 

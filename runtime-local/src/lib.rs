@@ -33,7 +33,10 @@ use lab_runtime::db;
 use lab_runtime::lifecycle::{Progress, UpOptions, step};
 use lab_runtime::state::{self, LabRecord};
 use lab_runtime::wait::{Look, poll};
-use lab_runtime::{BesideProcess, CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget};
+use lab_runtime::{
+    BesideProcess, CpuLimits, Database, Delay, DelayPath, Lab, Neighbours, Ranks, Result, RuntimeError,
+    Scrape, ScrapeTarget, Storage,
+};
 
 pub use lab_model::actions::{MAX_RANKS, MAX_STORAGE_SERVERS};
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -706,7 +709,7 @@ async fn remove_cgroups(root: &Path) -> Result<()> {
 }
 
 #[async_trait]
-impl Runtime for LocalRuntime {
+impl Lab for LocalRuntime {
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Local
     }
@@ -719,8 +722,11 @@ impl Runtime for LocalRuntime {
         Ok(self.local_status().await?.status)
     }
 
-    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>> {
-        Ok(self.local_status().await?.targets)
+    async fn versions(&self) -> lab_model::version::Parts {
+        lab_model::version::Parts {
+            seaweedfs: weed_version(&self.cfg.weed).await,
+            ..Default::default()
+        }
     }
 
     async fn log_components(&self) -> Result<Vec<String>> {
@@ -752,12 +758,12 @@ impl Runtime for LocalRuntime {
         };
         lab_runtime::logs::file_lines(&path, request)
     }
+}
 
-    async fn versions(&self) -> lab_model::version::Parts {
-        lab_model::version::Parts {
-            seaweedfs: weed_version(&self.cfg.weed).await,
-            ..Default::default()
-        }
+#[async_trait]
+impl Scrape for LocalRuntime {
+    async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>> {
+        Ok(self.local_status().await?.targets)
     }
 
     async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String> {
@@ -775,7 +781,10 @@ impl Runtime for LocalRuntime {
             scrape.await
         }
     }
+}
 
+#[async_trait]
+impl Storage for LocalRuntime {
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
         self.check_server(server)?;
         Ok(self
@@ -810,6 +819,46 @@ impl Runtime for LocalRuntime {
         Ok(times[times.len() / 2])
     }
 
+    async fn probe_storage_own(&self, server: u32, samples: usize) -> Result<Duration> {
+        self.check_server(server)?;
+        self.probe_own(server, samples).await
+    }
+
+    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
+        self.check_server(server)?;
+        Ok(self
+            .local_status()
+            .await?
+            .storage_cpu
+            .into_iter()
+            .find(|(s, _)| *s == server)
+            .map(|(_, c)| c))
+    }
+
+    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
+        self.check_server(server)?;
+        self.call(Request::SetStorageCpu { server, cpu }).await.map(drop)
+    }
+
+    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
+        self.check_server(server)?;
+        self.volumes_on(server).await
+    }
+
+    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
+        self.check_server(from)?;
+        self.check_server(to)?;
+        if from == to {
+            return Err(RuntimeError::InvalidInput(format!(
+                "volume {volume} is already on storage-{to}"
+            )));
+        }
+        self.move_volume_local(volume, from, to).await
+    }
+}
+
+#[async_trait]
+impl Ranks for LocalRuntime {
     async fn cpu_limits(&self, rank: u32) -> Result<CpuLimits> {
         let st = self.status().await?;
         let pod = st
@@ -858,20 +907,6 @@ impl Runtime for LocalRuntime {
         self.call(Request::Freeze { rank, frozen }).await.map(drop)
     }
 
-    async fn rank_processes(&self, rank: u32) -> Result<Vec<BesideProcess>> {
-        match self.call(Request::RankProcs { rank }).await? {
-            Response::Processes { procs } => Ok(procs),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    async fn start_hog(&self, rank: u32) -> Result<u32> {
-        match self.call(Request::StartHog { rank }).await? {
-            Response::Pid { pid } => Ok(pid),
-            other => Err(unexpected(&other)),
-        }
-    }
-
     async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>> {
         match self.call(Request::RankEnv { rank }).await? {
             Response::Env { env } => Ok(env),
@@ -890,21 +925,6 @@ impl Runtime for LocalRuntime {
         .map(drop)
     }
 
-    async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
-        self.call(Request::StopBeside { rank, pid })
-            .await
-            .map_err(|e| match e {
-                // The supervisor's refusals are the user's input, not a broken lab.
-                RuntimeError::Other(m) if m.contains(&format!("pid {pid}")) => RuntimeError::InvalidInput(m),
-                e => e,
-            })
-            .map(drop)
-    }
-
-    async fn foreign_jobs(&self) -> Result<Vec<ForeignJob>> {
-        Ok(self.local_status().await?.foreign_jobs)
-    }
-
     async fn checkpoint(&self, save: bool, timeout: Duration) -> Result<CheckpointState> {
         let target = lab_runtime::rank0_target(self.scrape_targets().await?)?;
         let url = lab_runtime::checkpoint_address(&target.address);
@@ -921,6 +941,38 @@ impl Runtime for LocalRuntime {
         }
         lab_runtime::parse_checkpoint(&body)
     }
+}
+
+#[async_trait]
+impl Neighbours for LocalRuntime {
+    async fn rank_processes(&self, rank: u32) -> Result<Vec<BesideProcess>> {
+        match self.call(Request::RankProcs { rank }).await? {
+            Response::Processes { procs } => Ok(procs),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn start_hog(&self, rank: u32) -> Result<u32> {
+        match self.call(Request::StartHog { rank }).await? {
+            Response::Pid { pid } => Ok(pid),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
+        self.call(Request::StopBeside { rank, pid })
+            .await
+            .map_err(|e| match e {
+                // The supervisor's refusals are the user's input, not a broken lab.
+                RuntimeError::Other(m) if m.contains(&format!("pid {pid}")) => RuntimeError::InvalidInput(m),
+                e => e,
+            })
+            .map(drop)
+    }
+
+    async fn foreign_jobs(&self) -> Result<Vec<ForeignJob>> {
+        Ok(self.local_status().await?.foreign_jobs)
+    }
 
     async fn run_foreign_job(&self, job: &ForeignJob) -> Result<()> {
         self.call(Request::RunJob { job: job.clone() })
@@ -935,43 +987,10 @@ impl Runtime for LocalRuntime {
             .map(drop)
             .map_err(invalid_input)
     }
+}
 
-    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
-        self.check_server(server)?;
-        Ok(self
-            .local_status()
-            .await?
-            .storage_cpu
-            .into_iter()
-            .find(|(s, _)| *s == server)
-            .map(|(_, c)| c))
-    }
-
-    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
-        self.check_server(server)?;
-        self.call(Request::SetStorageCpu { server, cpu }).await.map(drop)
-    }
-
-    async fn probe_storage_own(&self, server: u32, samples: usize) -> Result<Duration> {
-        self.check_server(server)?;
-        self.probe_own(server, samples).await
-    }
-
-    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
-        self.check_server(server)?;
-        self.volumes_on(server).await
-    }
-
-    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
-        self.check_server(from)?;
-        self.check_server(to)?;
-        if from == to {
-            return Err(RuntimeError::InvalidInput(format!(
-                "volume {volume} is already on storage-{to}"
-            )));
-        }
-        self.move_volume_local(volume, from, to).await
-    }
+#[async_trait]
+impl Database for LocalRuntime {
     async fn database(&self) -> Result<lab_model::db::DbStatus> {
         let mut st = self.db_status().await?;
         st.synchronous_standby_names = db::query(&st.primary, "SHOW synchronous_standby_names")

@@ -93,7 +93,7 @@ pub struct LocalSpec {
     pub rank_ports: BTreeMap<u32, RankPorts>,
     /// Bumped whenever the rank configuration changes; ranks started under an older one are replaced.
     pub generation: u64,
-    /// True after a rolling change ([`lab_runtime::Runtime::rollout_ranks`]): a rank whose world size differs
+    /// True after a rolling change ([`lab_runtime::Ranks::rollout_ranks`]): a rank whose world size differs
     /// from `world_size` is replaced one at a time, only while every rank is available, instead of all
     /// at once.
     #[serde(default)]

@@ -1,10 +1,12 @@
-//! Where the lab runs, as a contract: the [`Runtime`] trait and what its backends share. The backends are
+//! Where the lab runs, as a contract: what a backend offers, in six capability traits ([`Lab`], [`Scrape`],
+//! [`Storage`], [`Ranks`], [`Neighbours`], [`Database`]) that [`Runtime`] gathers, and what the backends share. The backends are
 //! crates of their own (`lab-runtime-local`, `lab-runtime-kube`); the façade opens a lab on its backend.
 //!
 //! A runtime stands the lab up and down, reports every role instance in the shared status model, hands
 //! telemetry the metrics endpoints to scrape, and offers the small set of actions that faults and
 //! remediation commands are made of (set a storage delay, resize a rank in place, scale, set the world
-//! size, restart a rank). Faults, telemetry, the console and drills see only this trait.
+//! size, restart a rank). Faults, telemetry, the console and drills see only these traits; each backend
+//! implements every group, so no method refuses by default.
 
 pub mod db;
 pub mod error;
@@ -43,22 +45,12 @@ pub struct BesideProcess {
     pub rank_itself: bool,
 }
 
-/// Why a runtime without the database refuses its actions.
-fn no_database_here(kind: RuntimeKind) -> RuntimeError {
-    RuntimeError::InvalidInput(format!(
-        "the {kind} runtime runs no database: `lab up --database` runs on the local and kind runtimes"
-    ))
-}
-
 /// A result whose error is a [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
-/// The lab, wherever it runs.
-///
-/// Every method acts on the lab as it is now; none of them blocks longer than its own deadline. Actions
-/// are idempotent: setting what is already set succeeds and changes nothing.
+/// The lab as a whole: what it is, its status, its logs and versions.
 #[async_trait]
-pub trait Runtime: Send + Sync + std::fmt::Debug {
+pub trait Lab: Send + Sync + std::fmt::Debug {
     /// Which kind of runtime this is.
     fn kind(&self) -> RuntimeKind;
 
@@ -71,6 +63,27 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// When the runtime cannot be reached (the supervisor or the API server is gone).
     async fn status(&self) -> Result<LabStatus>;
 
+    /// The versions of SeaweedFS, kind and Kubernetes this lab runs, where they can be read (a part that
+    /// does not answer is left unknown: this never fails).
+    async fn versions(&self) -> lab_model::version::Parts;
+
+    /// The lab's components whose logs [`Lab::logs`] reads (every process or pod, by name), in order.
+    ///
+    /// # Errors
+    /// When the runtime cannot be reached, or keeps no logs it can read.
+    async fn log_components(&self) -> Result<Vec<String>>;
+
+    /// Component `component`'s log as `request` asks: its last lines, then, following, each new one.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] naming the components there are, for a name that is not one; the
+    /// runtime's error when the log cannot be read.
+    async fn logs(&self, component: &str, request: LogRequest) -> Result<LogLines>;
+}
+
+/// Where telemetry reads the lab: the metrics endpoints and a read of one.
+#[async_trait]
+pub trait Scrape: Send + Sync + std::fmt::Debug {
     /// The metrics endpoints of the ranks and storage servers that exist now.
     ///
     /// # Errors
@@ -82,7 +95,11 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// When the endpoint does not answer in time or answers with an error.
     async fn fetch_metrics(&self, target: &ScrapeTarget, timeout: Duration) -> Result<String>;
+}
 
+/// The storage servers: the delay on their path, their own CPU, probes, volumes.
+#[async_trait]
+pub trait Storage: Send + Sync + std::fmt::Debug {
     /// The delay currently added on the path to storage server `server` (`None`: no delay).
     ///
     /// # Errors
@@ -102,6 +119,44 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// When the server does not answer.
     async fn probe_storage(&self, server: u32, samples: usize) -> Result<Duration>;
 
+    /// Times `samples` small requests straight to storage server `server`, bypassing the path the ranks
+    /// use (no proxy, no delay on it), and returns their median: the server's own latency.
+    ///
+    /// # Errors
+    /// When the server does not answer, or this runtime cannot reach it directly.
+    async fn probe_storage_own(&self, server: u32, samples: usize) -> Result<Duration>;
+
+    /// The CPU limit on storage server `server`'s own process (`None`: none): the slow-disk fault's
+    /// actuator. A runtime without it refuses with the reason.
+    ///
+    /// # Errors
+    /// When the server does not exist, or this runtime cannot limit a storage server.
+    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>>;
+
+    /// Holds storage server `server`'s own process to CPU limit `cpu` (`None`: lifts it). The path to it
+    /// (proxy or network) is left alone, so the server's own request latency rises, not only the path's.
+    ///
+    /// # Errors
+    /// When the server does not exist, or this runtime cannot limit a storage server.
+    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()>;
+
+    /// The ids of the volumes storage server `server` holds now, as the master knows them.
+    ///
+    /// # Errors
+    /// When the server does not exist or the master cannot be read.
+    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>>;
+
+    /// Moves volume `volume` from storage server `from` to `to` with SeaweedFS's own tools; afterwards the
+    /// master answers lookups with `to`, and `from` no longer holds it.
+    ///
+    /// # Errors
+    /// When either server does not exist, `from` does not hold the volume, or a SeaweedFS step fails.
+    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()>;
+}
+
+/// The training job's ranks: their limits, template, count, world size, settings and checkpoints.
+#[async_trait]
+pub trait Ranks: Send + Sync + std::fmt::Debug {
     /// Rank `rank`'s CPU limits.
     ///
     /// # Errors
@@ -136,7 +191,7 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// Sets the rank count and the world size in the ranks' template in one change, and lets the change
     /// roll out as a StatefulSet rolling update does: one rank at a time, highest ordinal first, never
     /// while any rank is unavailable (Pending, not yet Ready, or being replaced). Unlike
-    /// [`Runtime::set_world_size`] nothing is restarted at once: while a rank stays Pending, the running
+    /// [`Ranks::set_world_size`] nothing is restarted at once: while a rank stays Pending, the running
     /// ranks keep the configuration they started with.
     ///
     /// # Errors
@@ -162,6 +217,32 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// When the rank does not exist or is not running, or the runtime cannot freeze a thread (with why).
     async fn freeze_rank(&self, rank: u32, frozen: bool) -> Result<()>;
 
+    /// The settings of rank `rank` alone (`LAB_*` environment variables beside its template's).
+    ///
+    /// # Errors
+    /// When the runtime cannot be reached, or has no per-rank settings (with why).
+    async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>>;
+
+    /// Sets (`Some`) or removes (`None`) setting `name` of rank `rank` alone; the rank is replaced to pick
+    /// it up, and keeps it across later restarts (it is the job's configuration for that rank).
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for an unknown rank or a name that is not a `LAB_*` setting; the
+    /// runtime's error, or why it has no per-rank settings.
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()>;
+
+    /// Rank 0's checkpoint state, read from its own endpoint; with `save`, rank 0 is first asked to save
+    /// a checkpoint after the step it is in (this returns as soon as it counted the request; the state's
+    /// `requested` is the request's number, which the checkpoint that answers it carries).
+    ///
+    /// # Errors
+    /// When rank 0 is not running or does not answer within `timeout`, or the runtime cannot reach it.
+    async fn checkpoint(&self, save: bool, timeout: Duration) -> Result<CheckpointState>;
+}
+
+/// What shares the job's resources: processes beside a rank, jobs of other teams on its storage.
+#[async_trait]
+pub trait Neighbours: Send + Sync + std::fmt::Debug {
     /// Every process beside rank `rank` (sharing its CPU limit), its own included, with its CPU use.
     ///
     /// # Errors
@@ -182,40 +263,11 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// [`RuntimeError::InvalidInput`] for those refusals; the runtime's error otherwise.
     async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()>;
 
-    /// The settings of rank `rank` alone (`LAB_*` environment variables beside its template's).
-    ///
-    /// # Errors
-    /// When the runtime cannot be reached, or has no per-rank settings (with why).
-    async fn rank_env(&self, rank: u32) -> Result<std::collections::BTreeMap<String, String>>;
-
-    /// Sets (`Some`) or removes (`None`) setting `name` of rank `rank` alone; the rank is replaced to pick
-    /// it up, and keeps it across later restarts (it is the job's configuration for that rank).
-    ///
-    /// # Errors
-    /// [`RuntimeError::InvalidInput`] for an unknown rank or a name that is not a `LAB_*` setting; the
-    /// runtime's error, or why it has no per-rank settings.
-    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()>;
-    /// Rank 0's checkpoint state, read from its own endpoint; with `save`, rank 0 is first asked to save
-    /// a checkpoint after the step it is in (this returns as soon as it counted the request; the state's
-    /// `requested` is the request's number, which the checkpoint that answers it carries).
-    ///
-    /// # Errors
-    /// When rank 0 is not running or does not answer within `timeout`, or the runtime cannot reach it.
-    async fn checkpoint(&self, save: bool, timeout: Duration) -> Result<CheckpointState> {
-        let _ = (save, timeout);
-        Err(RuntimeError::InvalidInput(format!(
-            "the {} runtime cannot reach rank 0's checkpoint control",
-            self.kind()
-        )))
-    }
-
     /// The jobs of other teams running on the lab's storage (never the training job).
     ///
     /// # Errors
     /// When the runtime cannot be reached.
-    async fn foreign_jobs(&self) -> Result<Vec<ForeignJob>> {
-        Ok(Vec::new())
-    }
+    async fn foreign_jobs(&self) -> Result<Vec<ForeignJob>>;
 
     /// Runs a job of another team that reads from one storage server in its own process and cgroup (its
     /// own pod), or changes the one of that name: its process is replaced with the new settings, as a
@@ -224,149 +276,55 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     /// # Errors
     /// [`RuntimeError::InvalidInput`] for a bad name, server, rate or thread count (nothing changed);
     /// [`RuntimeError::InvalidInput`] too where the runtime cannot run one, saying why.
-    async fn run_foreign_job(&self, job: &ForeignJob) -> Result<()> {
-        let _ = job;
-        Err(RuntimeError::InvalidInput(format!(
-            "the {} runtime does not run jobs of other teams yet (the competing-job fault and `lab job` \
-             need the local runtime)",
-            self.kind()
-        )))
-    }
-
-    /// The optional database beside the job (`lab up --database`), with the primary's
-    /// `synchronous_standby_names` as it reads it now.
-    ///
-    /// # Errors
-    /// [`RuntimeError::InvalidInput`] when the lab has none, or the runtime cannot run one (saying why).
-    async fn database(&self) -> Result<lab_model::db::DbStatus> {
-        Err(no_database_here(self.kind()))
-    }
-
-    /// Sets the standby StatefulSet's template (its node selector), as `kubectl apply` does: pods that
-    /// exist keep the version they were made from, a Pending one included.
-    ///
-    /// # Errors
-    /// [`RuntimeError::InvalidInput`] for a selector that is not labels, or a lab without a database.
-    async fn set_db_template(&self, node_selector: std::collections::BTreeMap<String, String>) -> Result<()> {
-        let _ = node_selector;
-        Err(no_database_here(self.kind()))
-    }
-
-    /// Deletes a database pod by name (`db-1`); it is made again from its template as it is now.
-    ///
-    /// # Errors
-    /// [`RuntimeError::InvalidInput`] for a name that is not a database pod, or a lab without a database.
-    async fn delete_pod(&self, name: &str) -> Result<()> {
-        let _ = name;
-        Err(no_database_here(self.kind()))
-    }
-
-    /// Sets the primary's `synchronous_standby_names` (`""`: commits wait for no standby) and reloads its
-    /// configuration.
-    ///
-    /// # Errors
-    /// When the primary does not answer, or the lab has no database.
-    async fn set_synchronous_standby_names(&self, names: &str) -> Result<()> {
-        let _ = names;
-        Err(no_database_here(self.kind()))
-    }
+    async fn run_foreign_job(&self, job: &ForeignJob) -> Result<()>;
 
     /// Stops the foreign job `name`.
     ///
     /// # Errors
     /// [`RuntimeError::InvalidInput`] when no foreign job has that name (a rank or the training job is
     /// not one).
-    async fn stop_foreign_job(&self, name: &str) -> Result<()> {
-        Err(RuntimeError::InvalidInput(format!(
-            "no foreign job named {name:?}: the {} runtime runs none",
-            self.kind()
-        )))
-    }
-    /// The lab's components whose logs [`Runtime::logs`] reads (every process or pod, by name), in order.
-    ///
-    /// # Errors
-    /// When the runtime cannot be reached, or keeps no logs it can read.
-    async fn log_components(&self) -> Result<Vec<String>> {
-        Err(unsupported(self.kind(), "reading logs"))
-    }
-
-    /// Component `component`'s log as `request` asks: its last lines, then, following, each new one.
-    ///
-    /// # Errors
-    /// [`RuntimeError::InvalidInput`] naming the components there are, for a name that is not one; the
-    /// runtime's error when the log cannot be read.
-    async fn logs(&self, component: &str, request: LogRequest) -> Result<LogLines> {
-        let _ = (component, request);
-        Err(unsupported(self.kind(), "reading logs"))
-    }
-
-    /// The versions of SeaweedFS, kind and Kubernetes this lab runs, where they can be read (a part that
-    /// does not answer is left unknown: this never fails).
-    async fn versions(&self) -> lab_model::version::Parts {
-        lab_model::version::Parts::default()
-    }
-
-    /// The CPU limit on storage server `server`'s own process (`None`: none): the slow-disk fault's
-    /// actuator. A runtime without it refuses with the reason.
-    ///
-    /// # Errors
-    /// When the server does not exist, or this runtime cannot limit a storage server.
-    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
-        Err(unsupported(
-            self.kind(),
-            &format!("reading storage-{server}'s CPU limit"),
-        ))
-    }
-
-    /// Holds storage server `server`'s own process to CPU limit `cpu` (`None`: lifts it). The path to it
-    /// (proxy or network) is left alone, so the server's own request latency rises, not only the path's.
-    ///
-    /// # Errors
-    /// When the server does not exist, or this runtime cannot limit a storage server.
-    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
-        let _ = cpu;
-        Err(unsupported(
-            self.kind(),
-            &format!("limiting storage-{server}'s CPU"),
-        ))
-    }
-
-    /// Times `samples` small requests straight to storage server `server`, bypassing the path the ranks
-    /// use (no proxy, no delay on it), and returns their median: the server's own latency.
-    ///
-    /// # Errors
-    /// When the server does not answer, or this runtime cannot reach it directly.
-    async fn probe_storage_own(&self, server: u32, samples: usize) -> Result<Duration> {
-        let _ = samples;
-        Err(unsupported(
-            self.kind(),
-            &format!("probing storage-{server} directly"),
-        ))
-    }
-
-    /// The ids of the volumes storage server `server` holds now, as the master knows them.
-    ///
-    /// # Errors
-    /// When the server does not exist or the master cannot be read.
-    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
-        Err(unsupported(
-            self.kind(),
-            &format!("listing storage-{server}'s volumes"),
-        ))
-    }
-
-    /// Moves volume `volume` from storage server `from` to `to` with SeaweedFS's own tools; afterwards the
-    /// master answers lookups with `to`, and `from` no longer holds it.
-    ///
-    /// # Errors
-    /// When either server does not exist, `from` does not hold the volume, or a SeaweedFS step fails.
-    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
-        Err(unsupported(
-            self.kind(),
-            &format!("moving volume {volume} from storage-{from} to storage-{to}"),
-        ))
-    }
+    async fn stop_foreign_job(&self, name: &str) -> Result<()>;
 }
+
+/// The optional database beside the job (`lab up --database`).
+#[async_trait]
+pub trait Database: Send + Sync + std::fmt::Debug {
+    /// The optional database beside the job (`lab up --database`), with the primary's
+    /// `synchronous_standby_names` as it reads it now.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] when the lab has none, or the runtime cannot run one (saying why).
+    async fn database(&self) -> Result<lab_model::db::DbStatus>;
+
+    /// Sets the standby StatefulSet's template (its node selector), as `kubectl apply` does: pods that
+    /// exist keep the version they were made from, a Pending one included.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for a selector that is not labels, or a lab without a database.
+    async fn set_db_template(&self, node_selector: std::collections::BTreeMap<String, String>) -> Result<()>;
+
+    /// Deletes a database pod by name (`db-1`); it is made again from its template as it is now.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for a name that is not a database pod, or a lab without a database.
+    async fn delete_pod(&self, name: &str) -> Result<()>;
+
+    /// Sets the primary's `synchronous_standby_names` (`""`: commits wait for no standby) and reloads its
+    /// configuration.
+    ///
+    /// # Errors
+    /// When the primary does not answer, or the lab has no database.
+    async fn set_synchronous_standby_names(&self, names: &str) -> Result<()>;
+}
+
+/// The lab, wherever it runs: every capability a backend offers, in groups (each backend implements each
+/// group; a test's fake may refuse what it does not model, saying so).
+///
+/// Every method acts on the lab as it is now; none of them blocks longer than its own deadline. Actions
+/// are idempotent: setting what is already set succeeds and changes nothing.
+pub trait Runtime: Lab + Scrape + Storage + Ranks + Neighbours + Database {}
+
+impl<T: Lab + Scrape + Storage + Ranks + Neighbours + Database> Runtime for T {}
 
 /// The refusal of an action this runtime does not offer.
 pub fn unsupported(kind: RuntimeKind, what: &str) -> RuntimeError {

@@ -17,7 +17,8 @@ use lab_model::status::{LabStatus, Phase, PodStatus, Role, RuntimeKind};
 use lab_model::{Millicores, metrics, names};
 
 use crate::{
-    BesideProcess, CpuLimits, Delay, DelayPath, Result, Runtime, RuntimeError, ScrapeTarget, TargetKind,
+    BesideProcess, CpuLimits, Database, Delay, DelayPath, Lab, Neighbours, Ranks, Result, RuntimeError,
+    Scrape, ScrapeTarget, Storage, TargetKind,
 };
 
 /// The fake lab's state; tests read it with [`FakeRuntime::state`] and change it with [`FakeRuntime::update`].
@@ -223,30 +224,15 @@ impl FakeRuntime {
     }
 }
 
+/// What the fake refuses: the parts of a lab it does not model.
+fn not_modelled(what: &str) -> RuntimeError {
+    RuntimeError::InvalidInput(format!("the fake runtime does not model {what}"))
+}
+
 #[async_trait]
-impl Runtime for FakeRuntime {
+impl Lab for FakeRuntime {
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Local
-    }
-
-    async fn database(&self) -> Result<lab_model::db::DbStatus> {
-        self.call("database", String::new()).await?;
-        self.lab()
-            .database
-            .clone()
-            .ok_or_else(|| RuntimeError::InvalidInput("this lab has no database".into()))
-    }
-
-    async fn set_db_template(&self, node_selector: BTreeMap<String, String>) -> Result<()> {
-        self.call("set_db_template", format!("{node_selector:?}")).await?;
-        let mut lab = self.lab();
-        let db = lab
-            .database
-            .as_mut()
-            .ok_or_else(|| RuntimeError::InvalidInput("this lab has no database".into()))?;
-        db.template.node_selector = node_selector;
-        db.template.revision += 1;
-        Ok(())
     }
 
     fn name(&self) -> &str {
@@ -307,6 +293,21 @@ impl Runtime for FakeRuntime {
         })
     }
 
+    async fn versions(&self) -> lab_model::version::Parts {
+        lab_model::version::Parts::default()
+    }
+
+    async fn log_components(&self) -> Result<Vec<String>> {
+        Err(not_modelled("logs"))
+    }
+
+    async fn logs(&self, component: &str, _request: crate::LogRequest) -> Result<crate::LogLines> {
+        Err(not_modelled(&format!("{component}'s log")))
+    }
+}
+
+#[async_trait]
+impl Scrape for FakeRuntime {
     async fn scrape_targets(&self) -> Result<Vec<ScrapeTarget>> {
         self.call("scrape_targets", String::new()).await?;
         let lab = self.lab();
@@ -337,7 +338,10 @@ impl Runtime for FakeRuntime {
             metrics::STEP
         ))
     }
+}
 
+#[async_trait]
+impl Storage for FakeRuntime {
     async fn storage_delay(&self, server: u32) -> Result<Option<Delay>> {
         self.call("storage_delay", server.to_string()).await?;
         Ok(self.lab().delays.get(&server).copied())
@@ -372,6 +376,66 @@ impl Runtime for FakeRuntime {
         Ok(lab.base_latency + added + noise)
     }
 
+    /// The base latency, plus 200 ms on a server held under 100m of CPU: a starved server is slow to
+    /// itself, whatever is on the path to it.
+    async fn probe_storage_own(&self, server: u32, _samples: usize) -> Result<Duration> {
+        self.call("probe_storage_own", server.to_string()).await?;
+        let lab = self.lab();
+        Self::check_server(&lab, server)?;
+        let starved = lab.storage_cpu.get(&server).is_some_and(|c| c.0 < 100);
+        Ok(lab.base_latency
+            + if starved {
+                Duration::from_millis(200)
+            } else {
+                Duration::ZERO
+            })
+    }
+
+    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
+        self.call("storage_cpu", server.to_string()).await?;
+        let lab = self.lab();
+        Self::check_server(&lab, server)?;
+        Ok(lab.storage_cpu.get(&server).copied())
+    }
+
+    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
+        self.call("set_storage_cpu", format!("{server}, {cpu:?}")).await?;
+        let mut lab = self.lab();
+        Self::check_server(&lab, server)?;
+        match cpu {
+            Some(c) => lab.storage_cpu.insert(server, c),
+            None => lab.storage_cpu.remove(&server),
+        };
+        Ok(())
+    }
+
+    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
+        self.call("storage_volumes", server.to_string()).await?;
+        let lab = self.lab();
+        Self::check_server(&lab, server)?;
+        Ok(lab.volumes.get(&server).cloned().unwrap_or_default())
+    }
+
+    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
+        self.call("move_volume", format!("{volume}, {from}, {to}"))
+            .await?;
+        let mut lab = self.lab();
+        Self::check_server(&lab, from)?;
+        Self::check_server(&lab, to)?;
+        let held = lab.volumes.entry(from).or_default();
+        let Some(at) = held.iter().position(|v| *v == volume) else {
+            return Err(RuntimeError::InvalidInput(format!(
+                "storage-{from} does not hold volume {volume}"
+            )));
+        };
+        held.remove(at);
+        lab.volumes.entry(to).or_default().push(volume);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Ranks for FakeRuntime {
     async fn cpu_limits(&self, rank: u32) -> Result<CpuLimits> {
         self.call("cpu_limits", rank.to_string()).await?;
         let lab = self.lab();
@@ -416,6 +480,17 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
+    async fn set_world_size(&self, world_size: u32) -> Result<()> {
+        self.call("set_world_size", world_size.to_string()).await?;
+        if world_size == 0 {
+            return Err(RuntimeError::Other("world size must be at least 1".into()));
+        }
+        let mut lab = self.lab();
+        lab.world_size = world_size;
+        lab.running_world_size = None;
+        Ok(())
+    }
+
     async fn rollout_ranks(&self, ranks: u32, world_size: u32) -> Result<()> {
         self.call("rollout_ranks", format!("{ranks} {world_size}"))
             .await?;
@@ -430,17 +505,6 @@ impl Runtime for FakeRuntime {
         lab.world_size = world_size;
         // The rollout completes at once unless a rank is Pending, which holds every running rank back.
         lab.running_world_size = (ranks > lab.gpus && running != world_size).then_some(running);
-        Ok(())
-    }
-
-    async fn set_world_size(&self, world_size: u32) -> Result<()> {
-        self.call("set_world_size", world_size.to_string()).await?;
-        if world_size == 0 {
-            return Err(RuntimeError::Other("world size must be at least 1".into()));
-        }
-        let mut lab = self.lab();
-        lab.world_size = world_size;
-        lab.running_world_size = None;
         Ok(())
     }
 
@@ -472,6 +536,58 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
+    async fn rank_env(&self, rank: u32) -> Result<BTreeMap<String, String>> {
+        self.call("rank_env", rank.to_string()).await?;
+        Ok(self.lab().rank_env.get(&rank).cloned().unwrap_or_default())
+    }
+
+    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
+        self.call("set_rank_env", format!("{rank}, {name}, {value:?}"))
+            .await?;
+        lab_model::actions::check_rank_env_name(name).map_err(RuntimeError::InvalidInput)?;
+        let mut lab = self.lab();
+        if rank >= lab.ranks {
+            return Err(RuntimeError::InvalidInput(format!("rank-{rank} does not exist")));
+        }
+        let env = lab.rank_env.entry(rank).or_default();
+        match value {
+            Some(v) => env.insert(name.to_string(), v),
+            None => env.remove(name),
+        };
+        if env.is_empty() {
+            lab.rank_env.remove(&rank);
+        }
+        // Replaced to pick it up: a new process, restarts from zero.
+        lab.restarts.remove(&rank);
+        Ok(())
+    }
+
+    async fn checkpoint(&self, save: bool, _timeout: Duration) -> Result<CheckpointState> {
+        self.call("checkpoint", save.to_string()).await?;
+        let mut lab = self.lab();
+        if !Self::rank_running(&lab, 0) {
+            return Err(RuntimeError::InvalidInput("rank-0 is not running".into()));
+        }
+        let step = lab.steps.get(&0).copied().unwrap_or(0);
+        let frozen = lab.frozen.contains(&0);
+        let c = &mut lab.checkpoint;
+        c.step = step;
+        c.training = !frozen;
+        if save {
+            c.requested += 1;
+        } else if !frozen && c.requested > c.last.map_or(0, |l| l.request) {
+            c.last = Some(SavedCheckpoint {
+                step,
+                at_ms: crate::state::now_ms(),
+                request: c.requested,
+            });
+        }
+        Ok(c.clone())
+    }
+}
+
+#[async_trait]
+impl Neighbours for FakeRuntime {
     async fn rank_processes(&self, rank: u32) -> Result<Vec<BesideProcess>> {
         self.call("rank_processes", rank.to_string()).await?;
         let mut lab = self.lab();
@@ -509,55 +625,6 @@ impl Runtime for FakeRuntime {
         Ok(pid)
     }
 
-    async fn checkpoint(&self, save: bool, _timeout: Duration) -> Result<CheckpointState> {
-        self.call("checkpoint", save.to_string()).await?;
-        let mut lab = self.lab();
-        if !Self::rank_running(&lab, 0) {
-            return Err(RuntimeError::InvalidInput("rank-0 is not running".into()));
-        }
-        let step = lab.steps.get(&0).copied().unwrap_or(0);
-        let frozen = lab.frozen.contains(&0);
-        let c = &mut lab.checkpoint;
-        c.step = step;
-        c.training = !frozen;
-        if save {
-            c.requested += 1;
-        } else if !frozen && c.requested > c.last.map_or(0, |l| l.request) {
-            c.last = Some(SavedCheckpoint {
-                step,
-                at_ms: crate::state::now_ms(),
-                request: c.requested,
-            });
-        }
-        Ok(c.clone())
-    }
-
-    async fn rank_env(&self, rank: u32) -> Result<BTreeMap<String, String>> {
-        self.call("rank_env", rank.to_string()).await?;
-        Ok(self.lab().rank_env.get(&rank).cloned().unwrap_or_default())
-    }
-
-    async fn set_rank_env(&self, rank: u32, name: &str, value: Option<String>) -> Result<()> {
-        self.call("set_rank_env", format!("{rank}, {name}, {value:?}"))
-            .await?;
-        lab_model::actions::check_rank_env_name(name).map_err(RuntimeError::InvalidInput)?;
-        let mut lab = self.lab();
-        if rank >= lab.ranks {
-            return Err(RuntimeError::InvalidInput(format!("rank-{rank} does not exist")));
-        }
-        let env = lab.rank_env.entry(rank).or_default();
-        match value {
-            Some(v) => env.insert(name.to_string(), v),
-            None => env.remove(name),
-        };
-        if env.is_empty() {
-            lab.rank_env.remove(&rank);
-        }
-        // Replaced to pick it up: a new process, restarts from zero.
-        lab.restarts.remove(&rank);
-        Ok(())
-    }
-
     async fn stop_beside(&self, rank: u32, pid: u32) -> Result<()> {
         self.call("stop_beside", format!("{rank}, {pid}")).await?;
         let mut lab = self.lab();
@@ -576,60 +643,48 @@ impl Runtime for FakeRuntime {
         Ok(())
     }
 
-    async fn storage_cpu(&self, server: u32) -> Result<Option<Millicores>> {
-        self.call("storage_cpu", server.to_string()).await?;
-        let lab = self.lab();
-        Self::check_server(&lab, server)?;
-        Ok(lab.storage_cpu.get(&server).copied())
+    async fn foreign_jobs(&self) -> Result<Vec<lab_model::jobs::ForeignJob>> {
+        Ok(Vec::new())
     }
 
-    async fn set_storage_cpu(&self, server: u32, cpu: Option<Millicores>) -> Result<()> {
-        self.call("set_storage_cpu", format!("{server}, {cpu:?}")).await?;
+    async fn run_foreign_job(&self, job: &lab_model::jobs::ForeignJob) -> Result<()> {
+        Err(not_modelled(&format!("jobs of other teams ({})", job.name)))
+    }
+
+    async fn stop_foreign_job(&self, name: &str) -> Result<()> {
+        Err(RuntimeError::InvalidInput(format!(
+            "no foreign job named {name:?}"
+        )))
+    }
+}
+
+#[async_trait]
+impl Database for FakeRuntime {
+    async fn database(&self) -> Result<lab_model::db::DbStatus> {
+        self.call("database", String::new()).await?;
+        self.lab()
+            .database
+            .clone()
+            .ok_or_else(|| RuntimeError::InvalidInput("this lab has no database".into()))
+    }
+
+    async fn set_db_template(&self, node_selector: BTreeMap<String, String>) -> Result<()> {
+        self.call("set_db_template", format!("{node_selector:?}")).await?;
         let mut lab = self.lab();
-        Self::check_server(&lab, server)?;
-        match cpu {
-            Some(c) => lab.storage_cpu.insert(server, c),
-            None => lab.storage_cpu.remove(&server),
-        };
+        let db = lab
+            .database
+            .as_mut()
+            .ok_or_else(|| RuntimeError::InvalidInput("this lab has no database".into()))?;
+        db.template.node_selector = node_selector;
+        db.template.revision += 1;
         Ok(())
     }
 
-    /// The base latency, plus 200 ms on a server held under 100m of CPU: a starved server is slow to
-    /// itself, whatever is on the path to it.
-    async fn probe_storage_own(&self, server: u32, _samples: usize) -> Result<Duration> {
-        self.call("probe_storage_own", server.to_string()).await?;
-        let lab = self.lab();
-        Self::check_server(&lab, server)?;
-        let starved = lab.storage_cpu.get(&server).is_some_and(|c| c.0 < 100);
-        Ok(lab.base_latency
-            + if starved {
-                Duration::from_millis(200)
-            } else {
-                Duration::ZERO
-            })
+    async fn delete_pod(&self, name: &str) -> Result<()> {
+        Err(not_modelled(&format!("deleting {name}")))
     }
 
-    async fn storage_volumes(&self, server: u32) -> Result<Vec<u32>> {
-        self.call("storage_volumes", server.to_string()).await?;
-        let lab = self.lab();
-        Self::check_server(&lab, server)?;
-        Ok(lab.volumes.get(&server).cloned().unwrap_or_default())
-    }
-
-    async fn move_volume(&self, volume: u32, from: u32, to: u32) -> Result<()> {
-        self.call("move_volume", format!("{volume}, {from}, {to}"))
-            .await?;
-        let mut lab = self.lab();
-        Self::check_server(&lab, from)?;
-        Self::check_server(&lab, to)?;
-        let held = lab.volumes.entry(from).or_default();
-        let Some(at) = held.iter().position(|v| *v == volume) else {
-            return Err(RuntimeError::InvalidInput(format!(
-                "storage-{from} does not hold volume {volume}"
-            )));
-        };
-        held.remove(at);
-        lab.volumes.entry(to).or_default().push(volume);
-        Ok(())
+    async fn set_synchronous_standby_names(&self, _names: &str) -> Result<()> {
+        Err(not_modelled("the primary's standby settings"))
     }
 }

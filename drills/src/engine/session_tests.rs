@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lab_faults::{Fault, Ledger};
-use lab_runtime::Runtime;
 use lab_runtime::state::now_ms;
 use lab_runtime::testing::FakeRuntime;
 
@@ -17,6 +16,7 @@ use super::test_job::Job;
 use super::{Guard, Lab, Options, Session, Silent, run_drill};
 use lab_drill_file::spec::Drill;
 use lab_reports::report::{DrillReport, StepName, Verdict};
+use lab_runtime::Ranks;
 
 /// A lab no record names (the session reads the lab's seed from its record when there is one).
 const LAB: &str = "drill-session-test-lab";

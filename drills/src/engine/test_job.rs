@@ -12,13 +12,13 @@ use std::time::Duration;
 use lab_faults::Ledger;
 use lab_model::Snapshot;
 use lab_model::snapshot::GoldenSignal;
-use lab_runtime::Runtime;
 use lab_runtime::state::now_ms;
 use lab_runtime::testing::FakeRuntime;
 
 use super::SnapshotSource;
 use crate::judge::PreFault;
 use lab_model::testing::{alert, snap};
+use lab_runtime::Lab;
 
 #[derive(Debug)]
 pub(super) struct Job {

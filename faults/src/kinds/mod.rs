@@ -249,7 +249,7 @@ pub(crate) fn more_ranks_than_gpus(status: &LabStatus, ranks: u32, so: &str) -> 
 #[cfg(test)]
 mod tests {
     use lab_model::status::RuntimeKind;
-    use lab_runtime::Runtime;
+    use lab_runtime::Lab;
     use lab_runtime::testing::FakeRuntime;
 
     use super::{Injector, RankCrash, RankHang, SlowCompute};
