@@ -354,18 +354,23 @@ impl Drop for Lab {
         if self.down {
             return;
         }
+        // A lab that never came up has no record: nothing to keep, and its `lab down` failing says nothing
+        // worth showing.
+        let recorded = self.dir().exists();
         if self.keep {
-            eprintln!(
-                "leaving lab {} up: LAB_STATE_DIR={} {} down --name {}",
-                self.name,
-                self.state().display(),
-                self.exe.display(),
-                self.name
-            );
+            if recorded {
+                eprintln!(
+                    "leaving lab {} up: LAB_STATE_DIR={} {} down --name {}",
+                    self.name,
+                    self.state().display(),
+                    self.exe.display(),
+                    self.name
+                );
+            }
             return;
         }
         match self.command(&["down"]).output() {
-            Ok(out) if !out.status.success() => eprintln!(
+            Ok(out) if recorded && !out.status.success() => eprintln!(
                 "lab down of {} failed; it may be left behind:\n{}",
                 self.name,
                 text(&out)
