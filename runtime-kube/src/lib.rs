@@ -11,6 +11,7 @@ pub mod database;
 pub mod down;
 pub mod gpus;
 pub mod image;
+pub mod image_set;
 pub mod jobs;
 pub mod kind;
 mod logs;

@@ -1198,6 +1198,91 @@ async fn down_in_an_existing_cluster_deletes_the_namespace_it_created_and_withdr
     finish(server).await;
 }
 
+/// A failed `lab up` undoes what it created newest first: the GPUs advertised last are withdrawn before
+/// the namespace made first is deleted; then the lab's folder is gone.
+#[tokio::test]
+async fn a_failed_up_rolls_back_what_it_created_newest_first() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "PATCH",
+                "/api/v1/nodes/node-a/status",
+                Reply::Json(200, node("0")),
+            )
+            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": null } } }))),
+            ex(
+                "DELETE",
+                format!("/api/v1/namespaces/{NS}"),
+                Reply::Json(
+                    200,
+                    json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": NS } }),
+                ),
+            ),
+            watch_list("/api/v1/namespaces".into(), NS, "NamespaceList", vec![]),
+        ],
+    );
+    let (opts, kopts, rec) = one_rank_lab();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("demo");
+    std::fs::create_dir(&dir).unwrap();
+    super::up::roll_back_on(
+        &client,
+        &opts,
+        &kopts,
+        rec,
+        &dir,
+        vec![
+            super::up::Created::Namespace,
+            super::up::Created::Gpus(vec!["node-a".into()]),
+        ],
+    )
+    .await
+    .unwrap();
+    finish(server).await;
+    assert!(!dir.exists(), "the lab is forgotten once everything is undone");
+}
+
+/// What is inside the lab's own kind cluster goes with the cluster: a rollback that cannot reach Docker
+/// touches nothing in the cluster, says where the cluster may still run, and keeps the lab's record.
+#[tokio::test]
+async fn a_rollback_inside_the_labs_own_cluster_only_deletes_the_cluster() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    // No request at all reaches the API server.
+    let server = serve(h, vec![]);
+    let (opts, kopts, mut rec) = one_rank_lab();
+    let root = tempfile::tempdir().unwrap();
+    rec.mode = ClusterMode::Kind;
+    rec.cluster = Some("lab-demo".into());
+    rec.docker_host = Some(format!("unix://{}/no-engine.sock", root.path().display()));
+    let dir = root.path().join("demo");
+    std::fs::create_dir(&dir).unwrap();
+    let e = super::up::roll_back_on(
+        &client,
+        &opts,
+        &kopts,
+        rec,
+        &dir,
+        vec![
+            super::up::Created::Cluster,
+            super::up::Created::Namespace,
+            super::up::Created::Gpus(vec!["node-a".into()]),
+        ],
+    )
+    .await
+    .expect_err("the cluster cannot be deleted without its engine")
+    .to_string();
+    finish(server).await;
+    assert!(
+        e.contains("cluster lab-demo") && e.contains("may still be running"),
+        "{e}"
+    );
+    assert!(dir.exists(), "the record is kept so `lab down` can finish");
+}
+
 #[tokio::test]
 async fn down_in_a_namespace_it_did_not_create_deletes_only_labelled_objects() {
     let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();

@@ -5,13 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::super::{KubeOptions, KubeRecord, kind};
+use super::super::{KubeOptions, KubeRecord, image_set, kind};
 use super::PULL_DEADLINE;
 use lab_runtime::lifecycle::Progress;
 use lab_runtime::{Result, RuntimeError};
 
-/// The offline Prometheus image (from the `prometheus` on PATH) is tagged `<this><its version>`.
-pub(super) const OFFLINE_PROMETHEUS: &str = "straggler-lab/prometheus:";
+pub(super) use super::super::image_set::OFFLINE_PROMETHEUS;
 
 /// An image the cluster needs, and where it is loaded from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +31,7 @@ pub(super) async fn build_images(
     rec: &mut KubeRecord,
     progress: &dyn Progress,
 ) -> Result<Vec<LabImage>> {
-    let cache = image_cache()?;
+    let cache = image_set::cache_dir()?;
     let mut images = Vec::new();
     if !kopts.build_image {
         docker.inspect_image(&rec.image).await.map_err(|e| {
@@ -69,12 +68,8 @@ pub(super) async fn build_images(
             }
             (_, why) => {
                 let why = why.unwrap_or_default();
-                let bin_dir = lab_bin_dir()?;
-                let weed =
-                    weed_binary(kopts.build_context.as_deref()).ok_or_else(|| RuntimeError::MissingTool {
-                        tool: "weed".into(),
-                        hint: "install SeaweedFS (`scripts/tools.sh weed`) or set LAB_WEED".into(),
-                    })?;
+                let bin_dir = image_set::lab_bin_dir()?;
+                let weed = image_set::require_weed(kopts.build_context.as_deref())?;
                 progress.note(&format!(
                     "lab image {}: {why}; building it offline from {} and {}",
                     rec.image,
@@ -89,7 +84,7 @@ pub(super) async fn build_images(
     if let Some(db_image) = rec.db_image.clone() {
         if kopts.build_image {
             // Always offline: the database image is this machine's PostgreSQL, as the local lab's is.
-            let bin_dir = lab_bin_dir()?;
+            let bin_dir = image_set::lab_bin_dir()?;
             let pg_bin = lab_runtime::db::find_pg_bin()?;
             progress.note(&format!(
                 "database image {db_image}: building it offline from {} and PostgreSQL in {}",
@@ -126,41 +121,12 @@ pub(super) async fn build_images(
     Ok(images)
 }
 
-/// Where the offline images' archives are kept between labs: `LAB_CACHE` (the scripts' cache folder,
-/// `~/.cache/straggler-lab` by default) `/images`.
-fn image_cache() -> Result<PathBuf> {
-    let base = std::env::var_os("LAB_CACHE")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache/straggler-lab"))
-        })
-        .ok_or_else(|| {
-            RuntimeError::InvalidInput(
-                "neither LAB_CACHE nor HOME is set: set LAB_CACHE to a folder for the lab's image archives"
-                    .into(),
-            )
-        })?;
-    Ok(base.join("images"))
-}
-
 /// [`super::super::image::ImageSpec::cached_archive`] off the async threads (it may write hundreds of MB).
 async fn cached_archive(spec: super::super::image::ImageSpec, cache: &Path) -> Result<PathBuf> {
     let cache = cache.to_path_buf();
     tokio::task::spawn_blocking(move || spec.cached_archive(&cache))
         .await
         .map_err(|e| RuntimeError::Other(e.to_string()))?
-}
-
-/// The folder of the running `lab` binary: the workspace's other binaries, which the offline images are
-/// made from, are beside it.
-fn lab_bin_dir() -> Result<PathBuf> {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .ok_or_else(|| RuntimeError::Other("cannot tell where the lab binary is".into()))
 }
 
 /// The first base image of the Dockerfile in `root` that Docker neither has nor can pull, with why.
@@ -177,27 +143,4 @@ async fn first_unavailable_base(docker: &bollard::Docker, root: &Path) -> Option
         }
     }
     None
-}
-
-/// SeaweedFS for the offline image: `LAB_WEED`, `weed` on PATH, or the project's tools folder.
-fn weed_binary(context: Option<&Path>) -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("LAB_WEED")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-    {
-        return Some(p);
-    }
-    if let Some(p) = super::super::image::which("weed") {
-        return Some(p);
-    }
-    let roots: Vec<PathBuf> = match context {
-        Some(c) => vec![c.to_path_buf()],
-        None => std::env::current_dir()
-            .map(|d| d.ancestors().map(Path::to_path_buf).collect())
-            .unwrap_or_default(),
-    };
-    roots
-        .into_iter()
-        .map(|r| r.join(".tools/bin/weed"))
-        .find(|p| p.is_file())
 }

@@ -59,7 +59,7 @@ trait Action {
 
 /// Something `lab up` created, which a failure rolls back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Created {
+pub(crate) enum Created {
     /// The lab's own kind cluster (everything below, when inside it, goes with it).
     Cluster,
     /// The lab's namespace.
@@ -280,8 +280,28 @@ async fn roll_back(cx: &Ctx<'_>) -> Result<()> {
     }
     match first_error {
         Some(e) => Err(e),
-        None => down::forget(&cx.opts.name),
+        None => match std::fs::remove_dir_all(cx.dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RuntimeError::io(format!("remove {}", cx.dir.display()), e)),
+        },
     }
+}
+
+/// [`roll_back`] of `created`, in the order given, on a cluster `client` reaches (tests).
+#[cfg(test)]
+pub(crate) async fn roll_back_on(
+    client: &Client,
+    opts: &UpOptions,
+    kopts: &KubeOptions,
+    rec: KubeRecord,
+    dir: &Path,
+    created: Vec<Created>,
+) -> Result<()> {
+    let mut cx = Ctx::new(opts, kopts, &lab_runtime::lifecycle::Quiet, dir, rec);
+    cx.client = Some(client.clone());
+    cx.created = created;
+    roll_back(&cx).await
 }
 
 /// The deployment's actions on a cluster `client` already reaches, without rolling back (what `up` runs
