@@ -70,6 +70,9 @@ pub enum Command {
     /// The database beside the job (`lab up --database`): its pods, the standby's template, delete a pod.
     #[command(subcommand)]
     Db(DbCmd),
+    /// The lab's container images, built offline from this machine's files into archives.
+    #[command(subcommand)]
+    Image(ImageCmd),
     /// Ask the training job to save a checkpoint now, and wait until it has: the run is safe before a fix.
     ///
     /// Rank 0 saves the model after the step it is in (to SeaweedFS, where a restarted job resumes from)
@@ -409,6 +412,54 @@ pub enum DbCmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `lab image …`.
+#[derive(Debug, Subcommand)]
+pub enum ImageCmd {
+    /// Build the lab's images offline, without Docker or a registry, as `docker save` archives in a
+    /// folder: for a cluster without a registry (`ctr -n k8s.io images import`, `kind load
+    /// image-archive`) or for pushing (`docker load -i`, then `docker push`).
+    ///
+    /// The lab image is the workspace's binaries beside this `lab` with the libraries they load, weed
+    /// (LAB_WEED, PATH or .tools/bin), tc and busybox; the database image is this machine's PostgreSQL;
+    /// Prometheus is the `prometheus` on PATH; pause is the project's pod sandbox program, compiled
+    /// static with `cc` (or CC). One line per image: reference, archive, image id. An archive whose inputs
+    /// did not change is kept as it is (same inputs, same id).
+    ///
+    /// Examples:
+    ///   lab image build                                  # all four, into ~/.cache/straggler-lab/images
+    ///   lab image build --only pause,lab --out /srv/images --json
+    ///   docker load -i "$(lab image build --only lab --json | jq -r '.images[0].archive')"
+    #[command(verbatim_doc_comment)]
+    Build(ImageBuildArgs),
+}
+
+/// An image `lab image build` builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImageArg {
+    /// The pod sandbox of a bare node (straggler-lab/pause).
+    Pause,
+    /// The lab image every lab container runs (straggler-lab/lab).
+    Lab,
+    /// The database image of `lab up --database` (straggler-lab/db).
+    Db,
+    /// Prometheus from the `prometheus` on PATH (straggler-lab/prometheus).
+    Prometheus,
+}
+
+#[derive(Debug, Args)]
+pub struct ImageBuildArgs {
+    /// The folder the archives go to (default: the machine's image cache, LAB_CACHE/images, which `lab up
+    /// --runtime kind` reads).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Which images, comma-separated (default: all).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "IMAGE,...")]
+    pub only: Vec<ImageArg>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `lab job …`.

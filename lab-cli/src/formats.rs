@@ -39,10 +39,12 @@ pub const CHECKPOINT: &str = "straggler-lab.checkpoint/v1";
 pub const DRAIN: &str = "straggler-lab.drain/v1";
 /// `lab replay --json`: one report per evidence level.
 pub const REPLAY: &str = "straggler-lab.replay/v1";
+/// `lab image build --json`: the archives written.
+pub const IMAGES: &str = "straggler-lab.images/v1";
 
 /// Every format above, for the test that the docs describe each.
 #[cfg(test)]
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 19] = [
     STATUS,
     LABS,
     VERSION,
@@ -61,6 +63,7 @@ pub const ALL: [&str; 18] = [
     CHECKPOINT,
     DRAIN,
     REPLAY,
+    IMAGES,
 ];
 
 #[cfg(test)]

@@ -8,11 +8,21 @@ use std::time::Duration;
 
 use lab_session::{Lab, Progress, Snapshot};
 
-/// Prints steps to stderr: `… name` while it runs (on a terminal), then `✓ name  1.2s`.
+/// Prints steps to stderr: `… name` while it runs (on a terminal), then `✓ name  1.2s`; keeps each finished
+/// step for a `--json` document.
 #[derive(Debug)]
 pub struct Steps {
     tty: bool,
     open: Mutex<Option<String>>,
+    done: Mutex<Vec<StepTime>>,
+}
+
+/// A finished step, as `lab up --json` and `lab down --json` list it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StepTime {
+    pub step: String,
+    pub ok: bool,
+    pub seconds: f64,
 }
 
 impl Steps {
@@ -20,7 +30,13 @@ impl Steps {
         Steps {
             tty: std::io::stderr().is_terminal(),
             open: Mutex::new(None),
+            done: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The steps finished so far, in the order they finished.
+    pub fn finished(&self) -> Vec<StepTime> {
+        self.done.lock().expect("progress").clone()
     }
 }
 
@@ -44,6 +60,11 @@ impl Progress for Steps {
     }
 
     fn step_finished(&self, step: &str, ok: bool, elapsed: Duration, detail: Option<&str>) {
+        self.done.lock().expect("progress").push(StepTime {
+            step: step.to_string(),
+            ok,
+            seconds: elapsed.as_secs_f64(),
+        });
         let mut e = std::io::stderr().lock();
         if self.tty && self.open.lock().expect("progress").take().is_some() {
             let _ = write!(e, "\r\x1b[2K");

@@ -678,6 +678,96 @@ pub fn prometheus_image(reference: &str) -> Result<ImageSpec> {
     Ok(spec)
 }
 
+/// The pod sandbox image of a bare node (the containerd `sandbox_image`): the project's pause program.
+pub const PAUSE_IMAGE: &str = "straggler-lab/pause:1.0";
+/// The pause program: holds the pod's namespaces, reaps orphans, exits on SIGTERM or SIGINT.
+const PAUSE_C: &str = include_str!("../../scripts/images/pause.c");
+
+/// The pause image: [`PAUSE_C`] compiled static with the machine's C compiler (`CC`, else `cc`) into
+/// `work` (once per source: a folder named by its digest, so a rebuild of the image finds the same file
+/// and the same key).
+///
+/// # Errors
+/// When no C compiler (or no static C library) is there, or the compile fails.
+pub fn pause_image(reference: &str, work: &Path) -> Result<ImageSpec> {
+    let dir = work.join(format!(
+        ".pause-{}",
+        &hex(&Sha256::digest(PAUSE_C.as_bytes()))[..16]
+    ));
+    let bin = dir.join("pause");
+    if !bin.is_file() {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| RuntimeError::io(format!("create {}", dir.display()), e))?;
+        let src = dir.join("pause.c");
+        std::fs::write(&src, PAUSE_C).map_err(|e| RuntimeError::io(format!("write {}", src.display()), e))?;
+        let cc = std::env::var("CC")
+            .ok()
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| "cc".into());
+        let tmp = dir.join(format!("pause.{}", std::process::id()));
+        let out = std::process::Command::new(&cc)
+            .args(["-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .output()
+            .map_err(|e| RuntimeError::MissingTool {
+                tool: cc.clone(),
+                hint: format!(
+                    "cannot run it ({e}): install a C compiler (`apt-get install gcc libc6-dev`) or set CC"
+                ),
+            })?;
+        if !out.status.success() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(RuntimeError::Other(format!(
+                "{cc} could not build the pause program: {}; install gcc and libc6-dev (static libc) or set CC",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        std::fs::rename(&tmp, &bin).map_err(|e| RuntimeError::io(format!("write {}", bin.display()), e))?;
+    }
+    let mut spec = ImageSpec::new(reference);
+    spec.env.clear();
+    spec.file("/pause", &bin, 0o755);
+    spec.entrypoint = vec!["/pause".into()];
+    spec.user = Some("65535:65535".into());
+    spec.labels.insert(
+        "org.opencontainers.image.title".into(),
+        "straggler-lab-pause".into(),
+    );
+    Ok(spec)
+}
+
+/// The image id (`sha256:<config digest>`) of a `docker save` archive, from its `manifest.json` (the
+/// layer is skipped over, not read).
+///
+/// # Errors
+/// When the archive cannot be read or has no manifest naming one config.
+pub fn archive_id(archive: &Path) -> Result<String> {
+    let what = || format!("read {}", archive.display());
+    let f = File::open(archive).map_err(|e| RuntimeError::io(what(), e))?;
+    let mut tar = tar::Archive::new(f);
+    for entry in tar.entries_with_seek().map_err(|e| RuntimeError::io(what(), e))? {
+        let mut entry = entry.map_err(|e| RuntimeError::io(what(), e))?;
+        if entry.path().is_ok_and(|p| p == Path::new("manifest.json")) {
+            let mut text = String::new();
+            entry
+                .read_to_string(&mut text)
+                .map_err(|e| RuntimeError::io(what(), e))?;
+            let m: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| RuntimeError::Other(format!("{}: {e}", what())))?;
+            let config = m[0]["Config"].as_str().unwrap_or_default();
+            if let Some(hex) = config.strip_suffix(".json").filter(|h| h.len() == 64) {
+                return Ok(format!("sha256:{hex}"));
+            }
+            break;
+        }
+    }
+    Err(RuntimeError::Other(format!(
+        "{} has no manifest.json naming its config: it is not a `docker save` archive",
+        archive.display()
+    )))
+}
+
 /// The version the `prometheus` on PATH prints (`prometheus, version 2.42.0+ds (branch: …)` → `2.42.0`; 3.5.0 from its module).
 pub fn prometheus_version() -> Option<String> {
     let bin = which("prometheus")?;
@@ -717,6 +807,21 @@ mod tests {
                 (name, data)
             })
             .collect()
+    }
+
+    #[test]
+    fn an_archives_id_is_read_back_from_its_manifest() {
+        let d = tempfile::tempdir().unwrap();
+        let mut spec = ImageSpec::new("lab/t:1");
+        spec.bytes("/etc/x", "x", 0o644);
+        let out = d.path().join("t.tar");
+        let id = spec.write_archive(&out).unwrap();
+        assert!(id.starts_with("sha256:") && id.len() == 71, "{id}");
+        assert_eq!(archive_id(&out).unwrap(), id);
+        let not = d.path().join("not.tar");
+        std::fs::write(&not, vec![0u8; 1024]).unwrap();
+        let e = archive_id(&not).unwrap_err().to_string();
+        assert!(e.contains("not a `docker save` archive"), "{e}");
     }
 
     #[test]

@@ -8,15 +8,18 @@ pub mod actions;
 pub mod api;
 pub mod beside;
 pub mod database;
+pub mod down;
+pub mod gpus;
 pub mod image;
+pub mod image_set;
 pub mod jobs;
 pub mod kind;
-pub mod lifecycle;
 mod logs;
 pub mod manifests;
 pub mod rbac;
 pub mod status;
 pub mod storage;
+pub mod up;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,7 +33,8 @@ use serde::{Deserialize, Serialize};
 use lab_runtime::state::LabRecord;
 use lab_runtime::{Result, RuntimeError};
 
-pub use lifecycle::{down, up};
+pub use down::down;
+pub use up::up;
 
 /// The lab image every lab container runs (rank, seeder, latency proxy, `weed`, `tc`), pinned to the
 /// workspace version: never `:latest`.

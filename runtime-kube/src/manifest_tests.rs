@@ -340,7 +340,7 @@ fn the_rule_file_is_there_and_ships_in_the_prometheus_rules() {
     );
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
-        .join(super::lifecycle::RULES_PATH);
+        .join(super::manifests::RULES_PATH);
     let file = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("the golden-signal rule file {}: {e}", path.display()));
     assert_eq!(file, rules, "{} is not the file the lab embeds", path.display());

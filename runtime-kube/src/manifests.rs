@@ -29,6 +29,8 @@ pub const DATABASE: &str = include_str!("../../manifests/database.yaml");
 pub const PROMETHEUS: &str = include_str!("../../manifests/prometheus.yaml");
 /// The golden-signal rules Prometheus evaluates, embedded so `lab up` works outside the repository.
 pub const RULES: &str = include_str!("../../manifests/rules/golden-signals.yaml");
+/// Where the golden-signal rule file lives in the repository (the binary embeds it: [`RULES`]).
+pub const RULES_PATH: &str = "manifests/rules/golden-signals.yaml";
 
 /// Names of the objects the manifests create, so code and YAML agree.
 pub mod names {

@@ -434,7 +434,7 @@ async fn scrape_targets_are_pod_proxy_paths_and_metrics_come_through_them() {
         .fetch_metrics(&targets[0], Duration::from_secs(1))
         .await
         .unwrap();
-    assert_eq!(super::lifecycle::sample(&text, "lab_steps_total"), Some(12.0));
+    assert_eq!(super::up::sample(&text, "lab_steps_total"), Some(12.0));
     finish(server).await;
 }
 
@@ -1128,7 +1128,7 @@ async fn gpus_are_advertised_on_node_status_and_awaited_in_allocatable() {
             watch_list("/api/v1/nodes".into(), "node-a", "NodeList", vec![node("4")]),
         ],
     );
-    let nodes = super::lifecycle::advertise_gpus(&client, "lab.dev/gpu", 4, false, Duration::from_secs(2))
+    let nodes = super::gpus::advertise(&client, "lab.dev/gpu", 4, false, Duration::from_secs(2))
         .await
         .unwrap();
     assert_eq!(nodes, ["node-a"]);
@@ -1157,7 +1157,7 @@ async fn advertising_gpus_without_node_rights_is_forbidden_with_advice() {
             ),
         ],
     );
-    let err = super::lifecycle::advertise_gpus(&client, "lab.dev/gpu", 4, false, Duration::from_secs(2))
+    let err = super::gpus::advertise(&client, "lab.dev/gpu", 4, false, Duration::from_secs(2))
         .await
         .unwrap_err();
     assert!(
@@ -1192,10 +1192,95 @@ async fn down_in_an_existing_cluster_deletes_the_namespace_it_created_and_withdr
             .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": null } } }))),
         ],
     );
-    super::lifecycle::remove_objects(&client, &record(DelayChoice::Auto), "demo")
+    super::down::remove_objects(&client, &record(DelayChoice::Auto), "demo")
         .await
         .unwrap();
     finish(server).await;
+}
+
+/// A failed `lab up` undoes what it created newest first: the GPUs advertised last are withdrawn before
+/// the namespace made first is deleted; then the lab's folder is gone.
+#[tokio::test]
+async fn a_failed_up_rolls_back_what_it_created_newest_first() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let server = serve(
+        h,
+        vec![
+            ex(
+                "PATCH",
+                "/api/v1/nodes/node-a/status",
+                Reply::Json(200, node("0")),
+            )
+            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": null } } }))),
+            ex(
+                "DELETE",
+                format!("/api/v1/namespaces/{NS}"),
+                Reply::Json(
+                    200,
+                    json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": NS } }),
+                ),
+            ),
+            watch_list("/api/v1/namespaces".into(), NS, "NamespaceList", vec![]),
+        ],
+    );
+    let (opts, kopts, rec) = one_rank_lab();
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("demo");
+    std::fs::create_dir(&dir).unwrap();
+    super::up::roll_back_on(
+        &client,
+        &opts,
+        &kopts,
+        rec,
+        &dir,
+        vec![
+            super::up::Created::Namespace,
+            super::up::Created::Gpus(vec!["node-a".into()]),
+        ],
+    )
+    .await
+    .unwrap();
+    finish(server).await;
+    assert!(!dir.exists(), "the lab is forgotten once everything is undone");
+}
+
+/// What is inside the lab's own kind cluster goes with the cluster: a rollback that cannot reach Docker
+/// touches nothing in the cluster, says where the cluster may still run, and keeps the lab's record.
+#[tokio::test]
+async fn a_rollback_inside_the_labs_own_cluster_only_deletes_the_cluster() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    // No request at all reaches the API server.
+    let server = serve(h, vec![]);
+    let (opts, kopts, mut rec) = one_rank_lab();
+    let root = tempfile::tempdir().unwrap();
+    rec.mode = ClusterMode::Kind;
+    rec.cluster = Some("lab-demo".into());
+    rec.docker_host = Some(format!("unix://{}/no-engine.sock", root.path().display()));
+    let dir = root.path().join("demo");
+    std::fs::create_dir(&dir).unwrap();
+    let e = super::up::roll_back_on(
+        &client,
+        &opts,
+        &kopts,
+        rec,
+        &dir,
+        vec![
+            super::up::Created::Cluster,
+            super::up::Created::Namespace,
+            super::up::Created::Gpus(vec!["node-a".into()]),
+        ],
+    )
+    .await
+    .expect_err("the cluster cannot be deleted without its engine")
+    .to_string();
+    finish(server).await;
+    assert!(
+        e.contains("cluster lab-demo") && e.contains("may still be running"),
+        "{e}"
+    );
+    assert!(dir.exists(), "the record is kept so `lab down` can finish");
 }
 
 #[tokio::test]
@@ -1278,9 +1363,7 @@ async fn down_in_a_namespace_it_did_not_create_deletes_only_labelled_objects() {
             ex("GET", format!("/api/v1/namespaces/{NS}/pods"), empty("PodList")).query(sel),
         ],
     );
-    super::lifecycle::remove_objects(&client, &rec, "demo")
-        .await
-        .unwrap();
+    super::down::remove_objects(&client, &rec, "demo").await.unwrap();
     let seen = finish(server).await;
     assert!(
         !seen
@@ -1453,7 +1536,7 @@ async fn deploy_applies_every_manifest_and_waits_on_each_condition_in_order() {
     ]);
     let server = serve(h, script);
     let dir = tempfile::tempdir().unwrap();
-    let rt = super::lifecycle::deploy(
+    let rt = super::up::deploy(
         &client,
         &opts,
         &kopts,
@@ -1482,7 +1565,7 @@ async fn a_failed_seeding_job_stops_the_lab_coming_up_and_says_where_to_look() {
     let (opts, kopts, mut rec) = one_rank_lab();
     let server = serve(h, storage_and_seed("Failed"));
     let dir = tempfile::tempdir().unwrap();
-    let err = super::lifecycle::deploy(
+    let err = super::up::deploy(
         &client,
         &opts,
         &kopts,
@@ -1510,7 +1593,7 @@ async fn a_forbidden_namespace_read_stops_the_lab_coming_up() {
         )],
     );
     let dir = tempfile::tempdir().unwrap();
-    let err = super::lifecycle::deploy(
+    let err = super::up::deploy(
         &client,
         &opts,
         &kopts,
@@ -1520,7 +1603,12 @@ async fn a_forbidden_namespace_read_stops_the_lab_coming_up() {
     )
     .await
     .unwrap_err();
-    assert_eq!(super::api::status_code(&err), Some(403), "{err}");
+    // The error names the step, and says what the API server refused and what to do.
+    assert!(
+        matches!(&err, RuntimeError::Step { step, message }
+            if step == "create namespace" && message.contains("read namespace") && message.contains("forbidden")),
+        "{err}"
+    );
     finish(server).await;
 }
 
@@ -1727,11 +1815,10 @@ async fn a_cluster_on_an_engine_that_does_not_answer_is_not_called_gone() {
     rec.cluster = Some("lab-gone".into());
     rec.created_cluster = true;
     rec.docker_host = Some(host.clone());
-    let e =
-        super::lifecycle::delete_kind_cluster("lab-gone", &rec, dir.path(), &lab_runtime::lifecycle::Quiet)
-            .await
-            .expect_err("an engine that does not answer is an error")
-            .to_string();
+    let e = super::down::delete_kind_cluster("lab-gone", &rec, dir.path(), &lab_runtime::lifecycle::Quiet)
+        .await
+        .expect_err("an engine that does not answer is an error")
+        .to_string();
     assert!(
         e.contains(&format!("Docker does not answer at DOCKER_HOST={host}")),
         "{e}"

@@ -164,7 +164,7 @@ async fn the_lab_against_a_real_api_server_scheduler_and_controllers() {
         .await
         .unwrap();
     // The lab's own advertisement: a status patch with a '/' in the key, accepted by the real server.
-    let patched = lk::lifecycle::advertise_gpus(&client, GPU, 4, false, Duration::from_secs(10))
+    let patched = lk::gpus::advertise(&client, GPU, 4, false, Duration::from_secs(10))
         .await
         .unwrap();
     assert!(patched.contains(&node_name));
@@ -404,5 +404,5 @@ async fn the_lab_against_a_real_api_server_scheduler_and_controllers() {
     }
     let mut rm = record(&ns, Duration::from_secs(60));
     rm.advertised_on.clear();
-    lk::lifecycle::remove_objects(&client, &rm, lab).await.unwrap();
+    lk::down::remove_objects(&client, &rm, lab).await.unwrap();
 }

@@ -17,6 +17,7 @@ pub mod drills;
 pub mod error;
 pub mod expiry;
 pub mod guard;
+pub mod images;
 pub mod labs;
 pub mod lifecycle;
 pub mod live;

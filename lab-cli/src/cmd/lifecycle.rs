@@ -90,6 +90,7 @@ pub async fn start(planned: Planned, json: bool) -> anyhow::Result<Exit> {
                 "baseline": baseline,
                 "status": st,
                 "rules": up.lab.rules().origins(),
+                "steps": steps.finished(),
             }),
         )?;
     } else {
@@ -123,7 +124,10 @@ pub async fn down(name: &str, json: bool) -> anyhow::Result<Exit> {
     let steps = Steps::new();
     let existed = lifecycle::down(name, &steps).await?;
     if json {
-        out::json(formats::DOWN, &json!({ "name": name, "stopped": existed }))?;
+        out::json(
+            formats::DOWN,
+            &json!({ "name": name, "stopped": existed, "steps": steps.finished() }),
+        )?;
     } else if existed {
         outln!("Lab {name:?} is down; nothing of it is left.");
     } else {

@@ -6,6 +6,7 @@ mod db;
 mod demo;
 mod drill;
 mod fault;
+mod image;
 mod incident;
 mod job;
 pub(crate) mod labs;
@@ -46,6 +47,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Exit> {
         Command::Job(j) => job::run(&name, j).await,
         Command::Storage(c) => remediate::storage(&name, c).await,
         Command::Db(d) => db::run(&name, d).await,
+        Command::Image(i) => image::run(i).await,
         Command::Checkpoint(a) => checkpoint::checkpoint(&name, a).await,
         Command::Console(a) => console::console(&name, a.read_only).await,
         Command::List(a) => labs::list(a.json).await,
