@@ -29,7 +29,7 @@ BASE_CACHE="$CACHE/kind-base-bookworm"
 ROOTFS_TAR="$BASE_CACHE/rootfs-$(printf '%s\n' "${BASE_PACKAGES[@]}" | sha256sum | cut -c1-12).tar"
 IMAGES="$NODE_CACHE/images"
 ARCHIVE="$NODE_CACHE/kind-node.tar"
-OCI_IMAGE="$LAB_ROOT/scripts/images/oci-image.py"
+OCI_IMAGE="$KIND_DIR/oci-image.py"
 # Named here, not in the step that creates it: steps run in subshells, and the exit trap must know it.
 BUILD_CONTAINER="lab-kind-build-$$"
 

@@ -58,7 +58,7 @@ probe_image() {
   printf 'lab-probe ok\n' > "$WORK/index.html"
   echo "file www/index.html $WORK/index.html 0644" >> "$spec"
   mkdir -p "${PROBE_ARCHIVE%/*}"
-  python3 "$LAB_ROOT/scripts/images/oci-image.py" --spec "$spec" --name "$PROBE_REF" --out "$PROBE_ARCHIVE" \
+  python3 "$LAB_ROOT/scripts/env/kind/oci-image.py" --spec "$spec" --name "$PROBE_REF" --out "$PROBE_ARCHIVE" \
     --cmd '["sleep","3600"]' >/dev/null
 }
 
