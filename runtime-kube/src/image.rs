@@ -17,10 +17,11 @@ use lab_runtime::{Result, RuntimeError};
 /// One entry of the image's file system.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
-    /// A file copied from this machine.
+    /// A file copied from this machine; with `strip`, an executable's copy without its debug sections.
     File {
         src: PathBuf,
         mode: u32,
+        strip: bool,
     },
     /// A file with the given contents.
     Bytes {
@@ -71,6 +72,7 @@ impl ImageSpec {
             Entry::File {
                 src: src.to_path_buf(),
                 mode,
+                strip: false,
             },
         );
         self
@@ -110,6 +112,20 @@ impl ImageSpec {
     /// # Errors
     /// When `src` is not a file or `ldd` cannot read it.
     pub fn binary(&mut self, dest_dir: &str, src: &Path) -> Result<&mut Self> {
+        self.binary_as(dest_dir, src, false)
+    }
+
+    /// As [`ImageSpec::binary`], the executable copied without its debug sections (`objcopy
+    /// --strip-debug`): one of the workspace's own, whose debug build is four times the size of its code,
+    /// and every node loads the image. Where `objcopy` is missing the file goes in as it is.
+    ///
+    /// # Errors
+    /// As [`ImageSpec::binary`].
+    pub fn stripped_binary(&mut self, dest_dir: &str, src: &Path) -> Result<&mut Self> {
+        self.binary_as(dest_dir, src, true)
+    }
+
+    fn binary_as(&mut self, dest_dir: &str, src: &Path, strip: bool) -> Result<&mut Self> {
         let name = src
             .file_name()
             .ok_or_else(|| RuntimeError::InvalidInput(format!("{} is not a file", src.display())))?
@@ -122,6 +138,12 @@ impl ImageSpec {
             )));
         }
         self.file(&format!("{}/{name}", rel(dest_dir)), src, 0o755);
+        if strip
+            && let Some(Entry::File { strip, .. }) =
+                self.entries.get_mut(&format!("{}/{name}", rel(dest_dir)))
+        {
+            *strip = true;
+        }
         for lib in shared_libraries(src)? {
             let dest = lib.to_string_lossy().into_owned();
             self.file(&dest, &lib, 0o755);
@@ -181,8 +203,10 @@ impl ImageSpec {
                     h.set_size(data.len() as u64);
                     b.append_data(&mut h, &path, data.as_slice())
                 }
-                Entry::File { src, mode } => {
-                    let f = File::open(&src)
+                Entry::File { src, mode, strip } => {
+                    let stripped = if strip { stripped_copy(&src) } else { None };
+                    let from = stripped.as_ref().map_or(src.as_path(), |t| t.path());
+                    let f = File::open(from)
                         .map_err(|e| RuntimeError::io(format!("read {} for the image", src.display()), e))?;
                     let len = f
                         .metadata()
@@ -243,7 +267,7 @@ impl ImageSpec {
         for (path, e) in &self.entries {
             put(path.as_bytes());
             match e {
-                Entry::File { src, mode } => {
+                Entry::File { src, mode, strip } => {
                     let m = std::fs::metadata(src)
                         .map_err(|e| RuntimeError::io(format!("stat {}", src.display()), e))?;
                     let mtime = m
@@ -251,7 +275,8 @@ impl ImageSpec {
                         .ok()
                         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                         .map_or(0, |d| d.as_nanos());
-                    put(format!("file {} {mode:o} {} {mtime}", src.display(), m.len()).as_bytes());
+                    let strip = if *strip { " stripped" } else { "" };
+                    put(format!("file {} {mode:o} {} {mtime}{strip}", src.display(), m.len()).as_bytes());
                 }
                 Entry::Bytes { data, mode } => {
                     put(format!("bytes {mode:o}").as_bytes());
@@ -374,6 +399,28 @@ impl ImageSpec {
     }
 }
 
+/// A copy of the executable `src` without its debug sections, in a temporary file removed when it is
+/// dropped; `None` (the file goes in as it is) where `objcopy` is missing or fails.
+fn stripped_copy(src: &Path) -> Option<tempfile::NamedTempFile> {
+    let out = tempfile::NamedTempFile::new().ok()?;
+    let done = std::process::Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(src)
+        .arg(out.path())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match done {
+        Ok(s) if s.success() => Some(out),
+        _ => {
+            tracing::debug!(
+                "objcopy could not strip {}: it goes into the image as it is",
+                src.display()
+            );
+            None
+        }
+    }
+}
+
 fn docker_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
@@ -470,7 +517,7 @@ fn lab_binaries(spec: &mut ImageSpec, bin_dir: &Path, names: &[&str]) -> Result<
                 ),
             });
         }
-        spec.binary("/usr/local/bin", &p)?;
+        spec.stripped_binary("/usr/local/bin", &p)?;
     }
     Ok(())
 }
@@ -780,6 +827,28 @@ pub fn prometheus_version() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_workspaces_binaries_go_in_without_their_debug_sections() {
+        // This test's own executable: a debug build, as the kind tier's images are made of.
+        let exe = std::env::current_exe().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut plain = ImageSpec::new("lab/t:1");
+        plain.binary("/usr/local/bin", &exe).unwrap();
+        let mut stripped = ImageSpec::new("lab/t:1");
+        stripped.stripped_binary("/usr/local/bin", &exe).unwrap();
+        assert_ne!(plain.key().unwrap(), stripped.key().unwrap(), "a stripped copy is another image");
+        let size = |s: &ImageSpec, name: &str| {
+            let out = dir.path().join(name);
+            s.write_archive(&out).unwrap();
+            std::fs::metadata(out).unwrap().len()
+        };
+        let (plain, stripped) = (size(&plain, "plain.tar"), size(&stripped, "stripped.tar"));
+        assert!(
+            stripped * 2 < plain,
+            "objcopy --strip-debug (binutils) should halve a debug build at least: {stripped} of {plain} bytes"
+        );
+    }
 
     #[test]
     fn ldd_output_is_read_with_and_without_arrows() {
