@@ -139,8 +139,9 @@ if grep -q '^lab down' "$FIGURES"; then
   # The tier ran to its end (with its failed drills, if any): kept as docs/figures/kind-e2e.md
   # (scripts/bench/figures-write.sh), which docs/figures.md indexes.
   case "$LAB_BIN" in */release/*) profile=release ;; */debug/*) profile=debug ;; *) profile=unknown ;; esac
-  printf '%s\n' "$figures" |
-    "$root/scripts/bench/figures-write.sh" kind-e2e "scripts/ci/kind-e2e.sh (profile $profile)" >&2
+  command="scripts/ci/kind-e2e.sh (profile $profile)"
+  if [ "${LAB_E2E_ALL_DRILLS:-0}" = 1 ]; then command="LAB_E2E_ALL_DRILLS=1 $command"; fi
+  printf '%s\n' "$figures" | "$root/scripts/bench/figures-write.sh" kind-e2e "$command" >&2
 else
   printf '%s\n' "$figures" >&2
 fi
