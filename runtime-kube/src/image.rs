@@ -837,7 +837,11 @@ mod tests {
         plain.binary("/usr/local/bin", &exe).unwrap();
         let mut stripped = ImageSpec::new("lab/t:1");
         stripped.stripped_binary("/usr/local/bin", &exe).unwrap();
-        assert_ne!(plain.key().unwrap(), stripped.key().unwrap(), "a stripped copy is another image");
+        assert_ne!(
+            plain.key().unwrap(),
+            stripped.key().unwrap(),
+            "a stripped copy is another image"
+        );
         let size = |s: &ImageSpec, name: &str| {
             let out = dir.path().join(name);
             s.write_archive(&out).unwrap();
