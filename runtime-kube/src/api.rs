@@ -78,6 +78,26 @@ pub async fn within<T>(what: &str, deadline: Duration, fut: impl Future<Output =
     }
 }
 
+/// The cluster's nodes, listed within `deadline`.
+///
+/// # Errors
+/// When the API server refuses (403 where the kubeconfig may not list nodes: [`status_code`]) or does not
+/// answer in time.
+pub async fn list_nodes(
+    client: &Client,
+    deadline: Duration,
+) -> Result<Vec<k8s_openapi::api::core::v1::Node>> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    within("list nodes", deadline, async {
+        nodes
+            .list(&kube::api::ListParams::default())
+            .await
+            .map(|l| l.items)
+            .map_err(|e| kube_err("list nodes", e))
+    })
+    .await
+}
+
 /// Server-side applies `obj` (forcing ownership of the fields it names, as the lab owns its objects).
 ///
 /// # Errors

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 
 use super::api;
 use lab_runtime::{Result, RuntimeError};
@@ -30,19 +30,9 @@ pub async fn advertise(
     split: bool,
     deadline: Duration,
 ) -> Result<Vec<String>> {
+    let list = api::list_nodes(client, deadline).await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let list = api::within("list nodes", deadline, async {
-        nodes
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| api::kube_err("list nodes", e))
-    })
-    .await?;
-    let mut names: Vec<String> = list
-        .items
-        .iter()
-        .filter_map(|n| n.metadata.name.clone())
-        .collect();
+    let mut names: Vec<String> = list.iter().filter_map(|n| n.metadata.name.clone()).collect();
     names.sort();
     if names.is_empty() {
         return Err(RuntimeError::Kube("the cluster has no nodes".into()));
@@ -65,7 +55,7 @@ pub async fn advertise(
         patched.push(name.clone());
     }
     if split {
-        for n in &list.items {
+        for n in &list {
             let name = n.metadata.name.clone().unwrap_or_default();
             let taints = n.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
             let kept: Vec<_> = taints

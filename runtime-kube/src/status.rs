@@ -41,6 +41,21 @@ pub fn count_of(q: &Quantity) -> Option<u32> {
     q.0.trim().parse().ok()
 }
 
+/// How many of `resource` the nodes offer (allocatable), summed.
+pub fn offered(nodes: &[Node], resource: &str) -> u32 {
+    nodes
+        .iter()
+        .filter_map(|n| {
+            n.status
+                .as_ref()?
+                .allocatable
+                .as_ref()?
+                .get(resource)
+                .and_then(count_of)
+        })
+        .sum()
+}
+
 /// The short reason in a scheduler message: `Insufficient lab.dev/gpu` out of
 /// `0/1 nodes are available: 1 Insufficient lab.dev/gpu. preemption: ...`.
 pub fn short_reason(message: &str) -> Option<String> {
@@ -366,28 +381,8 @@ impl KubeRuntime {
 
     /// The GPUs the nodes offer (allocatable), summed; `None` when nodes may not be listed.
     pub(crate) async fn gpu_capacity(&self) -> Result<Option<u32>> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let r = api::within("list nodes", self.rec.request_timeout, async {
-            nodes
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| api::kube_err("list nodes", e))
-        })
-        .await;
-        match r {
-            Ok(list) => Ok(Some(
-                list.items
-                    .iter()
-                    .filter_map(|n| {
-                        n.status
-                            .as_ref()?
-                            .allocatable
-                            .as_ref()?
-                            .get(&self.rec.gpu_resource)
-                            .and_then(count_of)
-                    })
-                    .sum(),
-            )),
+        match api::list_nodes(&self.client, self.rec.request_timeout).await {
+            Ok(nodes) => Ok(Some(offered(&nodes, &self.rec.gpu_resource))),
             Err(e) if api::status_code(&e) == Some(403) => Ok(None),
             Err(e) => Err(e),
         }

@@ -5,9 +5,7 @@
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
-use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, ListParams};
 
 use super::super::{ClusterMode, KubeOptions, KubeRecord, api, connect, kind};
 use super::{Action, Ctx, PULL_DEADLINE};
@@ -165,16 +163,8 @@ async fn check_gpus(
     deadline: Duration,
     progress: &dyn Progress,
 ) -> Result<()> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let list = api::within("list nodes", deadline, async {
-        nodes
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| api::kube_err("list nodes", e))
-    })
-    .await;
-    let list = match list {
-        Ok(l) => l,
+    let nodes = match api::list_nodes(client, deadline).await {
+        Ok(nodes) => nodes,
         Err(e) if api::status_code(&e) == Some(403) => {
             progress.note(&format!(
                 "nodes cannot be listed with this kubeconfig: not checking that they offer {ranks} {resource}"
@@ -183,18 +173,7 @@ async fn check_gpus(
         }
         Err(e) => return Err(e),
     };
-    let offered: u32 = list
-        .items
-        .iter()
-        .filter_map(|n| {
-            n.status
-                .as_ref()?
-                .allocatable
-                .as_ref()?
-                .get(resource)
-                .and_then(super::super::status::count_of)
-        })
-        .sum();
+    let offered = super::super::status::offered(&nodes, resource);
     if offered < ranks {
         return Err(RuntimeError::InvalidInput(format!(
             "the cluster's nodes offer {offered} {resource} and the lab needs {ranks} (one per rank): name the \
