@@ -344,14 +344,19 @@ pub async fn connect(
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| {
                 RuntimeError::InvalidInput(format!(
-                    "cannot read kubeconfig {}: {e}; pass the path of a readable kubeconfig with --kubeconfig",
-                    path.display()
+                    "cannot read kubeconfig {}: {}; pass the path of a readable kubeconfig with --kubeconfig",
+                    path.display(),
+                    without_secrets(&e.to_string(), path)
                 ))
             })?;
             kube::Config::from_custom_kubeconfig(kc, &opts)
                 .await
                 .map_err(|e| {
-                    RuntimeError::InvalidInput(format!("kubeconfig {}: {e}; check --context", path.display()))
+                    RuntimeError::InvalidInput(format!(
+                        "kubeconfig {}: {}; check --context",
+                        path.display(),
+                        without_secrets(&e.to_string(), path)
+                    ))
                 })?
         }
         None => kube::Config::from_kubeconfig(&opts).await.map_err(|e| {
@@ -367,6 +372,40 @@ pub async fn connect(
     Client::try_from(config).map_err(|e| api::kube_err("create a client", e))
 }
 
+/// The keys of a kubeconfig whose values are credentials.
+const SECRET_KEYS: [&str; 7] = [
+    "token",
+    "password",
+    "client-key-data",
+    "client-certificate-data",
+    "id-token",
+    "refresh-token",
+    "access-token",
+];
+
+/// A kubeconfig error as the lab prints it: its first line only (the YAML parser quotes the lines around the
+/// fault after it, which may be the credentials), and any credential of the file still in it masked.
+fn without_secrets(error: &str, kubeconfig: &std::path::Path) -> String {
+    let mut said = error.lines().next().unwrap_or_default().trim().to_string();
+    let text = std::fs::read_to_string(kubeconfig).unwrap_or_default();
+    for line in text.lines() {
+        let line = line.trim_start().trim_start_matches('-').trim_start();
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        if !SECRET_KEYS.contains(&key.trim()) {
+            continue;
+        }
+        let value = value
+            .trim()
+            .trim_matches(|c| matches!(c, '"' | '\'' | '[' | ']' | ' '));
+        if value.len() >= 4 {
+            said = said.replace(value, "<redacted>");
+        }
+    }
+    said
+}
+
 mod secs {
     use std::time::Duration;
 
@@ -378,6 +417,31 @@ mod secs {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Duration::try_from_secs_f64(f64::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_kubeconfig_error_prints_neither_the_quoted_lines_nor_a_credential() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(
+            &path,
+            "users:\n- name: u\n  user:\n    token: \"s3cret-token\"\n    password: hunter22\n",
+        )
+        .unwrap();
+        let error = "invalid type: string \"s3cret-token\", expected hunter22 here\n --> <input>:4:3\n  |\n4 |     token: s3cret-token";
+        let said = super::without_secrets(error, &path);
+        assert_eq!(
+            said,
+            "invalid type: string \"<redacted>\", expected <redacted> here"
+        );
+        // Nothing to mask, and a file that cannot be read: the first line as it is.
+        assert_eq!(
+            super::without_secrets("line 1: bad\nmore", &dir.path().join("nope")),
+            "line 1: bad"
+        );
     }
 }
 

@@ -785,6 +785,12 @@ fn the_kubernetes_runtime_never_prints_a_bearer_token() {
     let g = good.to_str().unwrap();
     let out = env.run(&lab, &["up", "--kubeconfig", g, "--wait-timeout", "5s"]);
     assert!(!out.status.success(), "{}", text(&out));
+    // It created nothing, so it rolled nothing back and forgot the lab: the name is free again.
+    assert!(
+        !lab.dir().exists(),
+        "a failed up that created nothing left {}",
+        lab.dir().display()
+    );
     // With a context that does not exist.
     let out = env
         .command(&lab, &["up", "--kubeconfig", g, "--context", "nope"])
@@ -807,8 +813,14 @@ fn the_kubernetes_runtime_never_prints_a_bearer_token() {
     let out = env.run(&lab, &["up", "--kubeconfig", typed.to_str().unwrap()]);
     assert!(!out.status.success(), "{}", text(&out));
 
-    // The failed `lab up` left its record (see docs/reliability.md): status and down reach for the
-    // cluster with the same credentials, and must not print them either.
+    // A failed `lab up --retain` keeps its record (see docs/reliability.md): status and down reach for
+    // the cluster with the same credentials, and must not print them either.
+    let out = env.run(
+        &lab,
+        &["up", "--kubeconfig", g, "--wait-timeout", "5s", "--retain"],
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(lab.dir().exists(), "--retain kept no record: {}", text(&out));
     for args in [&["status"][..], &["down"]] {
         let out = env.run(&lab, args);
         assert!(!out.status.success(), "{}", text(&out));
@@ -823,6 +835,9 @@ fn the_kubernetes_runtime_never_prints_a_bearer_token() {
         printed.contains("127.0.0.1:9") || printed.contains("API server"),
         "{printed}"
     );
+    // The retained up created nothing on a cluster that never answered: its folder is all there is, and
+    // removing it by hand frees the name, as docs/reliability.md says.
+    std::fs::remove_dir_all(lab.dir()).unwrap();
 }
 
 #[test]
