@@ -137,13 +137,14 @@ impl ImageSpec {
                 src.display()
             )));
         }
-        self.file(&format!("{}/{name}", rel(dest_dir)), src, 0o755);
-        if strip
-            && let Some(Entry::File { strip, .. }) =
-                self.entries.get_mut(&format!("{}/{name}", rel(dest_dir)))
-        {
-            *strip = true;
-        }
+        self.entries.insert(
+            format!("{}/{name}", rel(dest_dir)),
+            Entry::File {
+                src: src.to_path_buf(),
+                mode: 0o755,
+                strip,
+            },
+        );
         for lib in shared_libraries(src)? {
             let dest = lib.to_string_lossy().into_owned();
             self.file(&dest, &lib, 0o755);
