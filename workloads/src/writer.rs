@@ -55,17 +55,20 @@ pub fn validate(opts: &WriterOptions) -> Result<()> {
     }
     // HOST:PORT, HOST an address or a name (resolved at each connect, so not here: on Kubernetes the
     // primary's name answers only once its pod runs).
-    let port_ok = opts
-        .primary
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
-    if !port_ok {
+    if host_port(&opts.primary).is_none() {
         return Err(WorkloadError::invalid(
             "--primary",
             format!("{:?} is not HOST:PORT (e.g. 127.0.0.1:5432)", opts.primary),
         ));
     }
     Ok(())
+}
+
+/// `HOST:PORT`'s host and port (a port above 0), or `None`.
+fn host_port(primary: &str) -> Option<(&str, u16)> {
+    let (host, port) = primary.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok().filter(|p| *p > 0)?;
+    (!host.is_empty()).then_some((host, port))
 }
 
 /// The writer's recent history, from which its gauges are computed when scraped.
@@ -214,10 +217,18 @@ pub fn run(opts: &WriterOptions) -> Result<()> {
         .enable_all()
         .build()
         .map_err(|e| WorkloadError::io("writer runtime", &opts.primary, e, Duration::ZERO))?;
+    let (host, port) = host_port(&opts.primary).expect("validated above");
+    let mut primary = tokio_postgres::Config::new();
+    primary
+        .host(host)
+        .port(port)
+        .user(&opts.user)
+        .dbname("postgres")
+        .connect_timeout(CONNECT_TIMEOUT);
     runtime.block_on(async {
         tokio::join!(
-            commit_loop(opts, &registry, &window),
-            read_loop(opts, &registry, &window)
+            commit_loop(&primary, opts.rate, &registry, &window),
+            read_loop(&primary, &registry, &window)
         )
     });
     Ok(())
@@ -225,25 +236,12 @@ pub fn run(opts: &WriterOptions) -> Result<()> {
 
 /// A connection to the primary as `app` (`application_name`), or `None` after saying why and waiting a
 /// moment. The name is looked up at every connect: a primary made again answers at its new address.
-async fn connect(opts: &WriterOptions, app: &str) -> Option<tokio_postgres::Client> {
-    let made = match opts.primary.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
-        Some((host, Ok(port))) => {
-            tokio_postgres::Config::new()
-                .host(host)
-                .port(port)
-                .user(&opts.user)
-                .dbname("postgres")
-                .application_name(app)
-                .connect_timeout(CONNECT_TIMEOUT)
-                .connect(tokio_postgres::NoTls)
-                .await
-        }
-        _ => {
-            eprintln!("writer: {app}: {:?} is not HOST:PORT", opts.primary);
-            tokio::time::sleep(RETRY_AFTER).await;
-            return None;
-        }
-    };
+async fn connect(primary: &tokio_postgres::Config, app: &str) -> Option<tokio_postgres::Client> {
+    let made = primary
+        .clone()
+        .application_name(app)
+        .connect(tokio_postgres::NoTls)
+        .await;
     match made {
         Ok((client, connection)) => {
             let app = app.to_string();
@@ -270,13 +268,18 @@ fn said(e: &tokio_postgres::Error) -> String {
     }
 }
 
-async fn commit_loop(opts: &WriterOptions, registry: &Registry, window: &Mutex<Window>) {
-    let every = Duration::from_secs_f64(1.0 / opts.rate);
+async fn commit_loop(
+    primary: &tokio_postgres::Config,
+    rate: f64,
+    registry: &Registry,
+    window: &Mutex<Window>,
+) {
+    let every = Duration::from_secs_f64(1.0 / rate);
     let mut conn: Option<tokio_postgres::Client> = None;
     let mut next = Instant::now();
     loop {
         let Some(c) = conn.as_ref() else {
-            let Some(c) = connect(opts, "lab-writer").await else {
+            let Some(c) = connect(primary, "lab-writer").await else {
                 continue;
             };
             let made = tokio::time::timeout(
@@ -323,11 +326,11 @@ async fn commit_loop(opts: &WriterOptions, registry: &Registry, window: &Mutex<W
     }
 }
 
-async fn read_loop(opts: &WriterOptions, registry: &Registry, window: &Mutex<Window>) {
+async fn read_loop(primary: &tokio_postgres::Config, registry: &Registry, window: &Mutex<Window>) {
     let mut conn: Option<tokio_postgres::Client> = None;
     loop {
         let Some(c) = conn.as_ref() else {
-            conn = connect(opts, "lab-writer-reads").await;
+            conn = connect(primary, "lab-writer-reads").await;
             continue;
         };
         let read = tokio::time::timeout(
