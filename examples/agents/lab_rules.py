@@ -229,12 +229,30 @@ def median(xs):
     return xs[len(xs) // 2] if xs else None
 
 
-def own_latency(d):
-    """The server's own latency as a client measures it, straight, bypassing the ranks' path."""
-    for k in ("own_latency_ms", "own_probe_ms"):
+def in_ms(d, seconds, *ms_names):
+    """A latency of a bundle's row in ms: bundles since v3 carry seconds (the snapshot's own fields, as in
+    `lab status --json`); recorded v2 bundles carried ms under other names."""
+    if d.get(seconds) is not None:
+        return d[seconds] * 1000.0
+    for k in ms_names:
         if d.get(k) is not None:
             return d[k]
     return None
+
+
+def own_latency(d):
+    """The server's own latency as a client measures it, straight, bypassing the ranks' path, in ms."""
+    return in_ms(d, "own_probe", "own_latency_ms", "own_probe_ms")
+
+
+def seen_latency(d):
+    """A server's read p50 as its readers see it, in ms."""
+    return in_ms(d, "client_p50", "p50_ms")
+
+
+def stands_out(d):
+    """Whether the lab marks the server's latency as standing out from its siblings'."""
+    return bool(d.get("outlier") or d.get("stands_out"))
 
 
 def slow_dependency(view):
@@ -242,7 +260,7 @@ def slow_dependency(view):
     deps = view.get("dependencies") or []
     if not deps:
         return None
-    marked = [d for d in deps if d.get("stands_out")]
+    marked = [d for d in deps if stands_out(d)]
     if len(marked) == 1:
         return marked[0]
     alerted = {a["target"] for a in firing(view, "LabStorageReadLatencyHigh")}
@@ -265,13 +283,14 @@ def storage(view):
     if dep is None:
         return None
     name = dep["name"]
-    seen, own = dep.get("p50_ms"), own_latency(dep)
+    seen, own = seen_latency(dep), own_latency(dep)
     siblings = [own_latency(d) for d in view.get("dependencies") or [] if d["name"] != name and own_latency(d) is not None]
     clients = dep.get("clients") or []
     jobs = [c for c in clients if c.get("kind") == "job"]
     rank_reads = sum(c.get("reads_per_s") or 0 for c in clients if c.get("kind") == "rank")
-    summary = (f"{name} reads at {seen} ms as its readers {dep.get('readers')} see them; its own latency "
-               f"measured directly {own} ms (siblings {siblings})")
+    ms = lambda v: "?" if v is None else f"{v:.1f}"  # noqa: E731
+    summary = (f"{name} reads at {ms(seen)} ms as its readers {dep.get('readers')} see them; its own latency "
+               f"measured directly {ms(own)} ms (siblings {', '.join(ms(v) for v in siblings)} ms)")
     if jobs and max(j.get("reads_per_s") or 0 for j in jobs) > max(2 * rank_reads, 20):
         j = max(jobs, key=lambda c: c.get("reads_per_s") or 0)
         return conclusion(True, [name, j["client"]], "competing-job",

@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 
 use lab_model::Snapshot;
 use lab_model::change::ChangeSource;
-use lab_model::format::latency_ms;
-use lab_model::snapshot::GoldenSignal;
+use lab_model::format::latency;
+use lab_model::snapshot::{GoldenSignal, RankView, StorageView};
 use lab_model::status::{Phase, Role};
 use serde::Serialize;
 
@@ -24,7 +24,7 @@ pub use lab_model::clock::rfc3339;
 pub const LOOKBACK_MS: u64 = 3 * 60 * 60 * 1000;
 
 /// The format's identifier, versioned.
-pub const FORMAT: &str = "straggler-lab.incident/v2";
+pub const FORMAT: &str = "straggler-lab.incident/v3";
 
 /// The whole bundle (schema in `docs/incident.md`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,7 +42,9 @@ pub struct Bundle {
     /// One line per dependency that moved, e.g. `storage-1 went from 2.0 ms to 414 ms while its two
     /// siblings stayed at 2.0 ms`.
     pub latency_summary: Vec<String>,
-    pub dependencies: Vec<Dependency>,
+    /// Each storage server as its readers see it: the snapshot's own view (seconds, as in `lab status
+    /// --json`).
+    pub dependencies: Vec<StorageView>,
     pub training: TrainingView,
     pub wiring: Wiring,
     /// Changes to the lab in the last three hours, oldest first.
@@ -66,36 +68,6 @@ pub struct Signal {
     pub summary: String,
 }
 
-/// One storage server as its readers see it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Dependency {
-    pub name: String,
-    /// The ranks that read from it (from the metrics' `server` label).
-    pub readers: Vec<String>,
-    /// Read p50 the ranks saw when the job's baseline was learned, ms.
-    pub baseline_p50_ms: Option<f64>,
-    /// Read p50 and p99 the ranks see now, ms.
-    pub p50_ms: Option<f64>,
-    pub p99_ms: Option<f64>,
-    /// The server's own latency as a client measures it, ms: a read sent to it directly, bypassing the
-    /// ranks' path (median over the window). This answers "is the server itself slow?": high when the node
-    /// itself is slow, flat when only the path to it is.
-    pub own_latency_ms: Option<f64>,
-    /// The p50 of the server's own request-handling histogram (SeaweedFS's `request_seconds{type="GET"}`),
-    /// ms: only the time inside its handler. A request that waits before the server picks it up (a server
-    /// starved of CPU, a full queue) is not in it, so a slow server can look fast here.
-    pub handling_p50_ms: Option<f64>,
-    pub reads_per_s: Option<f64>,
-    pub errors_per_s: Option<f64>,
-    /// Whether its latency stands out from its siblings'.
-    pub stands_out: bool,
-    /// Reads per second the server itself served, whoever asked.
-    pub served_per_s: Option<f64>,
-    /// Reads per second by client, busiest first: ranks, jobs of other teams, and `other` (served beyond
-    /// the clients that report their reads).
-    pub clients: Vec<lab_model::snapshot::ClientReads>,
-}
-
 /// The job's own signals.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TrainingView {
@@ -114,27 +86,8 @@ pub struct TrainingView {
     pub world_size_reported: Option<u32>,
     pub world_size_configured: u32,
     pub ranks_desired: u32,
-    pub ranks: Vec<RankTime>,
-}
-
-/// Where one rank's time goes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RankTime {
-    pub name: String,
-    pub reads_from: Option<String>,
-    pub up: bool,
-    /// Share of wall time per phase over the recent window (0..1).
-    pub read: Option<f64>,
-    pub compute: Option<f64>,
-    pub wait: Option<f64>,
-    pub transfer: Option<f64>,
-    pub step_seconds: Option<f64>,
-    pub read_p50_ms: Option<f64>,
-    /// Share of CFS periods throttled (0..1).
-    pub throttled: Option<f64>,
-    pub cpu_limit_cores: Option<f64>,
-    pub waiting_for_peers: bool,
-    pub step: Option<u64>,
+    /// Where each rank's time goes: the snapshot's own view.
+    pub ranks: Vec<RankView>,
 }
 
 /// The wiring map: every pod with its containers and resources, and the edges between pods.
@@ -268,10 +221,6 @@ fn checkpoint_line(t: &TrainingView, now_ms: u64) -> String {
     }
 }
 
-fn ms(s: Option<f64>) -> Option<f64> {
-    s.filter(|v| v.is_finite()).map(|v| v * 1000.0)
-}
-
 impl Bundle {
     /// The bundle for the lab as `s` shows it.
     pub fn from_snapshot(s: &Snapshot) -> Bundle {
@@ -291,24 +240,7 @@ impl Bundle {
                 summary: a.summary.clone(),
             })
             .collect();
-        let dependencies: Vec<Dependency> = s
-            .storage
-            .iter()
-            .map(|v| Dependency {
-                name: v.name.clone(),
-                readers: v.readers.clone(),
-                baseline_p50_ms: ms(v.baseline_p50),
-                p50_ms: ms(v.client_p50),
-                p99_ms: ms(v.client_p99),
-                own_latency_ms: ms(v.own_probe),
-                handling_p50_ms: ms(v.server_p50),
-                reads_per_s: v.reads_per_s,
-                errors_per_s: v.errors_per_s,
-                stands_out: v.outlier,
-                served_per_s: v.served_per_s,
-                clients: v.clients.clone(),
-            })
-            .collect();
+        let dependencies = s.storage.clone();
         let t = &s.training;
         let training = TrainingView {
             samples_per_s: t.samples_per_s,
@@ -324,25 +256,7 @@ impl Bundle {
             world_size_reported: t.world_size,
             world_size_configured: st.world_size,
             ranks_desired: st.ranks_desired,
-            ranks: s
-                .ranks
-                .iter()
-                .map(|r| RankTime {
-                    name: r.name.clone(),
-                    reads_from: r.server.clone(),
-                    up: r.up,
-                    read: r.read,
-                    compute: r.compute,
-                    wait: r.wait,
-                    transfer: r.transfer,
-                    step_seconds: r.step_seconds,
-                    read_p50_ms: ms(r.read_p50),
-                    throttled: r.throttled,
-                    cpu_limit_cores: r.cpu_limit_cores,
-                    waiting_for_peers: r.waiting_for_peers,
-                    step: r.step,
-                })
-                .collect(),
+            ranks: s.ranks.clone(),
         };
         let pods = st
             .pods
@@ -535,7 +449,7 @@ impl Bundle {
         for l in &self.latency_summary {
             let _ = writeln!(o, "  {l}");
         }
-        let opt = |v: Option<f64>| v.map_or("-".into(), latency_ms);
+        let opt = |v: Option<f64>| v.map_or("-".into(), latency);
         let _ = writeln!(
             o,
             "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}  READERS",
@@ -546,11 +460,11 @@ impl Bundle {
                 o,
                 "  {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}  {}",
                 d.name,
-                opt(d.p50_ms),
-                opt(d.p99_ms),
-                opt(d.own_latency_ms),
-                opt(d.handling_p50_ms),
-                opt(d.baseline_p50_ms),
+                opt(d.client_p50),
+                opt(d.client_p99),
+                opt(d.own_probe),
+                opt(d.server_p50),
+                opt(d.baseline_p50),
                 d.readers.join(", ")
             );
         }
@@ -605,12 +519,12 @@ impl Bundle {
                 o,
                 "  {:<8} {:<11} {:>5} {:>7} {:>5} {:>8} {:>9} {:>9} {:>6}  {state}",
                 r.name,
-                r.reads_from.as_deref().unwrap_or("-"),
+                r.server.as_deref().unwrap_or("-"),
                 pct(r.read),
                 pct(r.compute),
                 pct(r.wait),
                 pct(r.transfer),
-                opt(r.read_p50_ms),
+                opt(r.read_p50),
                 pct(r.throttled),
                 r.cpu_limit_cores
                     .map_or("-".into(), |c| format!("{:.0}m", c * 1000.0)),
@@ -715,8 +629,8 @@ fn median_between(series: &[(u64, f64)], from: u64, to: u64) -> Option<f64> {
 }
 
 /// Whether a dependency's latency moved from its baseline: more than twice as slow and 10 ms slower.
-fn moved(d: &Dependency) -> bool {
-    matches!((d.baseline_p50_ms, d.p50_ms), (Some(b), Some(n)) if n > 2.0 * b && n > b + 10.0)
+fn moved(d: &StorageView) -> bool {
+    matches!((d.baseline_p50, d.client_p50), (Some(b), Some(n)) if n > 2.0 * b && n > b + 0.010)
 }
 
 fn range(values: &[f64]) -> String {
@@ -724,10 +638,10 @@ fn range(values: &[f64]) -> String {
     let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if values.is_empty() {
         "-".into()
-    } else if latency_ms(lo) == latency_ms(hi) {
-        latency_ms(lo)
+    } else if latency(lo) == latency(hi) {
+        latency(lo)
     } else {
-        format!("{}–{}", latency_ms(lo).trim_end_matches(" ms"), latency_ms(hi))
+        format!("{}–{}", latency(lo).trim_end_matches(" ms"), latency(hi))
     }
 }
 
@@ -741,16 +655,16 @@ fn count_word(n: usize) -> String {
 }
 
 /// One line per storage server that moved, compared with its siblings; one line when none did.
-pub fn latency_summary(deps: &[Dependency]) -> Vec<String> {
-    let known: Vec<&Dependency> = deps.iter().filter(|d| d.p50_ms.is_some()).collect();
+pub fn latency_summary(deps: &[StorageView]) -> Vec<String> {
+    let known: Vec<&StorageView> = deps.iter().filter(|d| d.client_p50.is_some()).collect();
     let mut out = Vec::new();
     for d in deps.iter().filter(|d| moved(d)) {
-        let siblings: Vec<&&Dependency> = known.iter().filter(|s| s.name != d.name).collect();
-        let (b, n) = (d.baseline_p50_ms.unwrap_or(0.0), d.p50_ms.unwrap_or(0.0));
-        let mut line = format!("{} went from {} to {}", d.name, latency_ms(b), latency_ms(n));
+        let siblings: Vec<&&StorageView> = known.iter().filter(|s| s.name != d.name).collect();
+        let (b, n) = (d.baseline_p50.unwrap_or(0.0), d.client_p50.unwrap_or(0.0));
+        let mut line = format!("{} went from {} to {}", d.name, latency(b), latency(n));
         if siblings.is_empty() {
         } else if siblings.iter().all(|s| !moved(s)) {
-            let now: Vec<f64> = siblings.iter().filter_map(|s| s.p50_ms).collect();
+            let now: Vec<f64> = siblings.iter().filter_map(|s| s.client_p50).collect();
             line.push_str(&format!(
                 " while {} stayed at {}",
                 count_word(siblings.len()),
@@ -759,7 +673,7 @@ pub fn latency_summary(deps: &[Dependency]) -> Vec<String> {
         } else {
             let others: Vec<String> = siblings
                 .iter()
-                .map(|s| format!("{} {}", s.name, s.p50_ms.map_or("-".into(), latency_ms)))
+                .map(|s| format!("{} {}", s.name, s.client_p50.map_or("-".into(), latency)))
                 .collect();
             line.push_str(&format!("; siblings now {}", others.join(", ")));
         }
@@ -769,8 +683,8 @@ pub fn latency_summary(deps: &[Dependency]) -> Vec<String> {
         out.push(line);
     }
     if out.is_empty() && !known.is_empty() {
-        let now: Vec<f64> = known.iter().filter_map(|d| d.p50_ms).collect();
-        let before: Vec<f64> = known.iter().filter_map(|d| d.baseline_p50_ms).collect();
+        let now: Vec<f64> = known.iter().filter_map(|d| d.client_p50).collect();
+        let before: Vec<f64> = known.iter().filter_map(|d| d.baseline_p50).collect();
         let names: Vec<&str> = known.iter().map(|d| d.name.as_str()).collect();
         let mut line = format!("{} steady at {}", names.join(", "), range(&now));
         if !before.is_empty() {
@@ -778,7 +692,7 @@ pub fn latency_summary(deps: &[Dependency]) -> Vec<String> {
         }
         out.push(line);
     }
-    for d in deps.iter().filter(|d| d.p50_ms.is_none()) {
+    for d in deps.iter().filter(|d| d.client_p50.is_none()) {
         out.push(format!("{}: no reads measured in the last window", d.name));
     }
     out
@@ -866,12 +780,12 @@ mod tests {
             ]
         );
         let steady = latency_summary(&[
-            Dependency {
-                p50_ms: Some(2.0),
+            StorageView {
+                client_p50: Some(0.002),
                 ..dep("storage-0")
             },
-            Dependency {
-                p50_ms: Some(2.0),
+            StorageView {
+                client_p50: Some(0.002),
                 ..dep("storage-1")
             },
         ]);
@@ -881,20 +795,11 @@ mod tests {
         );
     }
 
-    fn dep(name: &str) -> Dependency {
-        Dependency {
+    fn dep(name: &str) -> StorageView {
+        StorageView {
             name: name.into(),
-            readers: vec![],
-            baseline_p50_ms: Some(2.0),
-            p50_ms: None,
-            p99_ms: None,
-            own_latency_ms: None,
-            handling_p50_ms: None,
-            reads_per_s: None,
-            errors_per_s: None,
-            stands_out: false,
-            served_per_s: None,
-            clients: vec![],
+            baseline_p50: Some(0.002),
+            ..StorageView::default()
         }
     }
 

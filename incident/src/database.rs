@@ -9,31 +9,21 @@ use std::fmt::Write as _;
 use lab_model::Snapshot;
 use lab_model::db::{self, DbStatus, DbTemplate};
 use lab_model::format::latency;
+use lab_model::snapshot::DatabaseView;
 use lab_model::status::{Phase, Role};
 use serde::Serialize;
 
 /// The database beside the job, as the bundle shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DatabaseSection {
-    /// The writer's own signals, each over its last 10 s; `None` while it is not scraped.
-    pub writer: Option<WriterSignals>,
+    /// The writer's own signals, each over its last 10 s (the snapshot's own view, seconds); `None` while
+    /// it is not scraped.
+    pub writer: Option<DatabaseView>,
     /// The primary's `synchronous_standby_names` (`''`: commits wait for no standby); `None` when not read.
     pub synchronous_standby_names: Option<String>,
     /// The standby StatefulSet's template as it is now; `None` when not read.
     pub template: Option<TemplateView>,
     pub pods: Vec<DbPod>,
-}
-
-/// The writer's golden signals.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WriterSignals {
-    pub commits_per_s: f64,
-    /// Commit latency, ms; a commit still waiting counts with its age.
-    pub commit_p50_ms: f64,
-    pub commit_p99_ms: f64,
-    /// How long the commit in flight has waited, seconds (0 when none waits).
-    pub commit_in_flight_s: f64,
-    pub reads_per_s: f64,
 }
 
 /// A StatefulSet template: its revision and node selector (`k=v,...`, `none`).
@@ -90,13 +80,7 @@ impl DatabaseSection {
         if pods.is_empty() && s.database.is_none() {
             return None;
         }
-        let writer = s.database.as_ref().map(|d| WriterSignals {
-            commits_per_s: d.commits_per_s,
-            commit_p50_ms: d.commit_p50_s * 1000.0,
-            commit_p99_ms: d.commit_p99_s * 1000.0,
-            commit_in_flight_s: d.commit_waiting_s,
-            reads_per_s: d.reads_per_s,
-        });
+        let writer = s.database.clone();
         Some(DatabaseSection {
             writer,
             synchronous_standby_names: None,
@@ -132,9 +116,9 @@ impl DatabaseSection {
                     o,
                     "  lab-writer  {:.1} commits/s · commit p50 {} p99 {} · commit in flight {:.1} s · {:.1} reads/s",
                     w.commits_per_s,
-                    latency(w.commit_p50_ms / 1000.0),
-                    latency(w.commit_p99_ms / 1000.0),
-                    w.commit_in_flight_s,
+                    latency(w.commit_p50_s),
+                    latency(w.commit_p99_s),
+                    w.commit_waiting_s,
                     w.reads_per_s
                 );
             }

@@ -107,6 +107,8 @@ pub fn limit(bundle: &Value, level: EvidenceLevel) -> Value {
             remove(t, "ranks_desired");
             if let Some(ranks) = t.get_mut("ranks").and_then(Value::as_array_mut) {
                 for r in ranks {
+                    // `server` since v3, `reads_from` in v2 bundles (recorded incidents replay).
+                    remove(r, "server");
                     remove(r, "reads_from");
                 }
             }
@@ -175,13 +177,13 @@ mod tests {
 
     fn bundle() -> Value {
         serde_json::json!({
-            "format": "straggler-lab.incident/v2",
+            "format": "straggler-lab.incident/v3",
             "latency_summary": ["storage-1 went from 2 ms to 414 ms"],
             "changes": [{"where": "storage-1"}],
             "wiring": {"pods": [], "edges": [{"from": "rank-1", "to": "storage-1"}]},
-            "dependencies": [{"name": "storage-1", "readers": ["rank-1"], "p50_ms": 400.0}],
+            "dependencies": [{"name": "storage-1", "readers": ["rank-1"], "client_p50": 0.4}],
             "training": {"world_size_configured": 4, "ranks_desired": 4, "world_size_reported": 4,
-                         "ranks": [{"name": "rank-1", "reads_from": "storage-1", "read": 0.9}]},
+                         "ranks": [{"name": "rank-1", "server": "storage-1", "read": 0.9}]},
             "previous_attempts": [{"plan": []}],
         })
     }
@@ -209,6 +211,16 @@ mod tests {
     }
 
     #[test]
+    fn a_recorded_v2_bundle_is_cut_the_same_way() {
+        let mut b = bundle();
+        b["format"] = "straggler-lab.incident/v2".into();
+        b["training"]["ranks"][0] = serde_json::json!({"name": "rank-1", "reads_from": "storage-1"});
+        let m = limit(&b, EvidenceLevel::Metrics);
+        assert!(m["training"]["ranks"][0].get("reads_from").is_none());
+        assert_eq!(m["training"]["ranks"][0]["name"], "rank-1");
+    }
+
+    #[test]
     fn each_level_adds_to_the_one_before() {
         let m = limit(&bundle(), EvidenceLevel::Metrics);
         assert_eq!(m["evidence"], "metrics");
@@ -217,8 +229,9 @@ mod tests {
         }
         assert!(m["pods"].is_array(), "pod health is at every level");
         assert!(m["dependencies"][0].get("readers").is_none());
-        assert_eq!(m["dependencies"][0]["p50_ms"], 400.0);
-        assert!(m["training"]["ranks"][0].get("reads_from").is_none());
+        assert_eq!(m["dependencies"][0]["client_p50"], 0.4);
+        assert!(m["training"]["ranks"][0].get("server").is_none());
+        assert_eq!(m["training"]["ranks"][0]["read"], 0.9);
         assert!(m["training"].get("ranks_desired").is_none());
         assert_eq!(m["training"]["world_size_reported"], 4);
         assert!(m.get("previous_attempts").is_some());

@@ -1,7 +1,7 @@
 //! The `format` of every JSON document a `lab` command prints with `--json`, in one place. A script reads
 //! the field to know the shape; a change that breaks a reader gets a new version (`/v2`), never the same
 //! name. Each shape is described in docs/cli.md ("JSON output"); the incident bundle's own
-//! `straggler-lab.incident/v1` and the drill report's `straggler-lab.drill-report/v1` live with them.
+//! `straggler-lab.incident/v3` and the drill report's `straggler-lab.drill-report/v1` live with them.
 
 /// `lab status --json`: the lab's snapshot (docs/telemetry.md, "The snapshot").
 pub const STATUS: &str = "straggler-lab.status/v1";

@@ -143,7 +143,7 @@ mod tests {
             ),
         ];
         r.full_bundles = vec![serde_json::json!({
-            "format": "straggler-lab.incident/v2",
+            "format": "straggler-lab.incident/v3",
             "changes": [], "wiring": {"pods": []}, "dependencies": [], "training": {"ranks": []},
             "signals_firing": [{"signal": "latency"}],
         })];

@@ -210,11 +210,11 @@ fn gist(b: &Value) -> String {
             a.iter()
                 .map(|d| {
                     format!(
-                        "{} p50 {} ms, direct {} ms, stands out {}",
+                        "{} p50 {} s, direct {} s, stands out {}",
                         d["name"].as_str().unwrap_or("?"),
-                        d["p50_ms"],
-                        d["own_probe_ms"],
-                        d["stands_out"]
+                        d["client_p50"],
+                        d["own_probe"],
+                        d["outlier"]
                     )
                 })
                 .collect()

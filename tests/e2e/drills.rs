@@ -568,7 +568,7 @@ fn check_bundle(b: &Value) {
     for word in ["fault", "inject", "slow-storage", "cleared"] {
         assert!(!raw.contains(word), "the bundle names {word:?}: {b:#}");
     }
-    assert_eq!(b["format"], "straggler-lab.incident/v2");
+    assert_eq!(b["format"], "straggler-lab.incident/v3");
     let summary = b["latency_summary"][0].as_str().unwrap();
     assert!(
         summary.starts_with("storage-1 went from ") && summary.contains("while its two siblings stayed at"),

@@ -208,7 +208,7 @@ fn sync_replica_drill_passes_with_the_seeds_rule_and_fails_with_the_template_alo
     // window's first (10 − in flight) seconds: with the commit in flight over 2 s, at most 80 % of the rate
     // before, under 90 % with the rate's own wobble (a CI run saw 1.1 commits/s at 9.4 s in flight,
     // against 20).
-    let in_flight = w["commit_in_flight_s"].as_f64().unwrap_or(0.0);
+    let in_flight = w["commit_waiting_s"].as_f64().unwrap_or(0.0);
     assert_eq!(commit_waiting_threshold(), COMMIT_WAITING_MAX_SECONDS);
     assert!(in_flight > COMMIT_WAITING_MAX_SECONDS, "{w:#}");
     assert!(
