@@ -125,21 +125,22 @@ const POD_HEALTH: [&str; 8] = [
     "name", "role", "phase", "ready", "restarts", "reason", "message", "node",
 ];
 
+/// One pod's health alone, from its wiring row.
+pub fn health_of(pod: &Value) -> Value {
+    let mut o = serde_json::Map::new();
+    for k in POD_HEALTH {
+        if let Some(v) = pod.get(k) {
+            o.insert(k.into(), v.clone());
+        }
+    }
+    Value::Object(o)
+}
+
 /// Each pod's health alone, from the wiring's pod rows.
 fn pod_health(pods: Option<&Value>) -> Value {
-    let list = pods.and_then(Value::as_array).map_or_else(Vec::new, |ps| {
-        ps.iter()
-            .map(|p| {
-                let mut o = serde_json::Map::new();
-                for k in POD_HEALTH {
-                    if let Some(v) = p.get(k) {
-                        o.insert(k.into(), v.clone());
-                    }
-                }
-                Value::Object(o)
-            })
-            .collect()
-    });
+    let list = pods
+        .and_then(Value::as_array)
+        .map_or_else(Vec::new, |ps| ps.iter().map(health_of).collect());
     Value::Array(list)
 }
 

@@ -437,11 +437,6 @@ fn error_result(why: &str) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(why.to_string())])
 }
 
-/// What a pod's health shows, at every level.
-const POD_HEALTH: [&str; 8] = [
-    "name", "role", "phase", "ready", "restarts", "reason", "message", "node",
-];
-
 /// `status`: the pods (their health; with the wiring, their containers and resources too) beside the job's
 /// own signals and the firing alerts (from `metrics` on).
 pub fn status_view(bundle: &Value, level: EvidenceLevel) -> Value {
@@ -452,16 +447,11 @@ pub fn status_view(bundle: &Value, level: EvidenceLevel) -> Value {
         .map(|ps| {
             ps.iter()
                 .map(|p| {
+                    // What a pod's health shows at every level; its containers and resources are wiring.
                     if level >= EvidenceLevel::Wiring {
                         p.clone()
                     } else {
-                        let mut o = serde_json::Map::new();
-                        for k in POD_HEALTH {
-                            if let Some(v) = p.get(k) {
-                                o.insert(k.into(), v.clone());
-                            }
-                        }
-                        Value::Object(o)
+                        evidence::health_of(p)
                     }
                 })
                 .collect()
