@@ -279,7 +279,25 @@ impl Settings {
     /// # Errors
     /// As [`Settings::namespace`].
     pub fn storage(&self) -> Result<Vec<DynamicObject>> {
-        let mut out = objects(STORAGE_MASTER, &self.vars())?;
+        let mut out = self.storage_master()?;
+        out.extend(self.storage_servers()?);
+        Ok(out)
+    }
+
+    /// The storage's Services and its master.
+    ///
+    /// # Errors
+    /// As [`Settings::namespace`].
+    pub fn storage_master(&self) -> Result<Vec<DynamicObject>> {
+        objects(STORAGE_MASTER, &self.vars())
+    }
+
+    /// Every volume server.
+    ///
+    /// # Errors
+    /// As [`Settings::namespace`].
+    pub fn storage_servers(&self) -> Result<Vec<DynamicObject>> {
+        let mut out = Vec::new();
         for i in 0..self.storage_servers {
             out.extend(objects(STORAGE_SERVER, &self.vars().with("INDEX", i))?);
         }

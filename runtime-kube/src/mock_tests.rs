@@ -1448,23 +1448,25 @@ fn storage_and_seed(seed_outcome: &str) -> Vec<Exchange> {
         apply(core("services/storage"), "Service", "storage"),
         apply(core("services/storage-master"), "Service", "storage-master"),
         apply(apps("deployments/storage-master"), "Deployment", "storage-master"),
-        apply(apps("deployments/storage-0"), "Deployment", "storage-0"),
+        // The master available before a volume server dials its Service.
         watch_list(
             apps("deployments"),
             "storage-master",
             "DeploymentList",
             vec![deployment("storage-master", 1)],
         ),
+        apply(apps("deployments/storage-0"), "Deployment", "storage-0"),
+        // The seeding job goes in with the volume servers (it waits for them itself).
+        apply(
+            format!("/apis/batch/v1/namespaces/{NS}/jobs/seeder"),
+            "Job",
+            "seeder",
+        ),
         watch_list(
             apps("deployments"),
             "storage-0",
             "DeploymentList",
             vec![deployment("storage-0", 1)],
-        ),
-        apply(
-            format!("/apis/batch/v1/namespaces/{NS}/jobs/seeder"),
-            "Job",
-            "seeder",
         ),
         watch_list(
             format!("/apis/batch/v1/namespaces/{NS}/jobs"),

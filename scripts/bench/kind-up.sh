@@ -10,10 +10,12 @@
 # builds them first: scripts/env/kind/node-image.sh, `cargo build`), so what is timed is `lab up` itself. Each
 # run is `lab up --runtime R $UP_ARGS` (and `--nodes $NODES` on kind) from the repository, then `lab down`;
 # the steps are the ones `lab up` prints (" ✓ create cluster   21.3s"), the total is the command's wall
-# time. The goals: kind up ≤ 45 s with 2 nodes and the database, kind down ≤ 3 s.
+# time. The goals: kind up ≤ 45 s with 2 nodes and the database, kind down ≤ 3 s. The table is kept as
+# docs/figures/kind-up.md.
 #
 # Settings (environment): RUNS (5), RUNTIMES ("local kind"), NODES (2), UP_ARGS (--database), LAB_BIN
-# (target/debug/lab, built when missing), NAME (bench-up-<pid>). Where no Docker answers and the script
+# (target/debug/lab, built when missing), NAME (bench-up-<pid>), LOGS (a folder that keeps each run's
+# `lab up` and `lab down` output as up-RUNTIME-N.log; none when unset). Where no Docker answers and the script
 # runs as root, it uses the project's private engine (scripts/env/kind/engine.sh; started by the caller).
 # The machine's load average is printed before and after: the figures are only comparable at a like load.
 set -euo pipefail
@@ -25,6 +27,7 @@ RUNTIMES=${RUNTIMES:-local kind}
 NODES=${NODES:-2}
 UP_ARGS=${UP_ARGS---database}
 NAME=${NAME:-bench-up-$$}
+LOGS=${LOGS:-}
 LAB_BIN=${LAB_BIN:-$root/target/debug/lab}
 T0=$(date +%s)
 say() { printf '[bench-up +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
@@ -71,19 +74,22 @@ for runtime in $RUNTIMES; do
     t=$(now)
     lab "${args[@]}" >/dev/null 2>"$STATE/up.log" || { cat "$STATE/up.log" >&2; die "lab up --runtime $runtime"; }
     rec "$runtime" "up (total)" "$(since "$t")"
+    [ -z "$LOGS" ] || cp "$STATE/up.log" "$LOGS/up-$runtime-$run.log"
     sed -n 's/^ *✓ \(.*[^ ]\) \+\([0-9.]\+\)s$/\1\t\2/p' "$STATE/up.log" | while IFS=$'\t' read -r what secs; do
       rec "$runtime" "up: $what" "$secs"
     done
     t=$(now)
     lab down >/dev/null 2>"$STATE/down.log" || { cat "$STATE/down.log" >&2; die "lab down --runtime $runtime"; }
     rec "$runtime" "down (total)" "$(since "$t")"
+    [ -z "$LOGS" ] || cp "$STATE/down.log" "$LOGS/down-$runtime-$run.log"
     sed -n 's/^ *✓ \(.*[^ ]\) \+\([0-9.]\+\)s$/\1\t\2/p' "$STATE/down.log" | while IFS=$'\t' read -r what secs; do
       rec "$runtime" "down: $what" "$secs"
     done
   done
 done
 
-echo
+# The table is also kept as docs/figures/kind-up.md (scripts/bench/figures-write.sh).
+{
 echo "lab up / lab down per step, $RUNS runs each (s; up: ${UP_ARGS:-no extra arguments}, kind on $NODES nodes)"
 echo "load average before: $LOAD0; after: $(load); $(nproc) CPUs"
 python3 - "$DATA" "$RUNTIMES" <<'EOF'
@@ -104,3 +110,4 @@ for what in sorted(order, key=lambda w: (w.startswith("down"), w.endswith("(tota
     goal = " ".join(g for (rt, w), g in goals.items() if w == what)
     print(f"{what:<30}" + "".join(f"{fig(v.get((rt, what), [])):>26}" for rt in runtimes) + f"   {goal}")
 EOF
+} | { echo; scripts/bench/figures-write.sh kind-up "RUNS=$RUNS RUNTIMES=\"$RUNTIMES\" NODES=$NODES UP_ARGS=\"$UP_ARGS\" scripts/bench/kind-up.sh"; }

@@ -185,6 +185,35 @@ pub fn primary(o: &DbOptions) -> Result<()> {
     Err(invalid(format!("starting postgres: {}", c.exec())))
 }
 
+/// How long a standby's first copy waits for the primary to answer.
+const PRIMARY_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// One `pg_basebackup` from the primary into an empty data folder (an unfinished copy removed first).
+fn base_backup(o: &DbOptions, primary_host: &str, primary_port: u16) -> Result<()> {
+    if o.data.exists() {
+        std::fs::remove_dir_all(&o.data).map_err(|e| {
+            invalid(format!(
+                "removing an unfinished copy in {}: {e}",
+                o.data.display()
+            ))
+        })?;
+    }
+    own(&o.data)?;
+    let mut c = as_db_user(&o.pg_bin.join("pg_basebackup"));
+    c.args([
+        "-h",
+        primary_host,
+        "-p",
+        &primary_port.to_string(),
+        "-U",
+        DB_USER,
+        "-D",
+    ])
+    .arg(&o.data)
+    .args(["-R", "-X", "stream", "--no-sync", "-c", "fast"]);
+    run(c, "pg_basebackup from the primary")
+}
+
 /// Copies the primary on first start (or after a copy that did not finish), then becomes a standby
 /// streaming from `primary_host:primary_port` under `name`.
 ///
@@ -193,28 +222,20 @@ pub fn primary(o: &DbOptions) -> Result<()> {
 pub fn standby(o: &DbOptions, primary_host: &str, primary_port: u16, name: &str) -> Result<()> {
     // pg_basebackup -R writes standby.signal last: without it the copy did not finish.
     if !o.data.join("standby.signal").exists() {
-        if o.data.exists() {
-            std::fs::remove_dir_all(&o.data).map_err(|e| {
-                invalid(format!(
-                    "removing an unfinished copy in {}: {e}",
-                    o.data.display()
-                ))
-            })?;
+        // The primary may not answer yet (started beside it, its name not yet in the cluster's DNS, or
+        // still running initdb): try again every second rather than exit, which in a pod waits out the
+        // kubelet's restart back-off (10 s, then 20 s) for each failure.
+        let deadline = std::time::Instant::now() + PRIMARY_WAIT;
+        loop {
+            match base_backup(o, primary_host, primary_port) {
+                Ok(()) => break,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    eprintln!("lab-db: the copy from the primary failed, trying again in 1 s: {e}");
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
         }
-        own(&o.data)?;
-        let mut c = as_db_user(&o.pg_bin.join("pg_basebackup"));
-        c.args([
-            "-h",
-            primary_host,
-            "-p",
-            &primary_port.to_string(),
-            "-U",
-            DB_USER,
-            "-D",
-        ])
-        .arg(&o.data)
-        .args(["-R", "-X", "stream", "--no-sync", "-c", "fast"]);
-        run(c, "pg_basebackup from the primary")?;
     }
     let mut c = as_db_user(&o.pg_bin.join("postgres"));
     c.args(server_args(o)).args([

@@ -148,25 +148,39 @@ impl Action for Workloads {
             };
             let storage_and_data = async {
                 named(progress, "deploy storage", async {
-                    api::apply_all(&client, &fixed.namespace, &settings.storage()?).await?;
                     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &fixed.namespace);
-                    let mut names = vec![obj::STORAGE_MASTER.to_string()];
-                    names.extend((0..fixed.storage_servers).map(|i| format!("storage-{i}")));
-                    for n in names {
-                        api::wait_for(
-                            deployments.clone(),
-                            &n,
-                            &format!("deployment {n} to be available"),
-                            fixed.wait_timeout,
-                            deployment_available,
-                        )
-                        .await?;
-                    }
+                    let available = |n: String| {
+                        let deployments = deployments.clone();
+                        async move {
+                            api::wait_for(
+                                deployments,
+                                &n,
+                                &format!("deployment {n} to be available"),
+                                fixed.wait_timeout,
+                                deployment_available,
+                            )
+                            .await
+                            .map(drop)
+                        }
+                    };
+                    // The master first, and its Service with it: a volume server or the seeder that dials the
+                    // master's Service before kube-proxy has written its rule waits out a whole connect
+                    // timeout (20 s for a volume server: its first packet is never translated), and a new
+                    // Service on a cluster just made takes seconds to be written.
+                    api::apply_all(&client, &fixed.namespace, &settings.storage_master()?).await?;
+                    available(obj::STORAGE_MASTER.to_string()).await?;
+                    api::apply_all(&client, &fixed.namespace, &settings.storage_servers()?).await?;
+                    // The seeding job at once: it waits for the volume servers itself, so its pod starts
+                    // while they do.
+                    api::apply_all(&client, &fixed.namespace, &settings.seeder()?).await?;
+                    futures::future::try_join_all(
+                        (0..fixed.storage_servers).map(|i| available(format!("storage-{i}"))),
+                    )
+                    .await?;
                     Ok::<_, RuntimeError>(())
                 })
                 .await?;
                 named(progress, "seed dataset", async {
-                    api::apply_all(&client, &fixed.namespace, &settings.seeder()?).await?;
                     let jobs: Api<Job> = Api::namespaced(client.clone(), &fixed.namespace);
                     let job = api::wait_for(
                         jobs,

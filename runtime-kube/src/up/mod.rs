@@ -3,8 +3,8 @@
 //! | kind cluster                          | existing cluster          |
 //! |---------------------------------------|---------------------------|
 //! | preflight                             | preflight                 |
-//! | create cluster ‖ build images         |                           |
-//! | load images                           |                           |
+//! | create cluster ‖ build images, load   |                           |
+//! | load images (when not loaded yet)     |                           |
 //! | create namespace                      | create namespace          |
 //! | the workloads (below)                 | the workloads             |
 //! | wait for training to start            | wait for training to start|
@@ -81,6 +81,8 @@ struct Ctx<'a> {
     docker: Option<bollard::Docker>,
     /// The images to load into the kind cluster (build images).
     images: Vec<images::LabImage>,
+    /// Whether the images are in the cluster's nodes (loaded while it was made, or after).
+    images_loaded: bool,
     /// The cluster's API (preflight on an existing cluster; create cluster on kind).
     client: Option<Client>,
     created: Vec<Created>,
@@ -102,6 +104,7 @@ impl<'a> Ctx<'a> {
             rec,
             docker: None,
             images: Vec::new(),
+            images_loaded: false,
             client: None,
             created: Vec::new(),
         }
