@@ -64,7 +64,9 @@ impl Action for CreateCluster {
             // The record as the image builds left it (an offline Prometheus is named there), whatever failed.
             cx.save()?;
             cx.client = Some(client?);
-            (cx.images, cx.images_loaded) = built?;
+            // Loaded already: nothing left for "load images".
+            let (built, loaded) = built?;
+            cx.images = if loaded { Vec::new() } else { built };
             Ok(())
         })
     }
@@ -131,13 +133,13 @@ impl Action for LoadImages {
 
     fn execute<'a>(&'a self, cx: &'a mut Ctx<'_>) -> LocalBoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            if cx.images_loaded {
+            if cx.images.is_empty() {
                 return Ok(());
             }
             let cluster = cx.rec.cluster.clone().unwrap_or_default();
             let wait = cx.kopts.wait_timeout;
             named(cx.progress, self.name(), load_all(&cluster, &cx.images, wait)).await?;
-            cx.images_loaded = true;
+            cx.images.clear();
             Ok(())
         })
     }

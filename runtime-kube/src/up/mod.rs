@@ -79,10 +79,8 @@ struct Ctx<'a> {
     rec: KubeRecord,
     /// The Docker engine kind runs on (kind preflight).
     docker: Option<bollard::Docker>,
-    /// The images to load into the kind cluster (build images).
+    /// The images still to load into the kind cluster (build images; emptied once they are in its nodes).
     images: Vec<images::LabImage>,
-    /// Whether the images are in the cluster's nodes (loaded while it was made, or after).
-    images_loaded: bool,
     /// The cluster's API (preflight on an existing cluster; create cluster on kind).
     client: Option<Client>,
     created: Vec<Created>,
@@ -104,7 +102,6 @@ impl<'a> Ctx<'a> {
             rec,
             docker: None,
             images: Vec::new(),
-            images_loaded: false,
             client: None,
             created: Vec::new(),
         }
