@@ -28,6 +28,7 @@ NODES=${NODES:-2}
 UP_ARGS=${UP_ARGS---database}
 NAME=${NAME:-bench-up-$$}
 LOGS=${LOGS:-}
+[ -z "$LOGS" ] || mkdir -p "$LOGS"
 LAB_BIN=${LAB_BIN:-$root/target/debug/lab}
 T0=$(date +%s)
 say() { printf '[bench-up +%ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
