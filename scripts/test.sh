@@ -38,14 +38,32 @@ mapfile -t e2e <<<"$bins"
 # Each binary's output is kept too: a failure's message is printed again at the end, where a log cut to its
 # head and tail still shows it.
 logs=$(mktemp -d)
-trap 'rm -f "$env_file"; rm -rf "$logs"' EXIT
+# The tests' labs keep their state in temporary folders under one of this run's own. A test binary that is
+# ended from outside (Ctrl-C, a CI timeout) cannot take its lab down, so this script does, by each lab's
+# recorded processes (`lab down`), before it removes the folder: no lab keeps training on the machine after
+# the run.
+e2e_tmp=$(mktemp -d -t lab-e2e-run-XXXXXX)
+sweep_labs() {
+  local lab state
+  for lab in "$e2e_tmp"/*/*/lab.json; do
+    [ -f "$lab" ] || continue
+    lab=${lab%/lab.json}
+    state=${lab%/*}
+    echo "taking down lab ${lab##*/}, left up by an interrupted test" >&2
+    LAB_STATE_DIR=$state target/debug/lab down --name "${lab##*/}" >&2 || true
+  done
+  rm -rf "$e2e_tmp"
+}
+trap 'sweep_labs; rm -f "$env_file"; rm -rf "$logs"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 failed=()
 for line in "${e2e[@]}"; do
   name=${line%%$'\t'*}
   # The kind tier's test needs the cluster scripts/ci/kind-e2e.sh sets up, and runs there (.ci/run's kind tier).
   if [ "$name" = kind ]; then echo "     Skipping e2e/kind.rs: the kind tier, run by scripts/ci/kind-e2e.sh"; continue; fi
   echo "     Running e2e/$name.rs"
-  (cd tests && "${line#*$'\t'}" --test-threads=1) 2>&1 | tee "$logs/$name.log" || failed+=("$name")
+  (cd tests && TMPDIR=$e2e_tmp "${line#*$'\t'}" --test-threads=1) 2>&1 | tee "$logs/$name.log" || failed+=("$name")
 done
 if [ ${#failed[@]} -gt 0 ]; then
   for name in "${failed[@]}"; do
