@@ -57,7 +57,12 @@ watched_lab_baseline() {
 }
 
 watched_lab_cleanup() {
-  [ -n "$watcher" ] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
+  # The watcher ends by the signal, so its status is not a failure (and under a caller's `set -e` must
+  # not end the caller between two labs).
+  if [ -n "$watcher" ]; then
+    kill "$watcher" 2>/dev/null || true
+    wait "$watcher" 2>/dev/null || true
+  fi
   watcher=""
   if [ -n "$work" ]; then
     lab fault clear --all >/dev/null 2>&1
