@@ -1432,7 +1432,7 @@ fn apply(path: String, kind: &'static str, name: &'static str) -> Exchange {
         })
 }
 
-/// Steps up to and including the seeding Job, for a lab of one storage server.
+/// Steps up to and including the seeding Job, for a lab of one storage server and one rank.
 fn storage_and_seed(seed_outcome: &str) -> Vec<Exchange> {
     let core = |r: &str| format!("/api/v1/namespaces/{NS}/{r}");
     let apps = |r: &str| format!("/apis/apps/v1/namespaces/{NS}/{r}");
@@ -1462,6 +1462,10 @@ fn storage_and_seed(seed_outcome: &str) -> Vec<Exchange> {
             "Job",
             "seeder",
         ),
+        // And the ranks (each waits for the dataset itself), before anything is awaited.
+        apply(core("services/rendezvous"), "Service", "rendezvous"),
+        apply(core("services/ranks"), "Service", "ranks"),
+        apply(apps("statefulsets/rank"), "StatefulSet", "rank"),
         watch_list(
             apps("deployments"),
             "storage-0",
@@ -1507,21 +1511,6 @@ async fn deploy_applies_every_manifest_and_waits_on_each_condition_in_order() {
     ready_sts["metadata"]["resourceVersion"] = json!("6");
     ready_sts["status"] = json!({ "replicas": 1, "readyReplicas": 1 });
     script.extend([
-        apply(
-            format!("/api/v1/namespaces/{NS}/services/rendezvous"),
-            "Service",
-            "rendezvous",
-        ),
-        apply(
-            format!("/api/v1/namespaces/{NS}/services/ranks"),
-            "Service",
-            "ranks",
-        ),
-        apply(
-            format!("/apis/apps/v1/namespaces/{NS}/statefulsets/rank"),
-            "StatefulSet",
-            "rank",
-        ),
         watch_list(
             format!("/apis/apps/v1/namespaces/{NS}/statefulsets"),
             "rank",

@@ -131,19 +131,23 @@ impl Action for Workloads {
             };
             // The nodes patched, kept even when another step fails: `lab down` withdraws what was advertised.
             let advertised = std::sync::Mutex::new(Vec::new());
+            // The ranks go in once the GPUs they ask for are advertised (else they would wait Pending).
+            let (gpus_done, gpus_are_done) = tokio::sync::oneshot::channel::<()>();
             let gpus = async {
-                if !kopts.advertise_gpus {
-                    return Ok(());
+                if kopts.advertise_gpus {
+                    // A lab's own multi-node kind cluster: every node runs ranks, and the GPUs are split
+                    // across them.
+                    let split = fixed.mode == ClusterMode::Kind && fixed.nodes > 1;
+                    let nodes = named(
+                        progress,
+                        "advertise GPUs",
+                        gpus::advertise(&client, &fixed.gpu_resource, opts.gpus, split, fixed.wait_timeout),
+                    )
+                    .await?;
+                    *advertised.lock().unwrap_or_else(|p| p.into_inner()) = nodes;
                 }
-                // A lab's own multi-node kind cluster: every node runs ranks, and the GPUs are split across them.
-                let split = fixed.mode == ClusterMode::Kind && fixed.nodes > 1;
-                let nodes = named(
-                    progress,
-                    "advertise GPUs",
-                    gpus::advertise(&client, &fixed.gpu_resource, opts.gpus, split, fixed.wait_timeout),
-                )
-                .await?;
-                *advertised.lock().unwrap_or_else(|p| p.into_inner()) = nodes;
+                // Nobody waiting any more means storage failed first: its error is the one reported.
+                let _ = gpus_done.send(());
                 Ok::<_, RuntimeError>(())
             };
             let storage_and_data = async {
@@ -173,6 +177,13 @@ impl Action for Workloads {
                     // The seeding job at once: it waits for the volume servers itself, so its pod starts
                     // while they do.
                     api::apply_all(&client, &fixed.namespace, &settings.seeder()?).await?;
+                    // And the ranks: each waits for the dataset's manifest itself (asking the master each
+                    // second), so their pods start while the volume servers start and the dataset is
+                    // seeded, not after. `deploy ranks` waits for them to be Ready.
+                    if gpus_are_done.await.is_err() {
+                        return Err(RuntimeError::Other("the GPUs were not advertised".into()));
+                    }
+                    api::apply_all(&client, &fixed.namespace, &settings.ranks()?).await?;
                     futures::future::try_join_all(
                         (0..fixed.storage_servers).map(|i| available(format!("storage-{i}"))),
                     )
@@ -206,7 +217,6 @@ impl Action for Workloads {
             let job = async {
                 tokio::try_join!(gpus, storage_and_data)?;
                 named(progress, "deploy ranks", async {
-                    api::apply_all(&client, &fixed.namespace, &settings.ranks()?).await?;
                     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &fixed.namespace);
                     let want = i32::try_from(opts.ranks).unwrap_or(i32::MAX);
                     let ready = move |s: Option<&StatefulSet>| {
