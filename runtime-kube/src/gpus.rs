@@ -16,8 +16,9 @@ pub fn split_gpus(gpus: u32, nodes: usize) -> Vec<u32> {
     (0..n).map(|i| gpus / n + u32::from(i < gpus % n)).collect()
 }
 
-/// Adds `gpus` of `resource` to every node's capacity (the kubelet copies it to allocatable) and waits
-/// until the nodes offer them. With `split` the GPUs are shared out across the nodes instead (a lab's own
+/// Adds `gpus` of `resource` to every node's capacity and allocatable, and waits until the nodes offer
+/// them. The kubelet would copy capacity to allocatable on its next node status update (every 10 s by
+/// default: 8.8 s of `lab up` on kind waited for it); it writes the same figure over the lab's. With `split` the GPUs are shared out across the nodes instead (a lab's own
 /// multi-node cluster), and the control plane's `NoSchedule` taint is lifted so it runs ranks too.
 /// Returns the nodes patched.
 ///
@@ -44,7 +45,9 @@ pub async fn advertise(
     };
     let mut patched = Vec::new();
     for (name, share) in names.iter().zip(&shares) {
-        let patch = serde_json::json!({ "status": { "capacity": { resource: share.to_string() } } });
+        let n = share.to_string();
+        let patch =
+            serde_json::json!({ "status": { "capacity": { resource: n }, "allocatable": { resource: n } } });
         api::within("advertise GPUs", deadline, async {
             nodes
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -109,7 +112,7 @@ pub async fn advertise(
 pub async fn withdraw(client: &Client, resource: &str, nodes: &[String], deadline: Duration) -> Result<()> {
     let api_nodes: Api<Node> = Api::all(client.clone());
     for name in nodes {
-        let patch = serde_json::json!({ "status": { "capacity": { resource: null } } });
+        let patch = serde_json::json!({ "status": { "capacity": { resource: null }, "allocatable": { resource: null } } });
         let r = api::within("withdraw GPUs", deadline, async {
             api_nodes
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -1124,7 +1124,7 @@ async fn gpus_are_advertised_on_node_status_and_awaited_in_allocatable() {
                 "/api/v1/nodes/node-a/status",
                 Reply::Json(200, node("4")),
             )
-            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": "4" } } }))),
+            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": "4" }, "allocatable": { "lab.dev/gpu": "4" } } }))),
             watch_list("/api/v1/nodes".into(), "node-a", "NodeList", vec![node("4")]),
         ],
     );
@@ -1189,7 +1189,7 @@ async fn down_in_an_existing_cluster_deletes_the_namespace_it_created_and_withdr
                 "/api/v1/nodes/node-a/status",
                 Reply::Json(200, node("0")),
             )
-            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": null } } }))),
+            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": null }, "allocatable": { "lab.dev/gpu": null } } }))),
         ],
     );
     super::down::remove_objects(&client, &record(DelayChoice::Auto), "demo")
@@ -1212,7 +1212,7 @@ async fn a_failed_up_rolls_back_what_it_created_newest_first() {
                 "/api/v1/nodes/node-a/status",
                 Reply::Json(200, node("0")),
             )
-            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": null } } }))),
+            .body(|b| assert_eq!(*b, json!({ "status": { "capacity": { "lab.dev/gpu": null }, "allocatable": { "lab.dev/gpu": null } } }))),
             ex(
                 "DELETE",
                 format!("/api/v1/namespaces/{NS}"),
