@@ -2,7 +2,8 @@
 //!
 //! Bad input refused (no record, no cluster left) → `lab up --runtime kind --database --nodes 2` (GPUs split
 //! 2 + 2, ranks on both nodes) → status, incident, console (in tmux) → Prometheus 3 in the cluster agrees
-//! with the lab's alerts on a throttled rank → a checkpoint request from another pod without the lab's
+//! with the lab's alerts on a throttled rank (and, after each drill below, on the alerts the drill detected
+//! its fault by) → a checkpoint request from another pod without the lab's
 //! token refused, nothing changed → the seed's drills with their traps first → slow-storage with the
 //! reference MCP agent → (with `LAB_E2E_ALL_DRILLS=1`) the other built-in drills: stuck-rollout with its
 //! right fix and, as a drill of its own, its trap (which must fail); the others each with its trap first
@@ -21,6 +22,7 @@
 //! A failed drill is recorded and the tier goes on (so one red drill hides no other), failing at the end
 //! with every one named; any other check that fails, or cannot be made, fails the tier where it stands.
 
+use std::collections::BTreeSet;
 use std::fmt::Display;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -374,8 +376,9 @@ impl Tier {
         ));
     }
 
-    /// A drill report's detection, throughput under the fault and recovery, as figures.
-    fn drill_figures(&self, name: &str) {
+    /// A drill report's detection, throughput under the fault and recovery, as figures; then whether
+    /// Prometheus in the cluster fired the alerts the drill detected its fault by.
+    fn drill_figures(&mut self, name: &str) {
         let r = read_json(&self.report(&format!("{name}.json")));
         if r.is_null() {
             return;
@@ -397,6 +400,107 @@ impl Tier {
             &format!("{name}: back at baseline after (s)"),
             number_or_none(&f["time_to_baseline_s"]),
         );
+        self.prometheus_saw(name, &r["drills"][0]);
+    }
+
+    /// Prometheus 3 in the cluster, which evaluates the rule file the lab evaluates, fired every alert the
+    /// drill `d` (report `name`) named in its expect step, at some time during the drill (its `ALERTS`
+    /// series over the drill's time, from the drill's start to now). The alerts on kube-state-metrics'
+    /// series (a Pending or crash-looping rank) are the exception: the lab writes those series from the
+    /// API, and the cluster's Prometheus has no exporter of them (docs/kubernetes.md). What each side fired
+    /// is kept in `<name>.prometheus.json`; a missing alert fails the tier at the end.
+    fn prometheus_saw(&mut self, name: &str, d: &Value) {
+        let Some(start) = d["started_at"].as_str() else {
+            self.failed.push(format!("{name}: the report has no start time"));
+            return;
+        };
+        let rules = lab_telemetry::rules::builtin();
+        let steps = d["steps"].as_array().into_iter().flatten();
+        // "latency: LabStorageReadLatencyHigh on storage-1: …": the signal, then the rule that fired.
+        let named: BTreeSet<String> = steps
+            .filter(|s| s["step"] == "expect")
+            .filter_map(|s| s["evidence"].as_array())
+            .flatten()
+            .filter_map(|e| e.as_str()?.split(": ").nth(1)?.split_whitespace().next())
+            .filter(|n| rules.alert(n).is_some())
+            .map(str::to_string)
+            .collect();
+        let on_kube_series = |n: &str| {
+            rules
+                .rules()
+                .any(|(_, r)| r.name() == n && r.expr_text.contains("kube_"))
+        };
+        let (want, lab_only): (BTreeSet<String>, BTreeSet<String>) =
+            named.iter().cloned().partition(|n| !on_kube_series(n));
+        let lab_fired: BTreeSet<&str> = d["timeline"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["firing"].as_array())
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        // Prometheus evaluates each second; a last look of the drill's may still be on its way: three tries.
+        let mut fired = BTreeSet::new();
+        let mut why = String::new();
+        for attempt in 0..3 {
+            if attempt > 0 {
+                std::thread::sleep(Duration::from_secs(5));
+            }
+            let query = format!(
+                "api/v1/query_range?query=ALERTS%7Balertstate%3D%22firing%22%7D&start={start}&end={}&step=1",
+                unix_now()
+            );
+            match self.kc_raw(&self.proxy("services", "prometheus:9090", &query)) {
+                Ok(v) => {
+                    fired = v["data"]["result"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|s| s["metric"]["alertname"].as_str())
+                        .map(str::to_string)
+                        .collect();
+                    why.clear();
+                }
+                Err(e) => why = e,
+            }
+            if why.is_empty() && want.is_subset(&fired) {
+                break;
+            }
+        }
+        let missing: Vec<&String> = want.difference(&fired).collect();
+        self.write_report(
+            &format!("{name}.prometheus.json"),
+            &serde_json::to_string_pretty(&serde_json::json!({
+                "expect_named": named,
+                "compared": want,
+                "lab_only_by_design": lab_only,
+                "lab_fired": lab_fired,
+                "prometheus_fired": fired,
+                "missing_in_prometheus": missing,
+                "query_error": why,
+            }))
+            .unwrap(),
+        );
+        let list = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(" ");
+        if !why.is_empty() {
+            self.say(format!("{name}: Prometheus' alerts could not be read: {why}"));
+            self.failed.push(format!("{name}: Prometheus' alerts"));
+        } else if !missing.is_empty() || (want.is_empty() && lab_only.is_empty()) {
+            self.say(format!(
+                "{name}: Prometheus did not fire {missing:?} (the drill's expect named {named:?}; Prometheus fired {fired:?})"
+            ));
+            self.failed.push(format!("{name}: Prometheus agreement"));
+        } else {
+            self.figure(
+                &format!("{name}: fired in Prometheus too"),
+                if lab_only.is_empty() {
+                    list(&want)
+                } else {
+                    format!("{} (lab only: {})", list(&want), list(&lab_only))
+                },
+            );
+        }
     }
 
     /// The built-in `builtin`'s YAML (from `drill-file/builtin/`) renamed `name`, on any runtime (the
