@@ -43,6 +43,8 @@ logs=$(mktemp -d)
 # recorded processes (`lab down`), before it removes the folder: no lab keeps training on the machine after
 # the run.
 e2e_tmp=$(mktemp -d -t lab-e2e-run-XXXXXX)
+# Open to every user, as /tmp is: one test runs its lab as a user of its own (local_lab.rs, without root).
+chmod 1777 "$e2e_tmp"
 sweep_labs() {
   local lab state
   for lab in "$e2e_tmp"/*/*/lab.json; do
