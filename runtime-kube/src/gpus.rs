@@ -17,9 +17,10 @@ pub fn split_gpus(gpus: u32, nodes: usize) -> Vec<u32> {
 }
 
 /// Adds `gpus` of `resource` to every node's capacity and allocatable, and waits until the nodes offer
-/// them. The kubelet would copy capacity to allocatable on its next node status update (every 10 s by
-/// default: 8.8 s of `lab up` on kind waited for it); it writes the same figure over the lab's. With `split` the GPUs are shared out across the nodes instead (a lab's own
-/// multi-node cluster), and the control plane's `NoSchedule` taint is lifted so it runs ranks too.
+/// them. (The kubelet copies capacity to allocatable only at its next node status update, every 10 s by
+/// default; it then writes the same figure over the lab's.) With `split` the GPUs are shared out across
+/// the nodes instead (a lab's own multi-node cluster), and the control plane's `NoSchedule` taint is
+/// lifted so it runs ranks too.
 /// Returns the nodes patched.
 ///
 /// # Errors

@@ -31,6 +31,9 @@ use std::time::{Duration, Instant};
 
 use lab_model::status::RuntimeKind;
 use lab_model::{Role, Snapshot};
+use lab_telemetry::collector::{
+    POD_LAST_EXIT_CODE, POD_RESTARTS, POD_STATUS_PHASE, POD_STATUS_UNSCHEDULABLE,
+};
 use lab_tests::{Edits, Lab, Tmux, drill_copy, poll, summary, text, trap_first};
 use serde_json::Value;
 
@@ -426,10 +429,21 @@ impl Tier {
             .filter(|n| rules.alert(n).is_some())
             .map(str::to_string)
             .collect();
+        // The series the lab writes itself from the runtime's status, under kube-state-metrics' names.
+        let lab_written = [
+            POD_STATUS_PHASE,
+            POD_STATUS_UNSCHEDULABLE,
+            POD_RESTARTS,
+            POD_LAST_EXIT_CODE,
+        ];
         let on_kube_series = |n: &str| {
-            rules
-                .rules()
-                .any(|(_, r)| r.name() == n && r.expr_text.contains("kube_"))
+            rules.rules().any(|(_, r)| {
+                r.name() == n
+                    && r.expr
+                        .selectors()
+                        .iter()
+                        .any(|(s, _)| lab_written.contains(&s.name.as_str()))
+            })
         };
         let (want, lab_only): (BTreeSet<String>, BTreeSet<String>) =
             named.iter().cloned().partition(|n| !on_kube_series(n));
