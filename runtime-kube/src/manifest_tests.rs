@@ -76,8 +76,8 @@ fn every_file_renders_and_parses() {
     let objs = all_objects(&settings());
     // namespace, config and the control token's Secret, master (2) and the servers' headless Service, 3
     // servers, seeder, ranks (3), prometheus (6 + rules), the database (its Service, its StatefulSet, the
-    // writer)
-    assert_eq!(objs.len(), 1 + 2 + 3 + 3 + 1 + 3 + 7 + 3);
+    // writer's Service and Deployment)
+    assert_eq!(objs.len(), 1 + 2 + 3 + 3 + 1 + 3 + 7 + 4);
     for o in &objs {
         manifests::api_resource(o).unwrap();
         let labels = o.metadata.labels.as_ref().unwrap();
@@ -322,7 +322,17 @@ fn prometheus_gets_the_rule_file_and_reads_only_pods() {
     let cfg = find(&objs, "ConfigMap", "prometheus-config");
     let prom: Value = serde_norway::from_str(cfg.data["data"]["prometheus.yml"].as_str().unwrap()).unwrap();
     assert_eq!(prom["rule_files"][0], "/etc/prometheus/rules/*.yaml");
-    assert_eq!(prom["scrape_configs"].as_array().unwrap().len(), 2);
+    let jobs: Vec<&str> = prom["scrape_configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(jobs, ["rank", "storage", "writer"]);
+    // The writer's pods by their component and metrics port (no pod of it without the database).
+    let writer = &prom["scrape_configs"][2]["relabel_configs"][0];
+    assert_eq!(writer["regex"], "db-writer;metrics");
+    assert_eq!(writer["action"], "keep");
     let d = find(&objs, "Deployment", "prometheus");
     assert_eq!(containers(d)[0]["image"], DEFAULT_PROMETHEUS_IMAGE);
 }
@@ -491,7 +501,7 @@ fn offline_prometheus_scrapes_every_rank_and_server_by_name() {
         prometheus_image: "straggler-lab/prometheus:2.42.0".into(),
         ..settings()
     };
-    let objs = s.prometheus_static(manifests::RULES, 5).unwrap();
+    let objs = s.prometheus_static(manifests::RULES, 5, true).unwrap();
     let cm = objs
         .iter()
         .find(|o| o.data.pointer("/data/prometheus.yml").is_some())
@@ -515,6 +525,11 @@ fn offline_prometheus_scrapes_every_rank_and_server_by_name() {
         targets("storage")[2],
         "storage-2.storage.straggler-lab-demo.svc:9325"
     );
+    assert_eq!(
+        targets("writer"),
+        ["lab-writer.straggler-lab-demo.svc:9410"],
+        "LabCommitsStalled reads the writer's series"
+    );
     assert_eq!(config["rule_files"][0], "/etc/prometheus/rules/*.yaml");
     for j in jobs {
         assert_eq!(j["relabel_configs"][0]["target_label"], "instance");
@@ -532,6 +547,14 @@ fn offline_prometheus_scrapes_every_rank_and_server_by_name() {
         .unwrap();
     assert_eq!(dep.data["spec"]["template"]["spec"]["hostname"], "storage-1");
     assert_eq!(dep.data["spec"]["template"]["spec"]["subdomain"], "storage");
+    // Without the database, no writer to scrape.
+    let objs = s.prometheus_static(manifests::RULES, 5, false).unwrap();
+    let text = objs
+        .iter()
+        .find_map(|o| o.data.pointer("/data/prometheus.yml"))
+        .and_then(|v| v.as_str())
+        .unwrap();
+    assert!(!text.contains("writer"), "{text}");
 }
 
 #[test]
@@ -658,4 +681,13 @@ fn the_database_is_one_statefulset_updated_on_delete_and_a_writer_beside_it() {
     );
     let svc = find(&objs, "Service", names::DATABASE);
     assert_eq!(svc.data["spec"]["clusterIP"], "None");
+    // The writer has a name Prometheus' static configuration scrapes it by, even while its commits stall.
+    let svc = find(&objs, "Service", lab_model::db::WRITER);
+    assert_eq!(svc.data["spec"]["clusterIP"], "None");
+    assert_eq!(svc.data["spec"]["publishNotReadyAddresses"], true);
+    assert_eq!(
+        svc.data["spec"]["selector"][names::COMPONENT_LABEL],
+        names::WRITER_COMPONENT
+    );
+    assert_eq!(svc.data["spec"]["ports"][0]["port"], names::WRITER_METRICS_PORT);
 }

@@ -369,12 +369,17 @@ impl Settings {
     /// discovering pods through the API: Debian's `prometheus` package, which the offline Prometheus image
     /// is made from, is built without Kubernetes service discovery. The ranks by their StatefulSet names
     /// (`rank-N.ranks`, up to `max_ranks`, so a rank scaled in later is scraped once it runs), the volume
-    /// servers by their hostnames in the `storage` headless Service; `instance` is the pod's name, as with
-    /// discovery.
+    /// servers by their hostnames in the `storage` headless Service, and with `database` the writer by its
+    /// headless Service; `instance` is the pod's name, as with discovery.
     ///
     /// # Errors
     /// As [`Settings::namespace`].
-    pub fn prometheus_static(&self, rules: &str, max_ranks: u32) -> Result<Vec<DynamicObject>> {
+    pub fn prometheus_static(
+        &self,
+        rules: &str,
+        max_ranks: u32,
+        database: bool,
+    ) -> Result<Vec<DynamicObject>> {
         let mut out = self.prometheus(rules)?;
         let ns = &self.namespace;
         let list = |names: Vec<String>| {
@@ -401,6 +406,16 @@ impl Settings {
              \x20 - job_name: storage\n    static_configs:\n      - targets: [{storage}]\n    relabel_configs:\n\
              \x20     - source_labels: [__address__]\n        regex: '(storage-[0-9]+)[.].*'\n        target_label: instance\n"
         );
+        let config = if database {
+            let writer = lab_model::db::WRITER;
+            format!(
+                "{config}  - job_name: writer\n    static_configs:\n      - targets: [\"{writer}.{ns}.svc:{}\"]\n\
+                 \x20   relabel_configs:\n      - target_label: instance\n        replacement: {writer}\n",
+                names::WRITER_METRICS_PORT
+            )
+        } else {
+            config
+        };
         for o in &mut out {
             if o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap")
                 && o.data.pointer("/data/prometheus.yml").is_some()

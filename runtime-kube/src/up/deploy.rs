@@ -110,7 +110,11 @@ impl Action for Workloads {
                         &client,
                         &fixed.namespace,
                         &if fixed.prometheus_image.starts_with(OFFLINE_PROMETHEUS) {
-                            settings.prometheus_static(super::super::manifests::RULES, opts.ranks + 1)?
+                            settings.prometheus_static(
+                                super::super::manifests::RULES,
+                                opts.ranks + 1,
+                                fixed.db_image.is_some(),
+                            )?
                         } else {
                             settings.prometheus(super::super::manifests::RULES)?
                         },
