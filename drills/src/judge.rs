@@ -171,8 +171,13 @@ impl SteadyAgain {
 }
 
 /// Judges a failed verification's snapshots again, against the lab's steady state after the cleanup
-/// (`after`), when that steady state shows the machine got slower during the drill than the tolerance
-/// allows; `None` when it did not (the pre-fault baseline stands).
+/// (`after`), when that steady state is below the pre-fault baseline by more than half the tolerance;
+/// `None` when it is not (the pre-fault baseline stands).
+///
+/// Half, not all of it: on a small machine a pre-fault window caught at a fast moment sits 10–20 % above
+/// the job's normal, and a job back at that normal then fails a 20 % tolerance by a few points (measured on
+/// a 2-core kind lab: 82 % after the cleanup, 72–83 % during the verification). A remediation that left
+/// its fault in place stays far below the normal after the cleanup too, and is still judged against it.
 pub fn rejudge(
     spec: &Verify,
     pre: PreFault,
@@ -180,7 +185,7 @@ pub fn rejudge(
     from_ms: u64,
     snaps: &[Snapshot],
 ) -> Option<Outcome<Recovery>> {
-    if after.samples_per_s >= pre.samples_per_s * (1.0 - spec.within_pct / 100.0) {
+    if after.samples_per_s >= pre.samples_per_s * (1.0 - spec.within_pct / 200.0) {
         return None;
     }
     let mut tracker = RecoveryTracker::new(spec, after, from_ms);
@@ -816,6 +821,39 @@ pub(crate) mod tests {
             ..base()
         };
         assert_eq!(rejudge(&spec, base(), same, T0, &stuck), None);
+    }
+
+    #[test]
+    fn a_baseline_caught_at_a_fast_moment_is_judged_again_from_half_the_tolerance() {
+        // A 15 % tolerance: the pre-fault window (400) was fast, the lab's normal after the cleanup is 88 %
+        // of it, within the tolerance but below half of it; the fixed job runs at 84 % of the pre-fault
+        // baseline, 96 % of that normal.
+        let spec = verify(15.0, 10, 30);
+        let after = PreFault {
+            samples_per_s: 352.0,
+            ..base()
+        };
+        let back: Vec<Snapshot> = (0..=20)
+            .map(|t| snap(t, Some(338.0), Some(0.3), 100 + t * 3))
+            .collect();
+        assert!(matches!(
+            rejudge(&spec, base(), after, T0, &back),
+            Some(Outcome::Done(_))
+        ));
+        // A fault left in place (the job at 60 %) fails against that normal too.
+        let stuck: Vec<Snapshot> = (0..=32)
+            .map(|t| snap(t, Some(240.0), Some(0.5), 100 + t * 2))
+            .collect();
+        assert!(matches!(
+            rejudge(&spec, base(), after, T0, &stuck),
+            Some(Outcome::Failed(_))
+        ));
+        // At 93 % of it, above half the tolerance (92.5 %), the pre-fault baseline stands.
+        let close = PreFault {
+            samples_per_s: 372.0,
+            ..base()
+        };
+        assert_eq!(rejudge(&spec, base(), close, T0, &stuck), None);
     }
 
     #[test]

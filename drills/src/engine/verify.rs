@@ -218,7 +218,7 @@ impl<S: SnapshotSource> Session<'_, S> {
     }
 
     /// After the cleanup: when the last verification failed and the lab's steady state after the cleanup
-    /// shows the machine got slower during the drill (by more than the tolerance), judges that
+    /// shows the machine got slower during the drill (by more than half the tolerance), judges that
     /// verification's snapshots again against the steady state after the cleanup — the job's normal as
     /// measured closest to them. A remediation that left a fault in place stays far below that normal too.
     /// Returns the new verification step, if there was one to judge.
