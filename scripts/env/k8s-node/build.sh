@@ -30,11 +30,14 @@ record() { # record <what> <seconds>
 }
 
 # version_of <binary>: the first line of its version output (kubeadm and kubectl have no --version flag).
+# The first line of what a binary says its version is. `sed -n 1p` reads to the end: with `head -n 1`, a
+# binary that prints a second line after head left dies of SIGPIPE, and under pipefail the build stopped
+# there without a word (seen with kubectl, which prints its Kustomize version second).
 version_of() {
   case "${1##*/}" in
-    kubeadm.tmp|kubeadm) "$1" version -o short 2>&1 | head -n 1 ;;
-    kubectl.tmp|kubectl) "$1" version --client 2>&1 | head -n 1 ;;
-    *) "$1" --version 2>&1 | head -n 1 ;;
+    kubeadm.tmp|kubeadm) "$1" version -o short 2>&1 | sed -n 1p ;;
+    kubectl.tmp|kubectl) "$1" version --client 2>&1 | sed -n 1p ;;
+    *) "$1" --version 2>&1 | sed -n 1p ;;
   esac
 }
 

@@ -65,7 +65,7 @@ for b in promtool prometheus; do
   log "go build $b"
   t0=$(date +%s)
   CGO_ENABLED=0 go build -trimpath -tags netgo -ldflags "$ldflags" -o "$OUT/$b.tmp" "./cmd/$b"
-  case "$("$OUT/$b.tmp" --version 2>&1 | head -n 1)" in
+  case "$("$OUT/$b.tmp" --version 2>&1 | sed -n 1p)" in
     *"version $PROMETHEUS_VERSION "*) ;;
     *) log "$b does not report version $PROMETHEUS_VERSION: the version ldflags did not apply"; exit 1 ;;
   esac
