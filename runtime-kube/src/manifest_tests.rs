@@ -662,6 +662,12 @@ fn the_database_is_one_statefulset_updated_on_delete_and_a_writer_beside_it() {
         "{script}"
     );
     assert_eq!(c["ports"][0]["containerPort"], names::DB_PORT);
+    // A lookup gives up after 1 s while a new cluster's DNS starts (glibc's default: 5 s a search domain).
+    for o in [sts, find(&objs, "Deployment", lab_model::db::WRITER)] {
+        let options = &pod_template(o)["spec"]["dnsConfig"]["options"];
+        assert_eq!(options[0], serde_json::json!({"name": "timeout", "value": "1"}));
+        assert_eq!(options[1], serde_json::json!({"name": "attempts", "value": "1"}));
+    }
     // PostgreSQL refuses root: the pod runs as the image's postgres user.
     let uid = super::image::DB_UID;
     assert_eq!(pod_template(sts)["spec"]["securityContext"]["runAsUser"], uid);
