@@ -15,7 +15,7 @@
 # busy"), DRILLS (the seed's three; "all": every built-in drill), PAIRS (both pairs of every drill in
 # DRILLS), RUNTIME (local; kind: through the machine's Docker or the private engine, scripts/env/kind/engine.sh),
 # NODES (2, kind only), NAME (verdicts), LAB_BIN (target/debug/lab, built when missing), OUT
-# (target/verdict-rates: the JSON reports).
+# (target/verdict-rates: the JSON reports), PAGE (the figures page's name, below).
 # Exits non-zero when any pair gave an unexpected verdict, so a CI job can run it as it is.
 set -euo pipefail
 
@@ -161,14 +161,16 @@ for load in $LOADS; do
   stop_busy
 done
 
-# The table is also kept as docs/figures/verdict-rates[-RUNTIME].md (scripts/bench/figures-write.sh).
+# The table is also kept as docs/figures/verdict-rates[-RUNTIME].md (scripts/bench/figures-write.sh), or as
+# docs/figures/$PAGE.md: a run of other drills then keeps a page of its own beside the seed's.
 fig_name=verdict-rates
 [ "$RUNTIME" = local ] || fig_name="verdict-rates-$RUNTIME"
+fig_name=${PAGE:-$fig_name}
 echo
 {
   printf '%s runtime; load average at the end %s, %s CPUs\n' "$RUNTIME" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"
   printf '%-7s %-18s %-6s %-7s %-8s %-22s %s\n' load drill fix runs expected "detected (s)" "back at baseline (s)"
   printf '%s\n' "${results[@]}"
-} | "$root/scripts/bench/figures-write.sh" "$fig_name" "RUNS=$RUNS RUNTIME=$RUNTIME LOADS=\"$LOADS\" DRILLS=\"$DRILLS\" scripts/bench/verdict-rates.sh"
+} | "$root/scripts/bench/figures-write.sh" "$fig_name" "${PAGE:+PAGE=$PAGE }RUNS=$RUNS RUNTIME=$RUNTIME LOADS=\"$LOADS\" DRILLS=\"$DRILLS\" scripts/bench/verdict-rates.sh"
 say "reports in $OUT; $failures pair(s) gave an unexpected verdict"
 [ "$failures" -eq 0 ]
