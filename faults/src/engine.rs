@@ -2,6 +2,7 @@
 //! things (record, apply, prove, roll back or keep; clear and restore); what each fault does to the lab is
 //! its own file in the kinds module.
 
+use lab_model::format::error_chain;
 use lab_model::status::LabStatus;
 use lab_model::{ChangeRecord, Millicores};
 use lab_runtime::{DelayPath, Runtime, state::now_ms};
@@ -112,14 +113,20 @@ pub async fn inject_for(
                     e.phase = FaultPhase::Failed;
                     e.cleared_at_ms = Some(now_ms());
                 }
-                e.error = Some(err.to_string());
+                e.error = Some(error_chain(&err));
                 Ok(())
             });
             match rollback {
                 Ok(_) => Err(err),
+                // Each with its causes: the runtime's own error is the source of a FaultError::Runtime,
+                // which alone says only what was being done.
                 Err(rb) => Err(FaultError::NotRestored {
                     id,
-                    why: format!("{err}; then rollback failed: {rb}"),
+                    why: format!(
+                        "{}; then rollback failed: {}",
+                        error_chain(&err),
+                        error_chain(&rb)
+                    ),
                 }),
             }
         }

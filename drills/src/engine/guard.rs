@@ -83,9 +83,10 @@ async fn sweep(lab: &Lab, since_ms: u64) -> Swept {
                 match lab_faults::clear(lab.runtime.as_ref(), &lab.ledger, &id).await {
                     Ok(Some(e)) => s.cleared.push(format!("{} ({})", e.id, e.fault)),
                     Ok(None) => {}
-                    Err(e) => s
-                        .failed
-                        .push(format!("could not clear {id}: {e}; run `lab fault clear --all`")),
+                    Err(e) => s.failed.push(format!(
+                        "could not clear {id}: {}; run `lab fault clear --all`",
+                        lab_model::format::error_chain(&e)
+                    )),
                 }
             }
         }

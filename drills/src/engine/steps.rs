@@ -237,7 +237,7 @@ impl<S: SnapshotSource> Session<'_, S> {
                 StepName::Inject,
                 started,
                 false,
-                format!("could not inject {what}: {e}"),
+                format!("could not inject {what}: {}", lab_model::format::error_chain(&e)),
                 vec![],
                 Verdict::Error,
             ),
