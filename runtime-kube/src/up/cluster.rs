@@ -144,3 +144,64 @@ impl Action for LoadImages {
         })
     }
 }
+
+/// How long a CoreDNS pod of the lab's new cluster may run without being Ready before it is replaced.
+/// Measured on 2 cores: a healthy one was Ready 9–10 s after it was made, a stalled one 35–40 s.
+const DNS_STALLED: Duration = Duration::from_secs(12);
+/// How long the lab watches the new cluster's DNS at most.
+const DNS_WATCH: Duration = Duration::from_secs(90);
+
+/// Replaces a CoreDNS pod of the lab's own new kind cluster that runs without becoming Ready, once.
+///
+/// CoreDNS reaches the API server through the `kubernetes` Service. When its first connection goes out
+/// before kube-proxy has written that Service's rule, the packet is never translated and CoreDNS waits
+/// out the whole connect timeout: measured on a 2-core machine, it logged "waiting for Kubernetes API"
+/// for 33 s, and the database's standby, which looks up the primary by name, was Ready 35 s into
+/// `deploy database`. A pod made again by its Deployment a few seconds later finds the rule written.
+/// Returns once every CoreDNS pod is Ready, or after [`DNS_WATCH`]; it never fails `lab up` (the steps
+/// that need the DNS wait for it with their own deadlines).
+pub(super) async fn unstick_dns(client: &kube::Client, progress: &dyn lab_runtime::lifecycle::Progress) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, ListParams};
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let list = ListParams::default().labels("k8s-app=kube-dns");
+    let started = tokio::time::Instant::now();
+    // When each pod was first seen running and not Ready; the pods replaced already.
+    let mut unready_since = std::collections::BTreeMap::new();
+    let mut replaced = std::collections::BTreeSet::new();
+    while started.elapsed() < DNS_WATCH {
+        if let Ok(Ok(found)) = tokio::time::timeout(Duration::from_secs(5), pods.list(&list)).await {
+            let mut all_ready = !found.items.is_empty();
+            for p in &found.items {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let status = p.status.as_ref();
+                let ready = status
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
+                all_ready &= ready;
+                if ready || !running || p.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let since = *unready_since
+                    .entry(name.clone())
+                    .or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= DNS_STALLED && replaced.insert(name.clone()) {
+                    progress.note(&format!(
+                        "the cluster's DNS pod {name} has run {} s without being Ready (waiting for the API \
+                         server through a Service kube-proxy had not written yet): replacing it",
+                        DNS_STALLED.as_secs()
+                    ));
+                    if let Err(e) = pods.delete(&name, &DeleteParams::default()).await {
+                        tracing::debug!("deleting {name}: {e}");
+                    }
+                }
+            }
+            if all_ready {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

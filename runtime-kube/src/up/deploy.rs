@@ -239,8 +239,20 @@ impl Action for Workloads {
                 .await
             };
             // Boxed: the three together make a future too large for a test thread's stack in a debug build.
-            let (job, database, monitoring) =
-                tokio::join!(Box::pin(job), Box::pin(database), Box::pin(monitoring));
+            let steps =
+                Box::pin(async { tokio::join!(Box::pin(job), Box::pin(database), Box::pin(monitoring)) });
+            // Beside them, on the lab's own new kind cluster, a CoreDNS pod that stalls is replaced; it is
+            // given up when the steps are done.
+            let dns = Box::pin(async {
+                if fixed.mode == ClusterMode::Kind {
+                    super::cluster::unstick_dns(&client, progress).await;
+                }
+                std::future::pending::<()>().await;
+            });
+            let (job, database, monitoring) = match futures::future::select(steps, dns).await {
+                futures::future::Either::Left((done, _)) => done,
+                futures::future::Either::Right(((), steps)) => steps.await,
+            };
             // Recorded before any error is returned: the GPUs advertised are withdrawn on a rollback or by `lab down`.
             let advertised = advertised.into_inner().unwrap_or_else(|p| p.into_inner());
             if !advertised.is_empty() {
