@@ -811,14 +811,27 @@ pub(crate) mod tests {
         );
     }
 
+    /// `secs + 1` snapshots of a job at `samples` per second and `step_s` per step, `per_s` steps a second.
+    fn training(secs: u64, samples: f64, step_s: f64, per_s: u64) -> Vec<Snapshot> {
+        (0..=secs)
+            .map(|t| snap(t, Some(samples), Some(step_s), 100 + t * per_s))
+            .collect()
+    }
+
+    /// The lab's steady state after the cleanup at `samples` per second.
+    fn lab_at(samples: f64) -> PreFault {
+        PreFault {
+            samples_per_s: samples,
+            ..base()
+        }
+    }
+
     #[test]
     fn a_machine_that_got_slower_is_judged_against_the_lab_after_the_cleanup() {
         let spec = verify(15.0, 10, 30);
         // The fix worked, but the machine lost a third of its capacity: the job runs at 66% of the
         // pre-fault rate, and so does the lab after the cleanup.
-        let snaps: Vec<Snapshot> = (0..=20)
-            .map(|t| snap(t, Some(265.0), Some(0.45), 100 + t * 3))
-            .collect();
+        let snaps = training(20, 265.0, 0.45, 3);
         let after = PreFault {
             samples_per_s: 270.0,
             step_seconds: 0.45,
@@ -829,18 +842,13 @@ pub(crate) mod tests {
         };
         assert_eq!(r.back_at_ms, T0);
         // A fix that left the fault in place stays far below the lab's normal after the cleanup.
-        let stuck: Vec<Snapshot> = (0..=32)
-            .map(|t| snap(t, Some(190.0), Some(0.6), 100 + t * 2))
-            .collect();
+        let stuck = training(32, 190.0, 0.6, 2);
         assert!(matches!(
             rejudge(&spec, base(), after, T0, &stuck),
             Some(Outcome::Failed(_))
         ));
         // When the lab after the cleanup is where it was before, the pre-fault baseline stands.
-        let same = PreFault {
-            samples_per_s: 380.0,
-            ..base()
-        };
+        let same = lab_at(380.0);
         assert_eq!(rejudge(&spec, base(), same, T0, &stuck), None);
     }
 
@@ -851,10 +859,7 @@ pub(crate) mod tests {
         // two crashes). A slower machine makes no rank crash: with LabRankCrashLooping firing the job
         // is not back, even at the lab's normal of the moment.
         let spec = verify(20.0, 100, 90);
-        let after = PreFault {
-            samples_per_s: 248.0,
-            ..base()
-        };
+        let after = lab_at(248.0);
         let crashing: Vec<Snapshot> = (0..=100)
             .map(|t| {
                 let mut s = snap(t, Some(244.0), Some(0.3), 100 + t * 3);
@@ -867,9 +872,7 @@ pub(crate) mod tests {
         };
         assert!(why.contains("LabRankCrashLooping fires on"), "{why}");
         // The same pace with the signals clear: the machine got slower, the job is back at its normal.
-        let clean: Vec<Snapshot> = (0..=100)
-            .map(|t| snap(t, Some(244.0), Some(0.3), 100 + t * 3))
-            .collect();
+        let clean = training(100, 244.0, 0.3, 3);
         assert!(matches!(
             rejudge(&spec, base(), after, T0, &clean),
             Some(Outcome::Done(_))
@@ -882,30 +885,20 @@ pub(crate) mod tests {
         // of it, within the tolerance but below half of it; the fixed job runs at 84 % of the pre-fault
         // baseline, 96 % of that normal.
         let spec = verify(15.0, 10, 30);
-        let after = PreFault {
-            samples_per_s: 352.0,
-            ..base()
-        };
-        let back: Vec<Snapshot> = (0..=20)
-            .map(|t| snap(t, Some(338.0), Some(0.3), 100 + t * 3))
-            .collect();
+        let after = lab_at(352.0);
+        let back = training(20, 338.0, 0.3, 3);
         assert!(matches!(
             rejudge(&spec, base(), after, T0, &back),
             Some(Outcome::Done(_))
         ));
         // A fault left in place (the job at 60 %) fails against that normal too.
-        let stuck: Vec<Snapshot> = (0..=32)
-            .map(|t| snap(t, Some(240.0), Some(0.5), 100 + t * 2))
-            .collect();
+        let stuck = training(32, 240.0, 0.5, 2);
         assert!(matches!(
             rejudge(&spec, base(), after, T0, &stuck),
             Some(Outcome::Failed(_))
         ));
         // At 93 % of it, above half the tolerance (92.5 %), the pre-fault baseline stands.
-        let close = PreFault {
-            samples_per_s: 372.0,
-            ..base()
-        };
+        let close = lab_at(372.0);
         assert_eq!(rejudge(&spec, base(), close, T0, &stuck), None);
     }
 

@@ -151,7 +151,8 @@ const DNS_STALLED: Duration = Duration::from_secs(12);
 /// How long the lab watches the new cluster's DNS at most.
 const DNS_WATCH: Duration = Duration::from_secs(90);
 
-/// Replaces a CoreDNS pod of the lab's own new kind cluster that runs without becoming Ready, once.
+/// Replaces a CoreDNS pod of the lab's own new kind cluster that has run [`DNS_STALLED`] without becoming
+/// Ready, once.
 ///
 /// CoreDNS reaches the API server through the `kubernetes` Service. When its first connection goes out
 /// before kube-proxy has written that Service's rule, the packet is never translated and CoreDNS waits
@@ -184,14 +185,27 @@ pub(super) async fn unstick_dns(client: &kube::Client, progress: &dyn lab_runtim
                 if ready || !running || p.metadata.deletion_timestamp.is_some() {
                     continue;
                 }
-                let since = *unready_since
-                    .entry(name.clone())
-                    .or_insert_with(tokio::time::Instant::now);
-                if since.elapsed() >= DNS_STALLED && replaced.insert(name.clone()) {
+                // How long its container has run, by its start time (the nodes are containers of this
+                // machine: one clock), else since this watch first saw it.
+                let started_at = status
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .and_then(|cs| cs.first()?.state.as_ref()?.running.as_ref()?.started_at.clone());
+                let ran = match started_at {
+                    Some(t) => {
+                        let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond() - t.0.as_millisecond();
+                        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+                    }
+                    None => unready_since
+                        .entry(name.clone())
+                        .or_insert_with(tokio::time::Instant::now)
+                        .elapsed(),
+                };
+                if ran >= DNS_STALLED && replaced.insert(name.clone()) {
                     progress.note(&format!(
-                        "the cluster's DNS pod {name} has run {} s without being Ready (waiting for the API \
-                         server through a Service kube-proxy had not written yet): replacing it",
-                        DNS_STALLED.as_secs()
+                        "the cluster's DNS pod {name} has run {} s without being Ready: replacing it (a CoreDNS \
+                         whose first call to the API server went out before kube-proxy wrote the Service's \
+                         rule waits about 30 s)",
+                        ran.as_secs()
                     ));
                     if let Err(e) = pods.delete(&name, &DeleteParams::default()).await {
                         tracing::debug!("deleting {name}: {e}");
