@@ -210,7 +210,9 @@ impl Lab {
     /// Runs the drill file `file` (`lab drill run FILE --report FILE.json`), panics unless it passes, and
     /// returns its drill's report (`drills[0]` of the JSON report).
     pub fn passing_drill(&self, file: &Path) -> serde_json::Value {
-        let report = file.with_extension("json");
+        // In the lab's own folder, not beside the drill file: that is the source tree's fixtures.
+        let name = file.file_stem().expect("a drill file's name").to_string_lossy();
+        let report = self.dir().join(format!("{name}.report.json"));
         let out = self.run(&[
             "drill",
             "run",
