@@ -115,9 +115,7 @@ pub fn pod_status(
         _ => Phase::Pending,
     };
     let conditions = status.conditions.clone().unwrap_or_default();
-    s.ready = conditions
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True");
+    s.ready = pod_ready(pod);
     let container_statuses = status.container_statuses.clone().unwrap_or_default();
     s.restarts = container_statuses
         .iter()
@@ -524,6 +522,14 @@ fn delay_path_of(pods: &[Pod], choice: super::DelayChoice) -> (String, bool) {
         (None, super::DelayChoice::Auto) => "netem, else proxy".to_string(),
     };
     (path, no_netem)
+}
+
+/// Whether a pod's `Ready` condition is true.
+pub(crate) fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 #[cfg(test)]

@@ -168,8 +168,6 @@ pub(super) async fn unstick_dns(client: &kube::Client, progress: &dyn lab_runtim
     let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
     let list = ListParams::default().labels("k8s-app=kube-dns");
     let started = tokio::time::Instant::now();
-    // When each pod was first seen running and not Ready; the pods replaced already.
-    let mut unready_since = std::collections::BTreeMap::new();
     let mut replaced = std::collections::BTreeSet::new();
     while started.elapsed() < DNS_WATCH {
         if let Ok(Ok(found)) = tokio::time::timeout(Duration::from_secs(5), pods.list(&list)).await {
@@ -177,29 +175,18 @@ pub(super) async fn unstick_dns(client: &kube::Client, progress: &dyn lab_runtim
             for p in &found.items {
                 let name = p.metadata.name.clone().unwrap_or_default();
                 let status = p.status.as_ref();
-                let ready = status
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
+                let ready = crate::status::pod_ready(p);
                 all_ready &= ready;
-                if ready || !running || p.metadata.deletion_timestamp.is_some() {
-                    continue;
-                }
                 // How long its container has run, by its start time (the nodes are containers of this
-                // machine: one clock), else since this watch first saw it.
+                // machine: one clock); a pod whose container does not run is left to its kubelet.
                 let started_at = status
                     .and_then(|s| s.container_statuses.as_ref())
                     .and_then(|cs| cs.first()?.state.as_ref()?.running.as_ref()?.started_at.clone());
-                let ran = match started_at {
-                    Some(t) => {
-                        let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond() - t.0.as_millisecond();
-                        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-                    }
-                    None => unready_since
-                        .entry(name.clone())
-                        .or_insert_with(tokio::time::Instant::now)
-                        .elapsed(),
+                let (false, Some(t), None) = (ready, started_at, &p.metadata.deletion_timestamp) else {
+                    continue;
                 };
+                let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond() - t.0.as_millisecond();
+                let ran = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
                 if ran >= DNS_STALLED && replaced.insert(name.clone()) {
                     progress.note(&format!(
                         "the cluster's DNS pod {name} has run {} s without being Ready: replacing it (a CoreDNS \
