@@ -99,6 +99,14 @@ async fn finish(mut proc: AttachedProcess) -> (String, String, Option<String>) {
     (out, err, exec_failure(status.as_ref()))
 }
 
+/// Whether an `exec` failed because its container is not running any more (it exited, and the kubelet
+/// has not started it again yet): containerd's "cannot exec in a stopped state", or a runtime's "not
+/// running".
+fn container_stopped(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("cannot exec in a stopped state") || m.contains("not running")
+}
+
 /// Why a rank container's image cannot run the command (an image from before `lab-beside`).
 fn missing_program(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
@@ -205,12 +213,17 @@ impl KubeRuntime {
 
     /// Whether the rank's main thread is stopped (held by a tracer, or stopped by a signal). A container
     /// without a lab-rank process (it is being restarted) holds nothing: the process that comes is new.
+    ///
+    /// A container that stopped between the look and the `exec` holds nothing either: a rank thawed after
+    /// its peers restarted finds its ring gone and exits at once (the collective error's code), and the
+    /// `exec` that reads the freezer just after it meets a stopped container.
     pub(super) async fn held(&self, rank: u32) -> Result<bool> {
-        Ok(self
-            .container_procs(rank)
-            .await?
-            .iter()
-            .any(|p| p.rank_itself && p.stopped()))
+        match self.container_procs(rank).await {
+            Ok(procs) => Ok(procs.iter().any(|p| p.rank_itself && p.stopped())),
+            Err(RuntimeError::NoSuchInstance(_)) => Ok(false),
+            Err(e) if container_stopped(&e.to_string()) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Restarts rank `rank`'s container (not its pod): SIGTERM to the rank, the container's first process
@@ -241,7 +254,7 @@ impl KubeRuntime {
             Ok(_) => Ok(()),
             // Gone or stopped between the look and the signal: the next start reads the new value.
             Err(RuntimeError::NoSuchInstance(_)) => Ok(()),
-            Err(e) if e.to_string().contains("no such process") || e.to_string().contains("not running") => {
+            Err(e) if e.to_string().contains("no such process") || container_stopped(&e.to_string()) => {
                 Ok(())
             }
             Err(e) => Err(e),
@@ -355,6 +368,23 @@ mod tests {
         assert!(exec_failure(None).is_some());
         assert!(missing_program(
             "failed to exec in container: exec: \"lab-beside\": executable file not found in $PATH"
+        ));
+    }
+
+    #[test]
+    fn an_exec_into_a_container_that_just_exited_is_told_from_other_failures() {
+        // What the API server said when rank-hang's clear read the freezer just after thawing a rank that
+        // then exited (its peers had restarted while it was frozen), on kind.
+        let said = "exec `lab-beside procs` in rank-1: Internal error occurred: Internal error occurred: error \
+                    executing command in container: failed to exec in container: failed to create exec \
+                    \"1cfa2f26e65c\": cannot exec in a stopped state: unknown";
+        assert!(container_stopped(said));
+        assert!(container_stopped("container rank is not running"));
+        assert!(!container_stopped(
+            "exec `lab-beside procs` in rank-1: connection refused"
+        ));
+        assert!(!container_stopped(
+            "exec: \"lab-beside\": executable file not found in $PATH"
         ));
     }
 }

@@ -140,6 +140,12 @@ for load in $LOADS; do
     fi
     say "$load: $drill, $kind fix (${fix:-its own clear}), $runs runs, must $want"
     "$LAB_BIN" "${args[@]}" >/dev/null 2>&1 || true
+    # A drill that could not clean up after itself (its report says so) leaves its fault in the lab, and
+    # every later drill would refuse to start: the lab is cleared here, said, and the next pair starts clean.
+    if [ -s "$report" ] && jq -e '[.drills[] | select(.cleanup.ok == false and .cleanup.summary != "")] | length > 0' "$report" >/dev/null; then
+      say "$drill ($kind) could not clean up after itself (see $report): lab fault clear --all"
+      "$LAB_BIN" fault clear --all --name "$NAME" >&2 || say "lab fault clear --all failed too"
+    fi
     figs="-"
     if [ ! -s "$report" ]; then
       say "no report from $drill ($kind): counted as $runs unexpected verdicts"
