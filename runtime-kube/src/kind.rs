@@ -45,9 +45,7 @@ pub const MAX_NODES: u32 = 4;
 /// restart for the rest of a session (a container that crashed within the last 10 minutes waits the
 /// whole cap), which made rank-crash's detection on kind 30.6 s. At 1 s, the least the kubelet takes (with
 /// the first restart after 1 s too: [`REDUCED_DECAY_KUBE`]), a stalled job comes back within seconds of its
-/// fix, and a crash, which a pod shows as its last termination only once its container runs again, is seen
-/// within seconds of the fault whatever the drills before it restarted (at 2 s, rank-crash's detection on
-/// kind rose from 5.3 s on a fresh lab to 6.4-9.4 s once every rank had reached the cap).
+/// fix and every restart of a rank waits the same second, whatever the drills before it restarted.
 pub const MAX_RESTART_BACKOFF: &str = "1s";
 
 /// The oldest Kubernetes whose kubelet takes [`MAX_RESTART_BACKOFF`] (`crashLoopBackOff`, behind the
