@@ -151,7 +151,8 @@ for runtime in $RUNTIMES; do
   [ "$runtime" = "${RUNTIMES##* }" ] || watched_lab_cleanup
 done
 
-# The table is also kept as docs/figures/alerts.md (scripts/bench/figures-write.sh), with the settings that made it.
+# The table is also kept as docs/figures/alerts.md (scripts/bench/figures-write.sh), with the settings that made it,
+# or as docs/figures/$PAGE.md: a run of a few faults then keeps a page of its own beside the whole table.
 {
 echo "Inject → first alert, median (min–max) of $RUNS runs per runtime (ms; goal ≤ 5000; the seed took about 3 minutes)"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
@@ -176,7 +177,7 @@ for fault in $FAULTS; do
   done
   printf '%s %9s  %s\n' "$line" "${previous[$fault]}" "${others:- none}"
 done
-} | { echo; scripts/bench/figures-write.sh alerts "RUNS=$RUNS RUNTIMES=\"$RUNTIMES\" PROFILE=$PROFILE FAULTS=\"$FAULTS\" scripts/bench/alerts.sh"; }
+} | { echo; scripts/bench/figures-write.sh "${PAGE:-alerts}" "${PAGE:+PAGE=$PAGE }RUNS=$RUNS RUNTIMES=\"$RUNTIMES\" PROFILE=$PROFILE FAULTS=\"$FAULTS\" scripts/bench/alerts.sh"; }
 rm -f "$results"
 
 # The console, live, for CONSOLE_SECONDS (0: not measured): CPU share and memory of its process.
