@@ -362,34 +362,23 @@ pub async fn delete_cluster(
     Ok(())
 }
 
-/// Whether every one of the `nodes` node containers of `cluster` exists and its containerd answers: then
-/// images can be loaded into it, though kubeadm may still be starting Kubernetes on it.
-pub async fn nodes_take_images(cluster: &str, nodes: u32) -> bool {
-    let Ok(out) = run(
+/// The node containers of kind cluster `cluster` (`kind get nodes`).
+///
+/// # Errors
+/// When kind cannot list them.
+pub async fn node_names(cluster: &str) -> Result<Vec<String>> {
+    let out = run(
         "kind",
         &["get", "nodes", "--name", cluster],
         Duration::from_secs(10),
     )
-    .await
-    else {
-        return false;
-    };
-    let names: Vec<&str> = out.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-    if names.len() < nodes.max(1) as usize {
-        return false;
-    }
-    for node in names {
-        let answers = run(
-            "docker",
-            &["exec", node, "ctr", "--namespace", "k8s.io", "version"],
-            Duration::from_secs(10),
-        )
-        .await;
-        if answers.is_err() {
-            return false;
-        }
-    }
-    true
+    .await?;
+    Ok(out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
 }
 
 /// Loads `image` from the local Docker into every node of `cluster`.

@@ -1,18 +1,17 @@
-//! A kind lab's own cluster: created while its images are built (neither needs the other, and the
-//! cluster takes the longer), and the images loaded into every node as soon as the nodes' containerd
-//! answers, while kubeadm is still starting Kubernetes; after the cluster is made when that did not work.
+//! A kind lab's own cluster: its images built, a node image with them preloaded found or made
+//! ([`super::preload`]), then the cluster created from it, with nothing left to load. When the preloaded
+//! image cannot be made, the cluster is created from the pinned image and the images loaded after.
 
-use std::cell::Cell;
 use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 
 use super::super::{connect, kind};
 use super::images::{self, LabImage};
-use super::{Action, Created, Ctx, KIND_KUBECONFIG, named};
+use super::{Action, Created, Ctx, KIND_KUBECONFIG, named, preload, stale_flows};
 use lab_runtime::Result;
 
-/// Two steps beside each other: "create cluster" (kind, then a client for its API) and "build images".
+/// The steps "build images", "preload images" and "create cluster" (kind, then a client for its API).
 pub(super) struct CreateCluster;
 
 impl Action for CreateCluster {
@@ -26,8 +25,6 @@ impl Action for CreateCluster {
 
     fn execute<'a>(&'a self, cx: &'a mut Ctx<'_>) -> LocalBoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            // From here on the cluster is the lab's: a failure deletes it, half-made or not.
-            cx.created(Created::Cluster)?;
             let docker = cx.docker.clone().ok_or_else(|| {
                 lab_runtime::RuntimeError::Other("create cluster ran before the kind preflight".into())
             })?;
@@ -37,72 +34,57 @@ impl Action for CreateCluster {
                 .kubeconfig
                 .clone()
                 .unwrap_or_else(|| cx.dir.join(KIND_KUBECONFIG));
-            let (nodes, node_image) = (cx.rec.nodes, cx.rec.node_image.clone());
+            let (nodes, pinned) = (cx.rec.nodes, cx.rec.node_image.clone());
             let (wait, request) = (cx.kopts.wait_timeout, cx.rec.request_timeout);
-            let (progress, dir, kopts) = (cx.progress, cx.dir, cx.kopts);
-            let create = named(progress, "create cluster", async {
-                kind::create_cluster(dir, &cluster, &node_image, nodes, &kubeconfig, wait).await?;
-                connect(Some(&kubeconfig), None, request).await
-            });
-            let created = Cell::new(false);
-            let create = async {
-                let r = create.await;
-                created.set(true);
-                r
-            };
-            let build = async {
-                let built = named(
-                    progress,
-                    "build images",
-                    images::build_images(&docker, kopts, &mut cx.rec, progress),
-                )
-                .await?;
-                let loaded = load_early(progress, &cluster, nodes, &built, wait, &created).await;
-                Ok::<_, lab_runtime::RuntimeError>((built, loaded))
-            };
-            let (client, built) = tokio::join!(create, build);
+            let (progress, kopts) = (cx.progress, cx.kopts);
+            let built = named(
+                progress,
+                "build images",
+                images::build_images(&docker, kopts, &mut cx.rec, progress),
+            )
+            .await;
             // The record as the image builds left it (an offline Prometheus is named there), whatever failed.
             cx.save()?;
-            cx.client = Some(client?);
-            // Loaded already: nothing left for "load images".
-            let (built, loaded) = built?;
-            cx.images = if loaded { Vec::new() } else { built };
+            let built = built?;
+            let preloaded = named(
+                progress,
+                "preload images",
+                preload::node_image(&docker, &pinned, &built, wait),
+            )
+            .await;
+            let node_image = match preloaded {
+                Ok((image, made)) => {
+                    let how = if made { "made" } else { "reused (made before)" };
+                    progress.note(&format!(
+                        "node image {image}: {how} from {pinned}, with the lab's images in it"
+                    ));
+                    cx.images = Vec::new();
+                    image
+                }
+                Err(e) => {
+                    progress.note(&format!(
+                        "a node image with the lab's images in it could not be made ({e}): the cluster is \
+                         made from {pinned} and the images are loaded after"
+                    ));
+                    cx.images = built;
+                    pinned
+                }
+            };
+            // From here on the cluster is the lab's: a failure deletes it, half-made or not.
+            cx.created(Created::Cluster)?;
+            let dir = cx.dir;
+            let client = named(progress, "create cluster", async {
+                kind::create_cluster(dir, &cluster, &node_image, nodes, &kubeconfig, wait).await?;
+                connect(Some(&kubeconfig), None, request).await
+            })
+            .await?;
+            cx.client = Some(client);
+            match kind::node_names(&cluster).await {
+                Ok(nodes) => cx.sweeper = Some(stale_flows::Sweeper::start(nodes)),
+                Err(e) => tracing::debug!("listing the nodes of {cluster}: {e}"),
+            }
             Ok(())
         })
-    }
-}
-
-/// How often the early load asks whether the nodes take images.
-const NODES_POLL: Duration = Duration::from_millis(500);
-
-/// Loads `images` into the cluster's nodes while it is being created, once every node's containerd
-/// answers; the step "load images" when it does. `false` when the cluster was made (or failed) before the
-/// nodes answered, or a load failed: then [`LoadImages`] loads them after.
-async fn load_early(
-    progress: &dyn super::Progress,
-    cluster: &str,
-    nodes: u32,
-    images: &[LabImage],
-    wait: Duration,
-    created: &Cell<bool>,
-) -> bool {
-    loop {
-        if created.get() {
-            return false;
-        }
-        if kind::nodes_take_images(cluster, nodes).await {
-            break;
-        }
-        tokio::time::sleep(NODES_POLL).await;
-    }
-    match named(progress, "load images", load_all(cluster, images, wait)).await {
-        Ok(()) => true,
-        Err(e) => {
-            progress.note(&format!(
-                "loading the images while the cluster was made failed ({e}); loading them again now it is made"
-            ));
-            false
-        }
     }
 }
 

@@ -3,8 +3,9 @@
 //! | kind cluster                          | existing cluster          |
 //! |---------------------------------------|---------------------------|
 //! | preflight                             | preflight                 |
-//! | create cluster ‖ build images, load   |                           |
-//! | load images (when not loaded yet)     |                           |
+//! | build images, preload images          |                           |
+//! | create cluster                        |                           |
+//! | load images (when preloading failed)  |                           |
 //! | create namespace                      | create namespace          |
 //! | the workloads (below)                 | the workloads             |
 //! | wait for training to start            | wait for training to start|
@@ -23,6 +24,8 @@ mod cluster;
 mod deploy;
 mod images;
 mod preflight;
+mod preload;
+mod stale_flows;
 
 use std::path::Path;
 use std::time::Duration;
@@ -86,6 +89,9 @@ struct Ctx<'a> {
     /// The cluster's API (preflight on an existing cluster; create cluster on kind).
     client: Option<Client>,
     created: Vec<Created>,
+    /// On the lab's own kind cluster, from its creation to the end of `lab up`: connections to Services
+    /// sent before kube-proxy wrote their rules, reset.
+    sweeper: Option<stale_flows::Sweeper>,
 }
 
 impl<'a> Ctx<'a> {
@@ -106,6 +112,7 @@ impl<'a> Ctx<'a> {
             images: Vec::new(),
             client: None,
             created: Vec::new(),
+            sweeper: None,
         }
     }
 
@@ -211,7 +218,14 @@ pub async fn up(opts: &UpOptions, kopts: &KubeOptions, progress: &dyn Progress) 
     let rec = new_record(opts, kopts, &dir)?;
     let mut cx = Ctx::new(opts, kopts, progress, &dir, rec);
     cx.save()?;
-    match run(&plan(kopts.mode), &mut cx).await {
+    let ran = run(&plan(kopts.mode), &mut cx).await;
+    if let Some(reset) = cx.sweeper.take().map(|s| s.reset()).filter(|n| *n > 0) {
+        progress.note(&format!(
+            "reset {reset} connection(s) to a Service sent before kube-proxy had written its rule (each would \
+             have waited out its connect timeout)"
+        ));
+    }
+    match ran {
         Ok(()) => cx.runtime(),
         Err(e) => {
             if opts.retain {
