@@ -147,7 +147,7 @@ pub async fn check_kind(program: &str) -> Result<String> {
 }
 
 /// Runs a command with a deadline and returns its standard output.
-async fn run(program: &str, args: &[&str], deadline: Duration) -> Result<String> {
+pub(crate) async fn run(program: &str, args: &[&str], deadline: Duration) -> Result<String> {
     run_on(program, args, deadline, None).await
 }
 
@@ -175,12 +175,25 @@ async fn run_on(
         cmd.env("DOCKER_HOST", h);
     }
     let what = format!("{program} {}", args.join(" "));
-    let out = tokio::time::timeout(deadline, cmd.output())
+    tokio::time::timeout(deadline, output(cmd, &what))
         .await
         .map_err(|_| RuntimeError::Timeout {
             what: what.clone(),
             seconds: deadline.as_secs_f64(),
         })?
+}
+
+/// Runs `cmd` (named `what` in errors) to its end; its standard output, or an error with its standard
+/// error's last lines.
+///
+/// # Errors
+/// When it cannot be started or exits with a failure.
+pub(crate) async fn output(mut cmd: Command, what: &str) -> Result<String> {
+    let out = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .await
         .map_err(|e| RuntimeError::io(format!("run {what}"), e))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);

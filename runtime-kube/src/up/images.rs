@@ -15,10 +15,11 @@ pub(super) use super::super::image_set::OFFLINE_PROMETHEUS;
 /// An image the cluster needs, and where it is loaded from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum LabImage {
-    /// In the Docker engine: `kind load docker-image`.
+    /// In the Docker engine: `docker save` into the preloaded node image (`kind load docker-image` when that
+    /// could not be made).
     InDocker(String),
-    /// An archive the offline builder wrote (kept in the machine's cache for the next lab): `kind load
-    /// image-archive`.
+    /// An archive the offline builder wrote (kept in the machine's cache for the next lab): imported into
+    /// the preloaded node image (`kind load image-archive` when that could not be made).
     Archive(PathBuf),
 }
 

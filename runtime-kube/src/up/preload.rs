@@ -8,7 +8,8 @@
 //! import`, `docker commit` with the entrypoint restored), gives every node its images when Docker
 //! copies the image's `/var` into the node's volume: the 24 s cluster, with the images in.
 //! Making one takes about 12 s, once per change of the lab's binaries; the one made before it is
-//! removed (Docker keeps any still used by a node).
+//! removed (Docker keeps any still used by a node). A build container left by a `lab up` ended by a
+//! signal while it made one is removed by the next `lab up` on the same machine.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use bollard::Docker;
 use sha2::{Digest, Sha256};
 use tokio::process::Command;
 
+use super::super::kind;
 use super::images::LabImage;
 use lab_runtime::{Result, RuntimeError};
 
@@ -26,6 +28,10 @@ pub const PRELOADED_REPOSITORY: &str = "straggler-lab/kind-node-preloaded";
 const LABEL: &str = "straggler-lab.preloaded-from";
 /// Changes when the way the image is made changes, so an image made the old way is not reused.
 const RECIPE: &str = "preload 1: ctr import --digests, unpacked into overlayfs";
+/// The build container's name: this, then the process id of the `lab` that made it.
+const BUILD_CONTAINER: &str = "lab-preload-";
+/// The label naming the machine whose `lab` made a build container.
+const HOST_LABEL: &str = "straggler-lab.preload-host";
 /// How long the build container's containerd may take to answer.
 const CONTAINERD_START: Duration = Duration::from_secs(30);
 
@@ -74,7 +80,8 @@ pub(super) async fn node_image(
         .and_then(|c| c.entrypoint)
         .filter(|e| !e.is_empty())
         .unwrap_or_else(|| vec!["/usr/local/bin/entrypoint".into(), "/sbin/init".into()]);
-    let container = format!("lab-preload-{}", std::process::id());
+    remove_abandoned().await;
+    let container = format!("{BUILD_CONTAINER}{}", std::process::id());
     let made = tokio::time::timeout(
         deadline,
         make(&container, node_image, images, &entrypoint, &reference),
@@ -130,6 +137,8 @@ async fn make(
             "-d",
             "--name",
             container,
+            "--label",
+            &format!("{HOST_LABEL}={}", host()),
             "--privileged",
             "--network",
             "none",
@@ -231,7 +240,7 @@ async fn import(container: &str, image: &LabImage) -> Result<()> {
                 .try_into()
                 .map_err(|e| RuntimeError::io("docker save's output", e))?;
             cmd.stdin(stdin);
-            let imported = output(cmd, &format!("import {name}")).await;
+            let imported = kind::output(cmd, &format!("import {name}")).await;
             let saved = saving
                 .wait()
                 .await
@@ -245,7 +254,41 @@ async fn import(container: &str, image: &LabImage) -> Result<()> {
             return Ok(());
         }
     };
-    output(cmd, &format!("import {what}")).await.map(drop)
+    kind::output(cmd, &format!("import {what}")).await.map(drop)
+}
+
+/// Removes the build containers whose `lab` is gone (a `lab up` ended by a signal while it made an image
+/// leaves its container running `sleep`): those this machine made (the engine may serve others), whose
+/// process is not running.
+async fn remove_abandoned() {
+    let Ok(out) = docker_cli(
+        &[
+            "ps",
+            "-a",
+            "--filter",
+            &format!("name=^{BUILD_CONTAINER}"),
+            "--filter",
+            &format!("label={HOST_LABEL}={}", host()),
+            "--format",
+            "{{.Names}}",
+        ],
+        Duration::from_secs(30),
+    )
+    .await
+    else {
+        return;
+    };
+    for name in out.lines().map(str::trim) {
+        let Some(pid) = name
+            .strip_prefix(BUILD_CONTAINER)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = docker_cli(&["rm", "-f", "-v", name], Duration::from_secs(60)).await;
+        }
+    }
 }
 
 /// Removes the node images made here before, but `keep`. One that a node of another lab still runs on is
@@ -272,37 +315,16 @@ async fn prune(keep: &str) {
     }
 }
 
-/// `docker ARGS` within `deadline`; its standard output.
-async fn docker_cli(args: &[&str], deadline: Duration) -> Result<String> {
-    let mut cmd = Command::new("docker");
-    cmd.args(args).stdin(Stdio::null()).kill_on_drop(true);
-    let what = format!("docker {}", args.join(" "));
-    tokio::time::timeout(deadline, output(cmd, &what))
-        .await
-        .map_err(|_| RuntimeError::Timeout {
-            what,
-            seconds: deadline.as_secs_f64(),
-        })?
+/// This machine's host name, as the kernel has it.
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
 }
 
-/// Runs `cmd` to its end; its standard output, or its standard error's last lines.
-async fn output(mut cmd: Command, what: &str) -> Result<String> {
-    let out = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .await
-        .map_err(|e| RuntimeError::io(format!("run {what}"), e))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(6).collect();
-        return Err(RuntimeError::Other(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+/// `docker ARGS` within `deadline`; its standard output.
+async fn docker_cli(args: &[&str], deadline: Duration) -> Result<String> {
+    kind::run("docker", args, deadline).await
 }
 
 #[cfg(test)]
