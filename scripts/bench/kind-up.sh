@@ -69,18 +69,17 @@ cleanup() {
 trap cleanup EXIT
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 LOAD0=$(load)
+read -r -a up_extra <<<"$UP_ARGS"
 FIRST=""
 if [[ " $RUNTIMES " == *" kind "* ]] && [ "$WARMUP" = 1 ]; then
   say "kind: one lab up and down first, unmeasured, so the preloaded node image exists"
   t=$(now)
-  read -r -a warm_extra <<<"$UP_ARGS"
-  lab up --runtime kind "${warm_extra[@]}" --nodes "$NODES" >/dev/null 2>"$STATE/up.log" || { cat "$STATE/up.log" >&2; die "the first lab up --runtime kind"; }
+  lab up --runtime kind "${up_extra[@]}" --nodes "$NODES" >/dev/null 2>"$STATE/up.log" || { cat "$STATE/up.log" >&2; die "the first lab up --runtime kind"; }
   FIRST="first kind lab (unmeasured): up $(since "$t") s, $(sed -n 's/^ *✓ \(preload images\) \+\([0-9.]\+\)s$/\1 \2 s/p' "$STATE/up.log")"
   FIRST="$FIRST ($(grep -o 'node image [^ ]*: [a-z]*' "$STATE/up.log" | head -1 | sed 's/.*: //'))"
   lab down >/dev/null 2>"$STATE/down.log" || { cat "$STATE/down.log" >&2; die "the first lab down"; }
 fi
 
-read -r -a up_extra <<<"$UP_ARGS"
 for runtime in $RUNTIMES; do
   args=(up --runtime "$runtime" "${up_extra[@]}")
   [ "$runtime" = kind ] && args+=(--nodes "$NODES")

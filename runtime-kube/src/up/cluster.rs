@@ -58,7 +58,6 @@ impl Action for CreateCluster {
                     progress.note(&format!(
                         "node image {image}: {how} from {pinned}, with the lab's images in it"
                     ));
-                    cx.images = Vec::new();
                     image
                 }
                 Err(e) => {

@@ -107,17 +107,14 @@ fn key(parts: &[String]) -> String {
         h.update((p.len() as u64).to_le_bytes());
         h.update(p.as_bytes());
     }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    super::super::image::hex(&h.finalize())
 }
 
 /// `straggler-lab/kind-node-preloaded:<the pinned image's tag>-<key>`: the tag keeps the Kubernetes
 /// version first, which the kind config reads (`kind::cluster_config`).
 pub fn reference(node_image: &str, key: &str) -> String {
-    let name = node_image.split('@').next().unwrap_or(node_image);
-    let tag = match name.rsplit_once(':') {
-        Some((_, t)) if !t.contains('/') => t,
-        _ => "latest",
-    };
+    // The tag, not the digest a pinned reference also carries.
+    let (_, tag) = kind::split_reference(node_image.split('@').next().unwrap_or(node_image));
     format!("{PRELOADED_REPOSITORY}:{tag}-{}", &key[..key.len().min(16)])
 }
 
