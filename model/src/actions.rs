@@ -36,6 +36,21 @@ pub const MAX_STORAGE_SERVERS: u32 = 16;
 /// --device-fault-first`'s default); the later ones come after the fault's `--after` steps.
 pub const DEVICE_FAULT_FIRST_STEPS: u64 = 25;
 
+/// The setting that makes a rank's simulated accelerator fail (`lab-rank --device-fault-after`).
+pub const DEVICE_FAULT_SETTING: &str = "LAB_DEVICE_FAULT_AFTER";
+
+/// Whether setting rank setting `name` to `value` fails the rank's device as it takes effect: on Kubernetes
+/// a rank reads its settings when its container starts, so the restart that brings a device fault in is
+/// the device's first failure (the rank exits with [`DEVICE_FAULT_EXIT`], told so by `SIGUSR1`), not a
+/// stop as asked followed by a crash a few seconds later.
+#[must_use]
+pub fn fails_device_now(name: &str, value: Option<&str>) -> bool {
+    name == DEVICE_FAULT_SETTING
+        && value
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+}
+
 /// The exit code of a rank whose (simulated) accelerator failed: rank-crash's own, which its peers' exit on
 /// the collective error (4) is not.
 pub const DEVICE_FAULT_EXIT: u8 = 6;
@@ -90,5 +105,20 @@ mod duration_ms {
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let ms = f64::deserialize(d)?;
         Duration::try_from_secs_f64(ms / 1000.0).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_device_fault_of_some_steps_fails_the_device_now() {
+        assert!(fails_device_now(DEVICE_FAULT_SETTING, Some("150")));
+        assert!(fails_device_now(DEVICE_FAULT_SETTING, Some(" 7\n")));
+        assert!(!fails_device_now(DEVICE_FAULT_SETTING, Some("0")));
+        assert!(!fails_device_now(DEVICE_FAULT_SETTING, Some("many")));
+        assert!(!fails_device_now(DEVICE_FAULT_SETTING, None));
+        assert!(!fails_device_now("LAB_LOG_EVERY", Some("150")));
     }
 }

@@ -571,7 +571,10 @@ impl KubeRuntime {
                 .map_err(|e| api::kube_err(format!("set {key} in lab-config"), e))
         })
         .await?;
-        self.restart_container(rank).await
+        // A device fault set comes in as the device's first failure: the restart that brings the setting
+        // is a crash (exit 6) the kubelet counts, seconds before the restarted rank's own would be.
+        self.restart_container(rank, lab_model::actions::fails_device_now(name, value.as_deref()))
+            .await
     }
 
     async fn delete_pod(&self, name: &str) -> Result<()> {

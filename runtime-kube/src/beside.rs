@@ -232,12 +232,13 @@ impl KubeRuntime {
         }
     }
 
-    /// Restarts rank `rank`'s container (not its pod): SIGTERM to the rank, the container's first process
-    /// (lab-rank stops on it, exit 0), through `exec`; the kubelet starts the container again in the same
-    /// pod, with the environment as lab-config says now. A pod that is not there, or whose rank container
-    /// is not running (waiting in its back-off, or still being made), needs nothing: its next start reads
-    /// the new value.
-    pub(super) async fn restart_container(&self, rank: u32) -> Result<()> {
+    /// Restarts rank `rank`'s container (not its pod): a signal to the rank, the container's first process,
+    /// through `exec`: SIGTERM (lab-rank stops on it, exit 0), or with `device_fails` SIGUSR1 (its
+    /// simulated accelerator fails: exit 6, a crash the kubelet counts). The kubelet starts the container
+    /// again in the same pod, with the environment as lab-config says now. A pod that is not there, or
+    /// whose rank container is not running (waiting in its back-off, or still being made), needs nothing:
+    /// its next start reads the new value.
+    pub(super) async fn restart_container(&self, rank: u32, device_fails: bool) -> Result<()> {
         let pod = match self.rank_pod(rank).await {
             Ok(p) => p,
             Err(RuntimeError::NoSuchInstance(_)) => return Ok(()),
@@ -254,7 +255,16 @@ impl KubeRuntime {
             return Ok(());
         }
         match self
-            .beside(rank, &["signal", "--pid", "1", "--signal", "term"])
+            .beside(
+                rank,
+                &[
+                    "signal",
+                    "--pid",
+                    "1",
+                    "--signal",
+                    if device_fails { "usr1" } else { "term" },
+                ],
+            )
             .await
         {
             Ok(_) => Ok(()),

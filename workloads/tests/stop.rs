@@ -1,6 +1,7 @@
 //! A rank asked to stop (SIGTERM) stops at once, with exit code 0, whatever it is doing: it handles the
 //! signal itself. In a container the rank is PID 1, which the kernel spares every signal it has no handler
-//! for, so without the handler a pod's deletion waited its whole grace period for the SIGKILL.
+//! for, so without the handler a pod's deletion waited its whole grace period for the SIGKILL. SIGUSR1 ends
+//! it as its simulated device's failure (exit 6), how a device fault set on a running rank takes effect.
 
 mod common;
 
@@ -56,4 +57,50 @@ fn a_rank_waiting_for_its_peers_stops_on_sigterm_with_exit_code_0() {
         "{}",
         rank.stderr_text()
     );
+}
+
+/// SIGUSR1 is the lab's "your accelerator failed now" (a device fault set on a running rank): the rank
+/// counts the failure in its scratch folder, as its own device faults are, and exits with the device's code.
+#[test]
+fn a_rank_told_its_device_failed_exits_with_the_devices_code_and_counts_the_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = dir.path().join("scratch");
+    let [rendezvous, metrics] = free_ports::<2>();
+    let mut rank = Proc::spawn(
+        "rank-0",
+        Command::new(env!("CARGO_BIN_EXE_lab-rank")).args([
+            "--rank=0",
+            "--world-size=2",
+            "--master=127.0.0.1:1",
+            &format!("--rendezvous=127.0.0.1:{rendezvous}"),
+            &format!("--metrics-listen=127.0.0.1:{metrics}"),
+            "--watchdog-timeout=60s",
+            &format!("--scratch-dir={}", scratch.display()),
+        ]),
+        dir.path(),
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            http_get(&format!("127.0.0.1:{metrics}"), "/readyz").is_some()
+        }),
+        "rank 0 never answered /readyz: {}",
+        rank.stderr_text()
+    );
+    rank.signal(Signal::SIGUSR1);
+    let status = rank
+        .wait_timeout(Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("rank 0 still runs 5 s after SIGUSR1: {}", rank.stderr_text()));
+    assert_eq!(
+        status.code(),
+        Some(i32::from(lab_model::actions::DEVICE_FAULT_EXIT)),
+        "{status:?} {}",
+        rank.stderr_text()
+    );
+    assert!(
+        rank.stderr_text().contains("the accelerator failed"),
+        "{}",
+        rank.stderr_text()
+    );
+    let record = std::fs::read_to_string(scratch.join(lab_workloads::device::RECORD)).unwrap();
+    assert_eq!(record.trim(), "1");
 }

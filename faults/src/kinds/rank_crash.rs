@@ -1,8 +1,9 @@
 //! `rank-crash`: one rank crashes in a loop (IL-0421). A setting of that rank alone
 //! (`LAB_DEVICE_FAULT_AFTER`, the rank's simulated accelerator failing after so many steps) makes it exit
-//! 25 steps after the setting takes effect and then after every `after` steps of each restarted process
-//! (the rank counts its failures in a folder that outlives its restarts, `lab-rank --scratch-dir`: the
-//! pod's emptyDir on Kubernetes); the supervisor restarts it as a kubelet would, its peers see the crash
+//! as the setting takes effect (the restart that brings the setting is the device's first failure: the
+//! runtime tells the rank so with SIGUSR1, see [`lab_model::actions::fails_device_now`]) and then after
+//! every `after` steps of each restarted process (the rank counts its failures in a folder that outlives
+//! its restarts, `lab-rank --scratch-dir`: the pod's emptyDir on Kubernetes); the supervisor restarts it as a kubelet would, its peers see the crash
 //! only as a collective error, and the job resumes from its last checkpoint each time, losing the steps
 //! since.
 //! Proven by the rank's restarts and its last exit; recovered by removing the setting. On Kubernetes the
@@ -17,7 +18,7 @@ use crate::FaultError;
 use crate::ledger::Before;
 
 /// The rank setting the fault puts on the rank: its simulated accelerator fails after this many steps.
-pub const SETTING: &str = "LAB_DEVICE_FAULT_AFTER";
+pub const SETTING: &str = lab_model::actions::DEVICE_FAULT_SETTING;
 
 /// The fault's parameters, as the catalogue defines them.
 pub use lab_model::fault::RankCrash;
@@ -74,9 +75,8 @@ impl Injector for RankCrash {
     ) -> Result<String, FaultError> {
         let rank = self.rank;
         let rt = cx.rt;
-        // What the rank's pod said before: on Kubernetes the setting takes effect with a restart of the
-        // rank's container in the same pod (exit 0, asked to stop), so neither a restart count nor an old
-        // exit the status still shows proves the crash; only a restart that ended in a failure since.
+        // What the rank's pod said before: on a lab just used, the pod may already show restarts and an old
+        // exit of its own code, so neither proves the crash; only a restart that ended in a failure since.
         let before = status
             .ranks()
             .find(|p| p.index == Some(rank))

@@ -14,19 +14,19 @@ pub struct RankCrash {
     /// The rank.
     #[arg(long, default_value_t = 1)]
     pub rank: u32,
-    /// Steps between crashes (a restarted process runs this many; the first crash comes after 25, or
-    /// after N when N is smaller).
+    /// Steps between crashes (a restarted process runs this many; the first crash comes as the setting
+    /// takes effect, and in a new pod that has the setting after 25 steps, or after N when N is smaller).
     #[arg(long, default_value_t = 150)]
     pub after: u64,
 }
 
 impl Spec for RankCrash {
     const NAME: &'static str = "rank-crash";
-    const SUMMARY: &'static str = "a setting of one rank makes it crash 25 steps in, then every N steps; the job resumes from its checkpoint each time";
+    const SUMMARY: &'static str = "a setting of one rank makes it crash as the setting takes effect, then every N steps; the job resumes from its checkpoint each time";
     const ABOUT: &'static str = "One rank crashes in a loop: a setting of that rank alone (LAB_DEVICE_FAULT_AFTER) \
-         makes its accelerator fail 25 steps after the setting takes effect, then after every N steps of each \
-         restarted process. Its peers see a collective error; the job resumes from its checkpoint each time and \
-         the steps since are lost. Right fix: remove the setting (`lab rank env N --unset \
+         makes its accelerator fail as the setting takes effect, then after every N steps of each restarted \
+         process (a new pod that starts with the setting fails 25 steps in first). Its peers see a \
+         collective error; the job resumes from its checkpoint each time and the steps since are lost. Right fix: remove the setting (`lab rank env N --unset \
          LAB_DEVICE_FAULT_AFTER`). On Kubernetes the setting is a `rank-N.LAB_DEVICE_FAULT_AFTER` key of \
          lab-config";
     const CAUSE: &'static str = "crash-loop";
@@ -59,14 +59,9 @@ impl Spec for RankCrash {
 
     fn describe(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (rank, after) = (self.rank, self.after);
-        let first = crate::actions::DEVICE_FAULT_FIRST_STEPS;
-        if after > first {
-            write!(
-                f,
-                "rank-crash on rank-{rank}: crashes {first} steps in, then every {after} steps"
-            )
-        } else {
-            write!(f, "rank-crash on rank-{rank}: crashes every {after} steps")
-        }
+        write!(
+            f,
+            "rank-crash on rank-{rank}: crashes as its setting takes effect, then every {after} steps"
+        )
     }
 }

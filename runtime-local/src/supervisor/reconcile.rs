@@ -294,6 +294,7 @@ impl Sup {
                 if let Err(why) = lab_model::actions::check_rank_env_name(&name) {
                     return err(why);
                 }
+                let device_fails = lab_model::actions::fails_device_now(&name, value.as_deref());
                 let env = self.spec.rank_env.entry(rank).or_default();
                 let changed = match value {
                     Some(v) => env.insert(name, v.clone()).as_ref() != Some(&v),
@@ -303,12 +304,21 @@ impl Sup {
                     self.spec.rank_env.remove(&rank);
                 }
                 self.save_spec();
-                // Like a pod whose environment changed: the rank is replaced to pick it up.
                 if changed {
                     self.thaw_rank(rank);
                     if let Some(i) = self.insts.get_mut(&names::rank(rank)) {
-                        i.replace = true;
-                        terminate(i, now);
+                        if device_fails {
+                            // A device fault comes in as the device's first failure, as on Kubernetes: the
+                            // rank exits with the device's code (SIGUSR1), a crash restarted in the same
+                            // instance, which starts with the setting and keeps its scratch folder.
+                            if let Some(run) = i.running.as_ref().filter(|r| r.terminating.is_none()) {
+                                run.process.signal(Signal::SIGUSR1);
+                            }
+                        } else {
+                            // Like a pod whose environment changed: the rank is replaced to pick it up.
+                            i.replace = true;
+                            terminate(i, now);
+                        }
                     }
                 }
                 Response::Ok

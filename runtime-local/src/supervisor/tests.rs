@@ -483,7 +483,9 @@ fn a_ranks_scratch_folder_outlives_its_restarts_but_not_its_pod() {
     assert_eq!(pod(&sup, "rank-1").restarts, 1);
     assert!(scratch.join("device-faults").exists(), "kept across a restart");
 
-    // A new pod (its settings changed, as rank-crash's inject and clear do): an empty folder.
+    // A device fault set (rank-crash's inject): the device fails now, a crash the same instance restarts
+    // after, with the setting and the folder.
+    let pid = procs.live("rank-1").unwrap();
     ok(sup.request(
         Request::SetRankEnv {
             rank: 1,
@@ -492,13 +494,35 @@ fn a_ranks_scratch_folder_outlives_its_restarts_but_not_its_pod() {
         },
         secs(t0, 5.0),
     ));
-    sup.reconcile(secs(t0, 6.0));
-    sup.reconcile(secs(t0, 6.1));
+    assert_eq!(procs.signals(pid), [Signal::SIGUSR1]);
+    procs.exit("rank-1", 6);
+    sup.reconcile(secs(t0, 5.1));
+    sup.reconcile(secs(t0, 9.0));
     assert_eq!(procs.starts("rank-1"), 3);
+    assert_eq!(pod(&sup, "rank-1").restarts, 2);
+    assert_eq!(pod(&sup, "rank-1").last_exit_code, Some(6));
+    assert!(scratch.exists(), "kept across the device's failure");
+    let cmd = procs.last_command("rank-1");
+    assert!(cmd.env.contains(&("LAB_DEVICE_FAULT_AFTER".into(), "150".into())));
+
+    // A new pod (its settings changed otherwise, as rank-crash's clear does): an empty folder.
+    let pid = procs.live("rank-1").unwrap();
+    ok(sup.request(
+        Request::SetRankEnv {
+            rank: 1,
+            name: "LAB_DEVICE_FAULT_AFTER".into(),
+            value: None,
+        },
+        secs(t0, 9.5),
+    ));
+    assert_eq!(procs.signals(pid), [Signal::SIGTERM]);
+    sup.reconcile(secs(t0, 9.6));
+    sup.reconcile(secs(t0, 9.7));
+    assert_eq!(procs.starts("rank-1"), 4);
     assert_eq!(pod(&sup, "rank-1").restarts, 0);
     assert!(!scratch.exists(), "a new pod's folder starts empty");
     let cmd = procs.last_command("rank-1");
-    assert!(cmd.env.contains(&("LAB_DEVICE_FAULT_AFTER".into(), "150".into())));
+    assert!(!cmd.env.iter().any(|(k, _)| k == "LAB_DEVICE_FAULT_AFTER"));
 
     // `lab restart rank 1` makes a new pod too; other ranks' folders are theirs.
     let other = super::commands::rank_scratch(&sup.paths, 2);
@@ -507,7 +531,7 @@ fn a_ranks_scratch_folder_outlives_its_restarts_but_not_its_pod() {
     ok(sup.request(Request::Restart { rank: 1 }, secs(t0, 10.0)));
     sup.reconcile(secs(t0, 11.0));
     sup.reconcile(secs(t0, 11.1));
-    assert_eq!(procs.starts("rank-1"), 4);
+    assert_eq!(procs.starts("rank-1"), 5);
     assert!(!scratch.exists());
     assert!(other.exists());
 }

@@ -53,6 +53,8 @@ enum Sig {
     Kill,
     Term,
     Cont,
+    /// `lab-rank`'s "your accelerator failed now".
+    Usr1,
 }
 
 fn main() -> ExitCode {
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
                 Sig::Kill => Signal::SIGKILL,
                 Sig::Term => Signal::SIGTERM,
                 Sig::Cont => Signal::SIGCONT,
+                Sig::Usr1 => Signal::SIGUSR1,
             },
         ),
         Cmd::Spin => beside::spin(),

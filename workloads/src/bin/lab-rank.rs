@@ -289,35 +289,68 @@ fn options(cli: Cli) -> anyhow::Result<RankOptions> {
     })
 }
 
-/// Stops the process when it is asked to (SIGTERM), before any other thread starts.
+/// The signals the rank acts on, blocked in the calling thread and so in every thread started after it.
 ///
 /// In a container the rank is PID 1, and the kernel delivers to a PID namespace's init only the signals it
 /// has a handler for: without one, SIGTERM does nothing and every deletion of a rank pod waited out the
-/// whole grace period (5 s) for the SIGKILL, while the rank went on training with its peers. SIGTERM is
-/// blocked in every thread (they inherit the mask) and one thread waits for it, so no signal handler runs
-/// in the middle of the training loop. Exit 0: the rank stopped as asked, which no crash rule counts.
-fn stop_on_sigterm() -> anyhow::Result<()> {
+/// whole grace period (5 s) for the SIGKILL, while the rank went on training with its peers. The signals
+/// are blocked in every thread (they inherit the mask) and one thread waits for them
+/// ([`on_signals`]), so no signal handler runs in the middle of the training loop.
+fn block_signals() -> anyhow::Result<nix::sys::signal::SigSet> {
     use nix::sys::signal::{SigSet, Signal};
-    let mut term = SigSet::empty();
-    term.add(Signal::SIGTERM);
-    term.thread_block().context("blocking SIGTERM")?;
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGUSR1);
+    set.thread_block().context("blocking SIGTERM and SIGUSR1")?;
+    Ok(set)
+}
+
+/// Waits, in a thread of its own, for the signals [`block_signals`] blocked:
+/// - SIGTERM: the rank stops as asked (exit 0, which no crash rule counts);
+/// - SIGUSR1: its simulated accelerator fails now (exit 6, the device's code, counted in `scratch` as
+///   the pod's failures are). The lab sends it when a device fault is set on a rank whose settings take
+///   effect through a restart of its container (Kubernetes): that restart is the device's first failure.
+fn on_signals(
+    set: nix::sys::signal::SigSet,
+    rank: u32,
+    scratch: Option<std::path::PathBuf>,
+) -> anyhow::Result<()> {
+    use nix::sys::signal::Signal;
     std::thread::Builder::new()
-        .name("sigterm".into())
-        .spawn(move || {
-            if term.wait().is_ok() {
+        .name("signals".into())
+        .spawn(move || match set.wait() {
+            Ok(Signal::SIGUSR1) => {
+                let device = lab_workloads::device::DeviceFault {
+                    after: 0,
+                    first: 0,
+                    scratch,
+                };
+                if let Err(e) = device.record() {
+                    eprintln!("rank {rank}: cannot record the device's failure in --scratch-dir: {e}");
+                }
+                eprintln!(
+                    "rank {rank}: the accelerator failed as its fault took effect (simulated device fault, SIGUSR1)"
+                );
+                std::process::exit(i32::from(rank::DEVICE_FAULT_EXIT));
+            }
+            Ok(_) => {
                 eprintln!("lab-rank: SIGTERM: stopping");
                 std::process::exit(0);
             }
+            Err(e) => eprintln!("lab-rank: waiting for signals: {e}"),
         })
-        .context("starting the SIGTERM thread")?;
+        .context("starting the signal thread")?;
     Ok(())
 }
 
 fn main() -> ExitCode {
-    if let Err(e) = stop_on_sigterm() {
-        eprintln!("lab-rank: {e:#}");
-        return ExitCode::from(2);
-    }
+    let signals = match block_signals() {
+        Ok(set) => set,
+        Err(e) => {
+            eprintln!("lab-rank: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let cli = match parse(std::env::args_os().collect()) {
         Ok(c) => c,
         Err(e) => match e.downcast::<clap::Error>() {
@@ -336,6 +369,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = on_signals(signals, opts.rank, opts.scratch_dir.clone()) {
+        eprintln!("lab-rank: {e:#}");
+        return ExitCode::from(2);
+    }
     match rank::run(&opts) {
         Ok(summary) => {
             println!("{}", serde_json::to_string(&summary).unwrap_or_default());
