@@ -1478,6 +1478,10 @@ fn storage_and_seed(seed_outcome: &str) -> Vec<Exchange> {
             "JobList",
             vec![job(seed_outcome)],
         ),
+        // Beside the Job, its pods are watched: a seeder that ended with exit 0 is done before the Job
+        // controller says so.
+        ex("GET", core("pods"), Reply::Json(200, list("PodList", vec![])))
+            .query("labelSelector=app.kubernetes.io%2Fcomponent%3Dseeder"),
     ]
 }
 

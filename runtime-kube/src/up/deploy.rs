@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::future::LocalBoxFuture;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Client;
 use kube::api::Api;
 use lab_model::{db, metrics};
@@ -171,19 +171,28 @@ impl Action for Workloads {
                             .map(drop)
                         }
                     };
-                    // The master first, and its Service with it: a volume server or the seeder that dials the
-                    // master's Service before kube-proxy has written its rule waits out a whole connect
-                    // timeout (20 s for a volume server: its first packet is never translated), and a new
-                    // Service on a cluster just made takes seconds to be written.
+                    // The master first, and its Service with it (a pod has a Service's address in its
+                    // environment only if the Service was there before the pod). Everything that dials the
+                    // master retries until it answers: the volume servers ask for its configuration every
+                    // 1.8 s before they serve, the seeder waits for the servers, each rank asks for the
+                    // dataset's manifest four times a second. On the lab's own kind cluster it all goes in
+                    // at once: there a connection to a Service sent before kube-proxy has written its rule
+                    // is reset within a second (`stale_flows`). Elsewhere such a connection waits out a
+                    // whole connect timeout (20 s for a volume server: its first packet is never
+                    // translated, and a new Service on a cluster just made takes seconds to be written),
+                    // so the rest waits for the master to be available.
+                    let at_once = fixed.mode == ClusterMode::Kind;
                     api::apply_all(&client, &fixed.namespace, &settings.storage_master()?).await?;
-                    available(obj::STORAGE_MASTER.to_string()).await?;
+                    if !at_once {
+                        available(obj::STORAGE_MASTER.to_string()).await?;
+                    }
                     api::apply_all(&client, &fixed.namespace, &settings.storage_servers()?).await?;
                     // The seeding job at once: it waits for the volume servers itself, so its pod starts
                     // while they do.
                     api::apply_all(&client, &fixed.namespace, &settings.seeder()?).await?;
-                    // And the ranks: each waits for the dataset's manifest itself (asking the master each
-                    // second), so their pods start while the volume servers start and the dataset is
-                    // seeded, not after. `deploy ranks` waits for them to be Ready.
+                    // And the ranks, so that their pods start while storage starts and the dataset is
+                    // seeded, not after (the StatefulSet makes them one after the other, OrderedReady for
+                    // the world-size faults, 1–2 s each on kind). `deploy ranks` waits for them to be Ready.
                     if gpus_are_done.await.is_err() {
                         return Err(RuntimeError::Other("the GPUs were not advertised".into()));
                     }
@@ -196,15 +205,7 @@ impl Action for Workloads {
                 })
                 .await?;
                 named(progress, "seed dataset", async {
-                    let jobs: Api<Job> = Api::namespaced(client.clone(), &fixed.namespace);
-                    let job = api::wait_for(
-                        jobs,
-                        obj::SEEDER,
-                        "the seeding job to finish",
-                        fixed.wait_timeout,
-                        job_finished,
-                    )
-                    .await?;
+                    let job = seeding_done(&client, &fixed.namespace, fixed.wait_timeout).await?;
                     if job_failed(job.as_ref()) {
                         return Err(RuntimeError::Step {
                             step: "seed dataset".into(),
@@ -306,6 +307,56 @@ fn deployment_available(d: Option<&Deployment>) -> bool {
     d.and_then(|d| d.status.as_ref()?.available_replicas).unwrap_or(0) >= 1
 }
 
+/// Waits until the seeding job has done its work: one of its pods' container ended with exit 0, which the
+/// pod shows about 2 s before the Job controller marks the Job Complete, or the Job finished (`Some` then,
+/// to tell a failure).
+async fn seeding_done(client: &Client, namespace: &str, deadline: Duration) -> Result<Option<Job>> {
+    use futures::TryStreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let job = api::wait_for(
+        jobs,
+        obj::SEEDER,
+        "the seeding job to finish",
+        deadline,
+        job_finished,
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let config = watcher::Config::default().labels(&format!("{}={}", obj::COMPONENT_LABEL, obj::SEEDER));
+    let pod_done = async {
+        let stream = watcher(pods, config).default_backoff().applied_objects();
+        futures::pin_mut!(stream);
+        // A watch that breaks leaves the Job's own wait to finish.
+        while let Ok(Some(pod)) = stream.try_next().await {
+            if seeded(&pod) {
+                return;
+            }
+        }
+        std::future::pending::<()>().await;
+    };
+    futures::pin_mut!(job, pod_done);
+    match futures::future::select(job, pod_done).await {
+        futures::future::Either::Left((job, _)) => job,
+        futures::future::Either::Right(((), _)) => Ok(None),
+    }
+}
+
+/// Whether the seeder's container in `pod` ended with exit 0.
+fn seeded(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.name == obj::SEEDER
+                    && c.state
+                        .as_ref()
+                        .and_then(|s| s.terminated.as_ref())
+                        .is_some_and(|t| t.exit_code == 0)
+            })
+        })
+}
+
 fn job_finished(j: Option<&Job>) -> bool {
     j.and_then(|j| j.status.as_ref()?.conditions.as_ref())
         .is_some_and(|cs| {
@@ -360,4 +411,33 @@ async fn wait_for_training(rt: &KubeRuntime, ranks: u32, deadline: Duration) -> 
             })
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seeder_pod(container: &str, state: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "seeder-x" },
+            "status": { "containerStatuses": [{ "name": container, "ready": false, "restartCount": 0,
+                "image": "i", "imageID": "", "state": state }] }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_seeding_is_done_when_its_container_ended_with_exit_0_only() {
+        let ended = |code| serde_json::json!({ "terminated": { "exitCode": code } });
+        assert!(seeded(&seeder_pod("seeder", ended(0))));
+        assert!(
+            !seeded(&seeder_pod("seeder", ended(1))),
+            "a failure is retried by the Job"
+        );
+        assert!(!seeded(&seeder_pod(
+            "seeder",
+            serde_json::json!({ "running": {} })
+        )));
+        assert!(!seeded(&seeder_pod("other", ended(0))));
+    }
 }
