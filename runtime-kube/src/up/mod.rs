@@ -13,8 +13,9 @@
 //! The workloads are one action of steps that run beside each other: advertise GPUs ‖ (deploy storage,
 //! seed dataset), then deploy ranks; deploy database and deploy monitoring beside all of them. The ranks'
 //! StatefulSet is applied with the volume servers and the seeding job, once the GPUs are advertised (each
-//! rank waits for the dataset itself); `deploy ranks` waits for them to be Ready. The CLI then learns the
-//! baseline.
+//! rank waits for the dataset itself); `deploy ranks` waits for them to be Ready. On the lab's own kind
+//! cluster all of them go in with the storage master; elsewhere once the master is available. The CLI then
+//! learns the baseline.
 //!
 //! One rule for a failure: the error names the step, and everything the lab created so far (each action
 //! says what it created the moment it does) is rolled back in reverse, unless `retain`. What was created
