@@ -11,23 +11,24 @@ use std::time::{Duration, Instant};
 use common::*;
 use nix::sys::signal::Signal;
 
-#[test]
-fn a_rank_waiting_for_its_peers_stops_on_sigterm_with_exit_code_0() {
-    let dir = tempfile::tempdir().unwrap();
+/// Rank 0 of 2, started with `extra` flags, waiting at rendezvous for rank 1 (which never comes): its
+/// metrics endpoint answers from the start, and it still runs.
+fn waiting_rank(dir: &std::path::Path, extra: &[String]) -> Proc {
     let [rendezvous, metrics] = free_ports::<2>();
+    let mut args = vec![
+        "--rank=0".to_string(),
+        "--world-size=2".into(),
+        "--master=127.0.0.1:1".into(),
+        format!("--rendezvous=127.0.0.1:{rendezvous}"),
+        format!("--metrics-listen=127.0.0.1:{metrics}"),
+        "--watchdog-timeout=60s".into(),
+    ];
+    args.extend(extra.iter().cloned());
     let mut rank = Proc::spawn(
         "rank-0",
-        Command::new(env!("CARGO_BIN_EXE_lab-rank")).args([
-            "--rank=0",
-            "--world-size=2",
-            "--master=127.0.0.1:1",
-            &format!("--rendezvous=127.0.0.1:{rendezvous}"),
-            &format!("--metrics-listen=127.0.0.1:{metrics}"),
-            "--watchdog-timeout=60s",
-        ]),
-        dir.path(),
+        Command::new(env!("CARGO_BIN_EXE_lab-rank")).args(&args),
+        dir,
     );
-    // The metrics endpoint answers from the start, while rank 0 waits at rendezvous for rank 1.
     assert!(
         wait_for(Duration::from_secs(10), || {
             http_get(&format!("127.0.0.1:{metrics}"), "/readyz").is_some()
@@ -40,6 +41,13 @@ fn a_rank_waiting_for_its_peers_stops_on_sigterm_with_exit_code_0() {
         "rank 0 ended before it was asked to: {}",
         rank.stderr_text()
     );
+    rank
+}
+
+#[test]
+fn a_rank_waiting_for_its_peers_stops_on_sigterm_with_exit_code_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rank = waiting_rank(dir.path(), &[]);
     let asked = Instant::now();
     rank.signal(Signal::SIGTERM);
     let status = rank
@@ -65,27 +73,7 @@ fn a_rank_waiting_for_its_peers_stops_on_sigterm_with_exit_code_0() {
 fn a_rank_told_its_device_failed_exits_with_the_devices_code_and_counts_the_failure() {
     let dir = tempfile::tempdir().unwrap();
     let scratch = dir.path().join("scratch");
-    let [rendezvous, metrics] = free_ports::<2>();
-    let mut rank = Proc::spawn(
-        "rank-0",
-        Command::new(env!("CARGO_BIN_EXE_lab-rank")).args([
-            "--rank=0",
-            "--world-size=2",
-            "--master=127.0.0.1:1",
-            &format!("--rendezvous=127.0.0.1:{rendezvous}"),
-            &format!("--metrics-listen=127.0.0.1:{metrics}"),
-            "--watchdog-timeout=60s",
-            &format!("--scratch-dir={}", scratch.display()),
-        ]),
-        dir.path(),
-    );
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            http_get(&format!("127.0.0.1:{metrics}"), "/readyz").is_some()
-        }),
-        "rank 0 never answered /readyz: {}",
-        rank.stderr_text()
-    );
+    let mut rank = waiting_rank(dir.path(), &[format!("--scratch-dir={}", scratch.display())]);
     rank.signal(Signal::SIGUSR1);
     let status = rank
         .wait_timeout(Duration::from_secs(5))
