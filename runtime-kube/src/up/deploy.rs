@@ -205,7 +205,7 @@ impl Action for Workloads {
                 })
                 .await?;
                 named(progress, "seed dataset", async {
-                    let job = seeding_done(&client, &fixed.namespace, fixed.wait_timeout).await?;
+                    let job = seeding_done(&client, &fixed.namespace, &opts.name, fixed.wait_timeout).await?;
                     if job_failed(job.as_ref()) {
                         return Err(RuntimeError::Step {
                             step: "seed dataset".into(),
@@ -307,10 +307,15 @@ fn deployment_available(d: Option<&Deployment>) -> bool {
     d.and_then(|d| d.status.as_ref()?.available_replicas).unwrap_or(0) >= 1
 }
 
-/// Waits until the seeding job has done its work: one of its pods' container ended with exit 0, which the
-/// pod shows about 2 s before the Job controller marks the Job Complete, or the Job finished (`Some` then,
-/// to tell a failure).
-async fn seeding_done(client: &Client, namespace: &str, deadline: Duration) -> Result<Option<Job>> {
+/// Waits until lab `lab`'s seeding job has done its work: one of its pods' container ended with exit 0,
+/// which the pod shows about 2 s before the Job controller marks the Job Complete, or the Job finished
+/// (`Some` then, to tell a failure).
+async fn seeding_done(
+    client: &Client,
+    namespace: &str,
+    lab: &str,
+    deadline: Duration,
+) -> Result<Option<Job>> {
     use futures::TryStreamExt;
     use kube::runtime::{WatchStreamExt, watcher};
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
@@ -322,7 +327,12 @@ async fn seeding_done(client: &Client, namespace: &str, deadline: Duration) -> R
         job_finished,
     );
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let config = watcher::Config::default().labels(&format!("{}={}", obj::COMPONENT_LABEL, obj::SEEDER));
+    let config = watcher::Config::default().labels(&format!(
+        "{}={},{}={lab}",
+        obj::COMPONENT_LABEL,
+        obj::SEEDER,
+        obj::INSTANCE_LABEL
+    ));
     let pod_done = async {
         let stream = watcher(pods, config).default_backoff().applied_objects();
         futures::pin_mut!(stream);
