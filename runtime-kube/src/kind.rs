@@ -34,6 +34,8 @@ pub const POD_SUBNET: &str = "203.0.113.0/24";
 /// The Service network: the upper half of another documentation range (the lower half is left to
 /// Docker's networks where a private engine puts them there).
 pub const SERVICE_SUBNET: &str = "198.51.100.128/25";
+/// The DNS domain of a cluster the lab creates (kind's and kubeadm's default).
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
 /// The most nodes a lab's kind cluster may have: one /26 of [`POD_SUBNET`] each.
 pub const MAX_NODES: u32 = 4;
 

@@ -501,7 +501,7 @@ fn offline_prometheus_scrapes_every_rank_and_server_by_name() {
         prometheus_image: "straggler-lab/prometheus:2.42.0".into(),
         ..settings()
     };
-    let objs = s.prometheus_static(manifests::RULES, 5, true).unwrap();
+    let objs = s.prometheus_static(manifests::RULES, 5, true, None).unwrap();
     let cm = objs
         .iter()
         .find(|o| o.data.pointer("/data/prometheus.yml").is_some())
@@ -531,6 +531,19 @@ fn offline_prometheus_scrapes_every_rank_and_server_by_name() {
         "LabCommitsStalled reads the writer's series"
     );
     assert_eq!(config["rule_files"][0], "/etc/prometheus/rules/*.yaml");
+    // On the lab's own cluster, whole names: none is ever tried as a name outside the cluster.
+    let kind = s
+        .prometheus_static(manifests::RULES, 5, true, Some("cluster.local"))
+        .unwrap();
+    let text = kind
+        .iter()
+        .find_map(|o| o.data.pointer("/data/prometheus.yml")?.as_str())
+        .unwrap();
+    assert!(
+        text.contains("\"rank-4.ranks.straggler-lab-demo.svc.cluster.local:9400\""),
+        "{text}"
+    );
+    assert!(text.contains("\"lab-writer.straggler-lab-demo.svc.cluster.local:9410\""));
     for j in jobs {
         assert_eq!(j["relabel_configs"][0]["target_label"], "instance");
     }
@@ -548,7 +561,7 @@ fn offline_prometheus_scrapes_every_rank_and_server_by_name() {
     assert_eq!(dep.data["spec"]["template"]["spec"]["hostname"], "storage-1");
     assert_eq!(dep.data["spec"]["template"]["spec"]["subdomain"], "storage");
     // Without the database, no writer to scrape.
-    let objs = s.prometheus_static(manifests::RULES, 5, false).unwrap();
+    let objs = s.prometheus_static(manifests::RULES, 5, false, None).unwrap();
     let text = objs
         .iter()
         .find_map(|o| o.data.pointer("/data/prometheus.yml"))

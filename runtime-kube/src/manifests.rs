@@ -370,7 +370,11 @@ impl Settings {
     /// is made from, is built without Kubernetes service discovery. The ranks by their StatefulSet names
     /// (`rank-N.ranks`, up to `max_ranks`, so a rank scaled in later is scraped once it runs), the volume
     /// servers by their hostnames in the `storage` headless Service, and with `database` the writer by its
-    /// headless Service; `instance` is the pod's name, as with discovery.
+    /// headless Service; `instance` is the pod's name, as with discovery. With the cluster's `domain`
+    /// known (the lab's own kind cluster), each name is given whole: Prometheus looks a target up at every
+    /// scrape, and a name of a rank that does not run (the one beyond the ranks) is then refused by the
+    /// cluster's DNS at once instead of being tried last as a name outside the cluster, forwarded to the
+    /// machine's DNS servers (see `up::dns`).
     ///
     /// # Errors
     /// As [`Settings::namespace`].
@@ -379,9 +383,13 @@ impl Settings {
         rules: &str,
         max_ranks: u32,
         database: bool,
+        domain: Option<&str>,
     ) -> Result<Vec<DynamicObject>> {
         let mut out = self.prometheus(rules)?;
-        let ns = &self.namespace;
+        let ns = &match domain {
+            Some(d) => format!("{}.svc.{d}", self.namespace),
+            None => format!("{}.svc", self.namespace),
+        };
         let list = |names: Vec<String>| {
             names
                 .iter()
@@ -391,12 +399,12 @@ impl Settings {
         };
         let ranks = list(
             (0..max_ranks)
-                .map(|i| format!("rank-{i}.ranks.{ns}.svc:{}", names::RANK_METRICS_PORT))
+                .map(|i| format!("rank-{i}.ranks.{ns}:{}", names::RANK_METRICS_PORT))
                 .collect(),
         );
         let storage = list(
             (0..self.storage_servers)
-                .map(|i| format!("storage-{i}.storage.{ns}.svc:{}", names::STORAGE_METRICS_PORT))
+                .map(|i| format!("storage-{i}.storage.{ns}:{}", names::STORAGE_METRICS_PORT))
                 .collect(),
         );
         let config = format!(
@@ -409,7 +417,7 @@ impl Settings {
         let config = if database {
             let writer = lab_model::db::WRITER;
             format!(
-                "{config}  - job_name: writer\n    static_configs:\n      - targets: [\"{writer}.{ns}.svc:{}\"]\n\
+                "{config}  - job_name: writer\n    static_configs:\n      - targets: [\"{writer}.{ns}:{}\"]\n\
                  \x20   relabel_configs:\n      - target_label: instance\n        replacement: {writer}\n",
                 names::WRITER_METRICS_PORT
             )

@@ -8,7 +8,7 @@ use futures::future::LocalBoxFuture;
 
 use super::super::{connect, kind};
 use super::images::{self, LabImage};
-use super::{Action, Created, Ctx, KIND_KUBECONFIG, named, preload, stale_flows};
+use super::{Action, Created, Ctx, KIND_KUBECONFIG, dns, named, preload, stale_flows};
 use lab_runtime::Result;
 
 /// The steps "build images", "preload images" and "create cluster" (kind, then a client for its API).
@@ -77,6 +77,13 @@ impl Action for CreateCluster {
                 connect(Some(&kubeconfig), None, request).await
             })
             .await?;
+            // Before its DNS serves: see [`dns`]. Not a failure of `lab up` when it cannot be done.
+            if let Err(e) = dns::quiet(&client, request).await {
+                progress.note(&format!(
+                    "the cluster's DNS keeps kubeadm's configuration ({e}): `lab down` may wait for names \
+                     it forwards to the machine's DNS servers"
+                ));
+            }
             cx.client = Some(client);
             match kind::node_names(&cluster).await {
                 Ok(nodes) => cx.sweeper = Some(stale_flows::Sweeper::start(nodes)),
@@ -123,67 +130,5 @@ impl Action for LoadImages {
             cx.images.clear();
             Ok(())
         })
-    }
-}
-
-/// How long a CoreDNS pod of the lab's new cluster may run without being Ready before it is replaced.
-/// Measured on 2 cores: a healthy one was Ready 9–10 s after it was made, a stalled one 35–40 s.
-const DNS_STALLED: Duration = Duration::from_secs(12);
-/// How long the lab watches the new cluster's DNS at most.
-const DNS_WATCH: Duration = Duration::from_secs(90);
-
-/// Replaces a CoreDNS pod of the lab's own new kind cluster that has run [`DNS_STALLED`] without becoming
-/// Ready, once.
-///
-/// CoreDNS reaches the API server through the `kubernetes` Service. When its first connection goes out
-/// before kube-proxy has written that Service's rule, the packet is never translated and CoreDNS waits
-/// out the whole connect timeout: measured on a 2-core machine, it logged "waiting for Kubernetes API"
-/// for 33 s, and the database's standby, which looks up the primary by name, was Ready 35 s into
-/// `deploy database`. A pod made again by its Deployment a few seconds later finds the rule written.
-/// Returns once every CoreDNS pod is Ready, or after [`DNS_WATCH`]; it never fails `lab up` (the steps
-/// that need the DNS wait for it with their own deadlines).
-pub(super) async fn unstick_dns(client: &kube::Client, progress: &dyn lab_runtime::lifecycle::Progress) {
-    use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{Api, DeleteParams, ListParams};
-
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
-    let list = ListParams::default().labels("k8s-app=kube-dns");
-    let started = tokio::time::Instant::now();
-    let mut replaced = std::collections::BTreeSet::new();
-    while started.elapsed() < DNS_WATCH {
-        if let Ok(Ok(found)) = tokio::time::timeout(Duration::from_secs(5), pods.list(&list)).await {
-            let mut all_ready = !found.items.is_empty();
-            for p in &found.items {
-                let name = p.metadata.name.clone().unwrap_or_default();
-                let status = p.status.as_ref();
-                let ready = crate::status::pod_ready(p);
-                all_ready &= ready;
-                // How long its container has run, by its start time (the nodes are containers of this
-                // machine: one clock); a pod whose container does not run is left to its kubelet.
-                let started_at = status
-                    .and_then(|s| s.container_statuses.as_ref())
-                    .and_then(|cs| cs.first()?.state.as_ref()?.running.as_ref()?.started_at.clone());
-                let (false, Some(t), None) = (ready, started_at, &p.metadata.deletion_timestamp) else {
-                    continue;
-                };
-                let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond() - t.0.as_millisecond();
-                let ran = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-                if ran >= DNS_STALLED && replaced.insert(name.clone()) {
-                    progress.note(&format!(
-                        "the cluster's DNS pod {name} has run {} s without being Ready: replacing it (a CoreDNS \
-                         whose first call to the API server went out before kube-proxy wrote the Service's \
-                         rule waits about 30 s)",
-                        ran.as_secs()
-                    ));
-                    if let Err(e) = pods.delete(&name, &DeleteParams::default()).await {
-                        tracing::debug!("deleting {name}: {e}");
-                    }
-                }
-            }
-            if all_ready {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }

@@ -114,6 +114,7 @@ impl Action for Workloads {
                                 super::super::manifests::RULES,
                                 opts.ranks + 1,
                                 fixed.db_image.is_some(),
+                                (fixed.mode == ClusterMode::Kind).then_some(kind::CLUSTER_DOMAIN),
                             )?
                         } else {
                             settings.prometheus(super::super::manifests::RULES)?
@@ -246,7 +247,7 @@ impl Action for Workloads {
             // given up when the steps are done.
             let dns = Box::pin(async {
                 if fixed.mode == ClusterMode::Kind {
-                    super::cluster::unstick_dns(&client, progress).await;
+                    super::dns::unstick(&client, progress).await;
                 }
                 std::future::pending::<()>().await;
             });

@@ -23,6 +23,7 @@
 
 mod cluster;
 mod deploy;
+mod dns;
 mod images;
 mod preflight;
 mod preload;
