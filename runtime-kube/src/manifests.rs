@@ -198,6 +198,8 @@ pub fn api_resource(obj: &DynamicObject) -> Result<(ApiResource, bool)> {
         "Job" => ("jobs", true),
         "Role" => ("roles", true),
         "RoleBinding" => ("rolebindings", true),
+        "ClusterRole" => ("clusterroles", false),
+        "ClusterRoleBinding" => ("clusterrolebindings", false),
         other => {
             return Err(RuntimeError::InvalidInput(format!(
                 "the lab does not apply objects of kind {other}"

@@ -74,16 +74,11 @@ impl Action for CreateCluster {
             let dir = cx.dir;
             let client = named(progress, "create cluster", async {
                 kind::create_cluster(dir, &cluster, &node_image, nodes, &kubeconfig, wait).await?;
-                connect(Some(&kubeconfig), None, request).await
+                let client = connect(Some(&kubeconfig), None, request).await?;
+                dns::install(&cluster, &client, request).await?;
+                Ok(client)
             })
             .await?;
-            // Before its DNS serves: see [`dns`]. Not a failure of `lab up` when it cannot be done.
-            if let Err(e) = dns::quiet(&client, request).await {
-                progress.note(&format!(
-                    "the cluster's DNS keeps kubeadm's configuration ({e}): `lab down` may wait for names \
-                     it forwards to the machine's DNS servers"
-                ));
-            }
             cx.client = Some(client);
             match kind::node_names(&cluster).await {
                 Ok(nodes) => cx.sweeper = Some(stale_flows::Sweeper::start(nodes)),

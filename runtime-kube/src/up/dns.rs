@@ -1,5 +1,5 @@
-//! The DNS of the lab's own kind cluster: kubeadm's CoreDNS made quiet towards the machine's DNS servers,
-//! and a CoreDNS pod that stalls at start replaced.
+//! The DNS of the lab's own kind cluster: kubeadm's CoreDNS, installed by the lab with a Corefile quiet
+//! towards the machine's DNS servers, and a CoreDNS pod that stalls at start replaced.
 //!
 //! A kind node's resolver is Docker's embedded one, which forwards every name outside the cluster to the
 //! machine's DNS servers, and Docker stops a node only once the queries it is forwarding have ended. On a
@@ -11,16 +11,23 @@
 //! lab's cluster neither is needed: the nodes' resolver is Docker's, never CoreDNS itself, so there is no
 //! loop to find, and with one upstream there is no other to fail over to. Names outside the cluster are
 //! still forwarded, so a pod the user adds can reach the network where the machine can.
+//!
+//! `kubeadm init` skips its CoreDNS phase on the lab's cluster (`kind::cluster_config`); the lab applies
+//! what that phase would (`kubeadm init phase addon coredns --print-manifest` in the control plane: the
+//! Deployment, its ConfigMap, the `kube-dns` Service at the address the kubelets are given, the RBAC) with
+//! the quiet Corefile, once the nodes have joined. Changing kubeadm's ConfigMap afterwards instead reached
+//! the pods only by replacing them, as they were placed by then: the replacements started on the new
+//! worker before its kube-proxy had written the API server's rule, and stalled.
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 
-use super::super::api;
-use lab_runtime::Result;
+use super::super::{api, kind, manifests};
 use lab_runtime::lifecycle::Progress;
+use lab_runtime::{Result, RuntimeError};
 
 /// The label of kubeadm's CoreDNS pods.
 const DNS_PODS: &str = "k8s-app=kube-dns";
@@ -73,39 +80,65 @@ pub fn quiet_corefile(corefile: &str) -> Option<String> {
     changed.then_some(text)
 }
 
-/// Makes the new cluster's CoreDNS quiet ([`quiet_corefile`]) and replaces the CoreDNS pods made before,
-/// which read the old file (a mounted ConfigMap reaches a running pod only after a minute or more). Run
-/// as soon as the cluster answers, when those pods are not serving yet.
+/// Installs CoreDNS in the lab's new kind cluster `cluster`: kubeadm's own objects for its version, printed
+/// by `kubeadm` in the control-plane node, with [`quiet_corefile`], applied through `client`.
 ///
 /// # Errors
-/// When the API server refuses a read, the patch or the delete.
-pub(super) async fn quiet(client: &Client, deadline: Duration) -> Result<()> {
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
-    let map = api::within("read the cluster's DNS configuration", deadline, async {
-        maps.get("coredns")
-            .await
-            .map_err(|e| api::kube_err("read ConfigMap kube-system/coredns", e))
-    })
+/// When `kubeadm` in the node cannot print them, or the API server refuses one.
+pub(super) async fn install(cluster: &str, client: &Client, deadline: Duration) -> Result<()> {
+    let node = format!("{cluster}-control-plane");
+    let printed = kind::run(
+        "docker",
+        &[
+            "exec",
+            &node,
+            "kubeadm",
+            "init",
+            "phase",
+            "addon",
+            "coredns",
+            "--print-manifest",
+            "--config",
+            "/kind/kubeadm.conf",
+        ],
+        deadline,
+    )
     .await?;
-    let corefile = map.data.as_ref().and_then(|d| d.get("Corefile"));
-    let Some(quiet) = corefile.and_then(|c| quiet_corefile(c)) else {
-        return Ok(());
-    };
-    let patch = serde_json::json!({"data": {"Corefile": quiet}});
-    api::within("change the cluster's DNS configuration", deadline, async {
-        maps.patch("coredns", &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| api::kube_err("patch ConfigMap kube-system/coredns", e))
-    })
-    .await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
-    api::within("replace the cluster's DNS pods", deadline, async {
-        pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels(DNS_PODS))
-            .await
-            .map_err(|e| api::kube_err("delete the CoreDNS pods", e))
-    })
-    .await?;
+    for obj in dns_objects(&printed)? {
+        api::within(
+            "install the cluster's DNS",
+            deadline,
+            api::apply(client, "kube-system", &obj),
+        )
+        .await?;
+    }
     Ok(())
+}
+
+/// kubeadm's printed CoreDNS objects as the lab applies them: the Corefile made quiet, and without the
+/// `resourceVersion: "0"` kubeadm gives its Service (for its own create-or-update).
+///
+/// # Errors
+/// When the text is not Kubernetes objects, or has no CoreDNS Deployment.
+pub fn dns_objects(printed: &str) -> Result<Vec<DynamicObject>> {
+    let mut objects = manifests::parse(printed)?;
+    for o in &mut objects {
+        o.metadata.resource_version = None;
+        if let Some(corefile) = o.data.pointer_mut("/data/Corefile")
+            && let Some(quiet) = corefile.as_str().and_then(quiet_corefile)
+        {
+            *corefile = serde_json::Value::String(quiet);
+        }
+    }
+    let deployment = objects
+        .iter()
+        .any(|o| o.types.as_ref().is_some_and(|t| t.kind == "Deployment"));
+    if !deployment {
+        return Err(RuntimeError::Other(
+            "kubeadm printed no CoreDNS Deployment for the lab's cluster".into(),
+        ));
+    }
+    Ok(objects)
 }
 
 /// How long a CoreDNS pod of the lab's new cluster may run without being Ready before it is replaced.
@@ -169,7 +202,41 @@ pub(super) async fn unstick(client: &Client, progress: &dyn Progress) {
 
 #[cfg(test)]
 mod tests {
-    use super::quiet_corefile;
+    use super::{dns_objects, quiet_corefile};
+
+    /// What `kubeadm init phase addon coredns --print-manifest` printed in a node of the lab's cluster
+    /// (Kubernetes 1.34.4, Service network 198.51.100.128/25).
+    const PRINTED: &str = include_str!("../../testdata/kubeadm-v1.34-coredns.yaml");
+
+    #[test]
+    fn kubeadms_objects_are_applied_with_the_quiet_corefile() {
+        let objects = dns_objects(PRINTED).unwrap();
+        let kinds: Vec<&str> = objects
+            .iter()
+            .map(|o| o.types.as_ref().unwrap().kind.as_str())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "Deployment",
+                "ConfigMap",
+                "Service",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "ServiceAccount"
+            ]
+        );
+        for o in &objects {
+            assert!(o.metadata.resource_version.is_none(), "{:?}", o.metadata.name);
+            crate::manifests::api_resource(o).expect("a kind the lab applies");
+        }
+        let corefile = objects[1].data["data"]["Corefile"].as_str().unwrap();
+        assert!(corefile.contains("max_fails 0"), "{corefile}");
+        assert!(!corefile.lines().any(|l| l.trim() == "loop"), "{corefile}");
+        // The address kubeadm gives the kubelets: the tenth of the Service network.
+        assert_eq!(objects[2].data["spec"]["clusterIP"], "198.51.100.138");
+        assert!(dns_objects("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n").is_err());
+    }
 
     /// kubeadm's Corefile of Kubernetes 1.34, as the lab's kind cluster gets it.
     const KUBEADM: &str = ".:53 {\n    errors\n    health {\n       lameduck 5s\n    }\n    ready\n    \

@@ -359,7 +359,7 @@ mod tests {
     #[test]
     fn the_images_from_it_keep_the_back_off_config() {
         let image = reference("straggler-lab/kind-node:v1.34.4", &"f".repeat(64));
-        let config = crate::kind::cluster_config("c", &image, 2);
+        let config = crate::kind::cluster_config("c", &image, 2, None);
         assert!(config.contains("maxContainerRestartPeriod"), "{config}");
         assert!(config.contains(&format!("image: {image}")), "{config}");
     }
