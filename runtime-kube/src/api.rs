@@ -98,6 +98,28 @@ pub async fn list_nodes(
     .await
 }
 
+/// Waits until the cluster has at least `count` nodes, looking 4 times a second, for at most `deadline`.
+/// A worker that `kind create` has just joined registers its Node a moment after the join returns.
+///
+/// # Errors
+/// When the nodes cannot be listed, or [`RuntimeError::Timeout`] saying how many registered.
+pub async fn wait_for_nodes(client: &Client, count: usize, deadline: Duration) -> Result<()> {
+    let started = tokio::time::Instant::now();
+    loop {
+        let found = list_nodes(client, deadline).await?.len();
+        if found >= count {
+            return Ok(());
+        }
+        if started.elapsed() >= deadline {
+            return Err(RuntimeError::Timeout {
+                what: format!("{count} nodes to register ({found} did)"),
+                seconds: deadline.as_secs_f64(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Server-side applies `obj` (forcing ownership of the fields it names, as the lab owns its objects).
 ///
 /// # Errors

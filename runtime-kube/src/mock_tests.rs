@@ -1136,6 +1136,36 @@ async fn gpus_are_advertised_on_node_status_and_awaited_in_allocatable() {
 }
 
 #[tokio::test]
+async fn the_nodes_are_awaited_until_as_many_have_registered() {
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    let mut worker = node("0");
+    worker["metadata"]["name"] = json!("node-b");
+    let nodes = |items: Vec<Value>| ex("GET", "/api/v1/nodes", Reply::Json(200, list("NodeList", items)));
+    let server = serve(
+        h,
+        vec![
+            nodes(vec![node("0")]),
+            nodes(vec![node("0")]),
+            nodes(vec![node("0"), worker.clone()]),
+        ],
+    );
+    super::api::wait_for_nodes(&client, 2, Duration::from_secs(5))
+        .await
+        .unwrap();
+    finish(server).await;
+    // Never as many: a timeout that says how many came.
+    let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, NS);
+    // More answers than it can ask for in the time (one per 250 ms), however slow the machine.
+    let _server = serve(h, (0..20).map(|_| nodes(vec![node("0")])).collect());
+    let err = super::api::wait_for_nodes(&client, 2, Duration::from_millis(600))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("2 nodes to register (1 did)"), "{err}");
+}
+
+#[tokio::test]
 async fn advertising_gpus_without_node_rights_is_forbidden_with_advice() {
     let (svc, h) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(svc, NS);

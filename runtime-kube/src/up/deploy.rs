@@ -143,11 +143,15 @@ impl Action for Workloads {
                     // A lab's own multi-node kind cluster: every node runs ranks, and the GPUs are split
                     // across them.
                     let split = fixed.mode == ClusterMode::Kind && fixed.nodes > 1;
-                    let nodes = named(
-                        progress,
-                        "advertise GPUs",
-                        gpus::advertise(&client, &fixed.gpu_resource, opts.gpus, split, fixed.wait_timeout),
-                    )
+                    let nodes = named(progress, "advertise GPUs", async {
+                        // Shared out over every node: kind's join returns before the worker's Node is
+                        // there, and GPUs listed on the control plane alone put every rank on it.
+                        if split {
+                            let count = usize::try_from(fixed.nodes).unwrap_or(usize::MAX);
+                            api::wait_for_nodes(&client, count, fixed.wait_timeout).await?;
+                        }
+                        gpus::advertise(&client, &fixed.gpu_resource, opts.gpus, split, fixed.wait_timeout).await
+                    })
                     .await?;
                     *advertised.lock().unwrap_or_else(|p| p.into_inner()) = nodes;
                 }

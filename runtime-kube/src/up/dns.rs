@@ -37,7 +37,7 @@ const DNS_PODS: &str = "k8s-app=kube-dns";
 pub fn quiet_corefile(corefile: &str) -> Option<String> {
     let mut out = Vec::new();
     let mut changed = false;
-    let mut lines = corefile.lines().peekable();
+    let mut lines = corefile.lines();
     while let Some(line) = lines.next() {
         let t = line.trim();
         if t == "loop" {
