@@ -90,9 +90,10 @@ pub fn cluster_config(cluster: &str, node_image: &str, nodes: u32, discovery: Op
     for _ in 1..nodes.max(1) {
         c.push_str(&format!("  - role: worker\n    image: {node_image}\n"));
         if let Some(file) = discovery {
+            // Quoted (a JSON string is YAML): the lab's folder may hold a space or a colon.
+            let host = serde_json::Value::String(file.display().to_string());
             c.push_str(&format!(
-                "    extraMounts:\n      - hostPath: {}\n        containerPath: {DISCOVERY_IN_NODE}\n        readOnly: true\n",
-                file.display()
+                "    extraMounts:\n      - hostPath: {host}\n        containerPath: {DISCOVERY_IN_NODE}\n        readOnly: true\n"
             ));
         }
     }
@@ -649,7 +650,7 @@ mod tests {
 
     #[test]
     fn workers_join_by_the_discovery_file_when_one_is_given() {
-        let file = Path::new("/state/lab-demo/kind-discovery.conf");
+        let file = Path::new("/state/my labs: demo/kind-discovery.conf");
         let c = cluster_config("lab-demo", "straggler-lab/kind-node:v1.34.4", 3, Some(file));
         let parsed: serde_json::Value = serde_norway::from_str(&c).unwrap();
         let nodes = parsed["nodes"].as_array().unwrap();
@@ -660,7 +661,7 @@ mod tests {
         for w in &nodes[1..] {
             assert_eq!(
                 w["extraMounts"][0]["hostPath"],
-                "/state/lab-demo/kind-discovery.conf"
+                "/state/my labs: demo/kind-discovery.conf"
             );
             assert_eq!(w["extraMounts"][0]["containerPath"], DISCOVERY_IN_NODE);
         }

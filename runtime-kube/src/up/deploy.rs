@@ -150,7 +150,8 @@ impl Action for Workloads {
                             let count = usize::try_from(fixed.nodes).unwrap_or(usize::MAX);
                             api::wait_for_nodes(&client, count, fixed.wait_timeout).await?;
                         }
-                        gpus::advertise(&client, &fixed.gpu_resource, opts.gpus, split, fixed.wait_timeout).await
+                        gpus::advertise(&client, &fixed.gpu_resource, opts.gpus, split, fixed.wait_timeout)
+                            .await
                     })
                     .await?;
                     *advertised.lock().unwrap_or_else(|p| p.into_inner()) = nodes;
