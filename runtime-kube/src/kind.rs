@@ -81,16 +81,19 @@ const DISCOVERY_IN_NODE: &str = "/kind/discovery.conf";
 /// `cluster-info` ConfigMap for the token, and polls every 5 s: on 2 cores it signed 6–8 s after the
 /// ConfigMap was made, and the worker's join took 6.3–11.2 s; by the file 3.7–5.0 s (4 creates each,
 /// alternated). The file skips the CA check as kind's token discovery does (`unsafeSkipCAVerification`),
-/// and kubeadm takes the CA from `cluster-info` into the kubelet's credentials.
+/// and kubeadm takes the CA from `cluster-info` into the kubelet's credentials. A `discovery` path with
+/// a colon cannot be mounted, and is left out.
 pub fn cluster_config(cluster: &str, node_image: &str, nodes: u32, discovery: Option<&Path>) -> String {
     let mut c = format!(
         "kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\nname: {cluster}\nnetworking:\n  podSubnet: {POD_SUBNET}\n  serviceSubnet: {SERVICE_SUBNET}\nnodes:\n  - role: control-plane\n    image: {node_image}\n"
     );
-    let discovery = discovery.filter(|_| nodes > 1);
+    // kind mounts with `--volume=HOST:NODE:ro`, which a host path with a colon breaks: such a lab's
+    // folder keeps kind's token discovery.
+    let discovery = discovery.filter(|f| nodes > 1 && !f.to_string_lossy().contains(':'));
     for _ in 1..nodes.max(1) {
         c.push_str(&format!("  - role: worker\n    image: {node_image}\n"));
         if let Some(file) = discovery {
-            // Quoted (a JSON string is YAML): the lab's folder may hold a space or a colon.
+            // Quoted (a JSON string is YAML): the lab's folder may hold a space, or `#`.
             let host = serde_json::Value::String(file.display().to_string());
             c.push_str(&format!(
                 "    extraMounts:\n      - hostPath: {host}\n        containerPath: {DISCOVERY_IN_NODE}\n        readOnly: true\n"
@@ -650,7 +653,7 @@ mod tests {
 
     #[test]
     fn workers_join_by_the_discovery_file_when_one_is_given() {
-        let file = Path::new("/state/my labs: demo/kind-discovery.conf");
+        let file = Path::new("/state/my labs/demo/kind-discovery.conf");
         let c = cluster_config("lab-demo", "straggler-lab/kind-node:v1.34.4", 3, Some(file));
         let parsed: serde_json::Value = serde_norway::from_str(&c).unwrap();
         let nodes = parsed["nodes"].as_array().unwrap();
@@ -661,7 +664,7 @@ mod tests {
         for w in &nodes[1..] {
             assert_eq!(
                 w["extraMounts"][0]["hostPath"],
-                "/state/my labs: demo/kind-discovery.conf"
+                "/state/my labs/demo/kind-discovery.conf"
             );
             assert_eq!(w["extraMounts"][0]["containerPath"], DISCOVERY_IN_NODE);
         }
@@ -679,6 +682,17 @@ mod tests {
         );
         assert_eq!(join["discovery"]["file"]["kubeConfigPath"], DISCOVERY_IN_NODE);
         assert_eq!(join["discovery"]["tlsBootstrapToken"], KIND_JOIN_TOKEN);
+        // A folder with a colon cannot be mounted by kind: its workers join by kind's token.
+        let colon = cluster_config(
+            "lab-demo",
+            "straggler-lab/kind-node:v1.34.4",
+            3,
+            Some(Path::new("/state/a:b/kind-discovery.conf")),
+        );
+        assert!(
+            !colon.contains("JoinConfiguration") && !colon.contains("extraMounts"),
+            "{colon}"
+        );
         // One node joins nothing: no mount, no patch.
         let one = cluster_config("lab-demo", "straggler-lab/kind-node:v1.34.4", 1, Some(file));
         assert!(
