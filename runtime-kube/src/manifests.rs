@@ -388,7 +388,8 @@ impl Settings {
         domain: Option<&str>,
     ) -> Result<Vec<DynamicObject>> {
         let mut out = self.prometheus(rules)?;
-        let ns = &match domain {
+        // What follows a Service's name: its namespace's, then the cluster's domain where known.
+        let svc = &match domain {
             Some(d) => format!("{}.svc.{d}", self.namespace),
             None => format!("{}.svc", self.namespace),
         };
@@ -401,12 +402,12 @@ impl Settings {
         };
         let ranks = list(
             (0..max_ranks)
-                .map(|i| format!("rank-{i}.ranks.{ns}:{}", names::RANK_METRICS_PORT))
+                .map(|i| format!("rank-{i}.ranks.{svc}:{}", names::RANK_METRICS_PORT))
                 .collect(),
         );
         let storage = list(
             (0..self.storage_servers)
-                .map(|i| format!("storage-{i}.storage.{ns}:{}", names::STORAGE_METRICS_PORT))
+                .map(|i| format!("storage-{i}.storage.{svc}:{}", names::STORAGE_METRICS_PORT))
                 .collect(),
         );
         let config = format!(
@@ -419,7 +420,7 @@ impl Settings {
         let config = if database {
             let writer = lab_model::db::WRITER;
             format!(
-                "{config}  - job_name: writer\n    static_configs:\n      - targets: [\"{writer}.{ns}:{}\"]\n\
+                "{config}  - job_name: writer\n    static_configs:\n      - targets: [\"{writer}.{svc}:{}\"]\n\
                  \x20   relabel_configs:\n      - target_label: instance\n        replacement: {writer}\n",
                 names::WRITER_METRICS_PORT
             )

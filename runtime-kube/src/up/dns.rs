@@ -16,8 +16,8 @@
 //! what that phase would (`kubeadm init phase addon coredns --print-manifest` in the control plane: the
 //! Deployment, its ConfigMap, the `kube-dns` Service at the address the kubelets are given, the RBAC) with
 //! the quiet Corefile, once the nodes have joined. Changing kubeadm's ConfigMap afterwards instead reached
-//! the pods only by replacing them, as they were placed by then: the replacements started on the new
-//! worker before its kube-proxy had written the API server's rule, and stalled.
+//! the pods only by replacing them, as they were placed by then, and the replacements were slower to be
+//! Ready: in 6 ups two stalled (replaced again after 12 s) and `deploy database` took 22 s twice.
 
 use std::time::Duration;
 
